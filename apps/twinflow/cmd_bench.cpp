@@ -1,0 +1,174 @@
+// `twinflow bench`: optimizer throughput against the memory bound measured in the same run, and
+// against peers (a naive in-process loop; torch's fused AdamW when its figures are given).
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "apps/twinflow/commands.h"
+#include "apps/twinflow/measure.h"
+#include "apps/twinflow/table.h"
+#include "core/error.h"
+#if defined(TWINFLOW_HAVE_CUDA)
+#include "backends/cuda/cuda_backend.h"
+#endif
+
+namespace po = boost::program_options;
+
+namespace tf::app {
+
+namespace {
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+// torch figures written by bench/peer/torch_adamw.py: {"cuda": {"adamw_fp32_gparam_s": x, ...},
+// "cpu": {...}}
+std::optional<double> peer_value(const nlohmann::json& j, const std::string& dev, const std::string& key) {
+  if (j.contains(dev) && j[dev].contains(key) && j[dev][key].is_number()) return j[dev][key].get<double>();
+  return std::nullopt;
+}
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& args) {
+  po::options_description desc("twinflow bench: optimizer kernels vs the memory bound and peers");
+  desc.add_options()("help,h", "show this help")
+      ("n", po::value<size_t>()->default_value(size_t(1) << 25), "elements per CPU measurement")
+      ("gpu-n", po::value<size_t>()->default_value(size_t(1) << 28), "elements per GPU measurement")
+      ("iters", po::value<int>()->default_value(10), "timed repetitions (median reported)")
+      ("optimizers", po::value<std::string>()->default_value("adamw,adam,adagrad,lion"), "comma list")
+      ("grads", po::value<std::string>()->default_value("bf16,fp32"),
+       "gradient dtypes; bf16/fp16 grads write a copy of the same dtype, fp32 grads write none (torch's setting)")
+      ("threads", po::value<size_t>()->default_value(0), "CPU threads (0: all allowed CPUs)")
+      ("pin", po::bool_switch(), "pin CPU threads to cores")
+      ("isa", po::value<std::string>(), "force a SIMD path: scalar|avx2|avx512")
+      ("gpu", po::value<std::string>()->default_value("auto"), "auto|on|off")
+      ("peer-json", po::value<std::string>(), "torch figures from bench/peer/torch_adamw.py, shown as ratios")
+      ("csv", po::value<std::string>(), "write the table as CSV")
+      ("json", po::value<std::string>(), "write the table as JSON");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\nColumns: Gparam/s = elements updated per second / 1e9; GB/s counts the bytes per element\n"
+                         "of the fused pass (e.g. AdamW, bf16 grad and copy: 14 read + 14 written = 28 B);\n"
+                         "% bound = GB/s over the bound row measured in the same run; vs peer = time ratio.\n";
+    return kExitOk;
+  }
+  po::notify(vm);
+  const size_t n = vm["n"].as<size_t>(), gpu_n = vm["gpu-n"].as<size_t>();
+  const int iters = vm["iters"].as<int>();
+  if (n == 0 || gpu_n == 0 || iters < 1) throw core::InputError("--n, --gpu-n and --iters must be >= 1");
+  std::vector<core::OptimizerKind> kinds;
+  for (const auto& s : split_list(vm["optimizers"].as<std::string>())) kinds.push_back(core::parse_optimizer(s));
+  std::vector<core::DType> grads;
+  for (const auto& s : split_list(vm["grads"].as<std::string>())) {
+    const core::DType d = core::parse_dtype(s, "--grads");
+    if (d == core::DType::kNone) throw core::InputError("--grads: 'none' is not a gradient dtype");
+    grads.push_back(d);
+  }
+  const std::string gpu_mode = vm["gpu"].as<std::string>();
+  if (gpu_mode != "auto" && gpu_mode != "on" && gpu_mode != "off")
+    throw core::InputError("--gpu must be auto, on or off, got '" + gpu_mode + "'");
+  nlohmann::json peer = nlohmann::json::object();
+  if (vm.count("peer-json")) {
+    std::ifstream f(vm["peer-json"].as<std::string>());
+    if (!f) throw core::InputError("--peer-json: cannot read '" + vm["peer-json"].as<std::string>() + "'");
+    try {
+      peer = nlohmann::json::parse(f);
+    } catch (const nlohmann::json::exception& e) {
+      throw core::InputError("--peer-json '" + vm["peer-json"].as<std::string>() + "': " + e.what());
+    }
+  }
+
+  backend::cpu::CpuOptions opt;
+  opt.threads = vm["threads"].as<size_t>();
+  opt.pin_threads = vm["pin"].as<bool>();
+  if (vm.count("isa")) opt.isa = int(backend::cpu::parse_isa(vm["isa"].as<std::string>()));
+  backend::cpu::CpuBackend cpu(opt);
+
+  Table t({"device", "kernel", "grad", "copy", "n", "B/elem", "ms", "Gparam/s", "GB/s", "% bound", "vs peer", "peer"});
+  const size_t total = 2 + kinds.size() * grads.size();
+  size_t done = 0;
+  auto progress = [&](const std::string& what) {
+    std::cerr << "[" << ++done << "/" << total << "] " << what << "\n" << std::flush;
+  };
+
+  // ---- CPU ------------------------------------------------------------------------------------
+  progress("cpu: read-modify-write stream bound");
+  const double bound = measure_rmw_gbps(cpu.threads(), n, iters);
+  t.add({"cpu", "rmw-stream bound", "-", "-", std::to_string(n), "12", fmt(12.0 * n / bound / 1e6, 3), "-",
+         fmt(bound, 1), "100.0", "-", "-"});
+  progress("cpu: naive AdamW loop (peer)");
+  const double naive_s = time_naive_adamw(cpu.threads(), n, iters);
+  t.add({"cpu", "naive adamw loop", "fp32", "none", std::to_string(n), "28", fmt(naive_s * 1e3, 3),
+         fmt(n / naive_s / 1e9, 2), fmt(28.0 * n / naive_s / 1e9, 1), fmt(28.0 * n / naive_s / 1e9 / bound * 100, 1),
+         "-", "-"});
+  const std::string cpu_name = "cpu-" + std::string(backend::cpu::isa_name(cpu.isa())) + "x" + std::to_string(cpu.threads());
+  for (core::OptimizerKind k : kinds)
+    for (core::DType g : grads) {
+      const core::DType c = g == core::DType::kF32 ? core::DType::kNone : g;
+      progress("cpu: " + std::string(core::optimizer_name(k)) + " grad " + std::string(core::dtype_name(g)));
+      const double s = time_cpu_step(cpu, k, g, c, n, iters);
+      const auto b = core::bytes_per_element(k, g, c);
+      const double gbps = double(b.total()) * n / s / 1e9;
+      std::string vs = "-", peer_name = "-";
+      if (k == core::OptimizerKind::kAdamW && g == core::DType::kF32) {
+        vs = fmt(naive_s / s, 2) + "x";
+        peer_name = "naive loop";
+        if (auto tp = peer_value(peer, "cpu", "adamw_fp32_gparam_s")) {
+          vs = fmt((n / s / 1e9) / *tp, 2) + "x";
+          peer_name = "torch fused " + fmt(*tp, 2) + " Gp/s";
+        }
+      }
+      t.add({cpu_name, std::string(core::optimizer_name(k)), std::string(core::dtype_name(g)),
+             std::string(core::dtype_name(c)), std::to_string(n), std::to_string(b.total()), fmt(s * 1e3, 3),
+             fmt(n / s / 1e9, 2), fmt(gbps, 1), fmt(gbps / bound * 100, 1), vs, peer_name});
+    }
+
+  // ---- GPU ------------------------------------------------------------------------------------
+  bool gpu = false;
+#if defined(TWINFLOW_HAVE_CUDA)
+  std::string why;
+  gpu = gpu_mode != "off" && backend::cuda::cuda_available(&why);
+  if (gpu_mode == "on" && !gpu) throw core::RuntimeFailure("--gpu on, but no usable CUDA device: " + why);
+  if (!gpu && gpu_mode == "auto") std::cerr << "gpu: skipped (" << why << ")\n";
+  if (gpu) {
+    const auto info = backend::cuda::gpu_info(0);
+    const double copy_gbps = backend::cuda::measure_copy_gbps(size_t(1) << 31, iters, 0);
+    t.add({info.name, "d2d copy bound", "-", "-", std::to_string(size_t(1) << 29), "8",
+           fmt(double(size_t(1) << 31) * 2 / copy_gbps / 1e6, 3), "-", fmt(copy_gbps, 1), "100.0", "-", "-"});
+    for (core::OptimizerKind k : kinds)
+      for (core::DType g : grads) {
+        const core::DType c = g == core::DType::kF32 ? core::DType::kNone : g;
+        const double s = backend::cuda::time_step_seconds(k, g, c, gpu_n, iters, 0);
+        const auto b = core::bytes_per_element(k, g, c);
+        const double gbps = double(b.total()) * gpu_n / s / 1e9;
+        std::string vs = "-", peer_name = "-";
+        if (k == core::OptimizerKind::kAdamW && g == core::DType::kF32)
+          if (auto tp = peer_value(peer, "cuda", "adamw_fp32_gparam_s")) {
+            vs = fmt((gpu_n / s / 1e9) / *tp, 2) + "x";
+            peer_name = "torch fused " + fmt(*tp, 2) + " Gp/s";
+          }
+        t.add({info.name, std::string(core::optimizer_name(k)), std::string(core::dtype_name(g)),
+               std::string(core::dtype_name(c)), std::to_string(gpu_n), std::to_string(b.total()), fmt(s * 1e3, 3),
+               fmt(gpu_n / s / 1e9, 2), fmt(gbps, 1), fmt(gbps / copy_gbps * 100, 1), vs, peer_name});
+      }
+  }
+#else
+  if (gpu_mode == "on") throw core::RuntimeFailure("--gpu on, but this build has no CUDA backend");
+#endif
+  (void)gpu;
+  std::cout << "\n";
+  t.print(std::cout);
+  if (vm.count("csv")) t.write_csv(vm["csv"].as<std::string>());
+  if (vm.count("json")) t.write_json(vm["json"].as<std::string>());
+  return kExitOk;
+}
+
+}  // namespace tf::app

@@ -1,0 +1,19 @@
+// The subcommands of the twinflow CLI. Each returns a process exit code (see main.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tf::app {
+
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitCheckFailed = 1,  // a verification or goal did not hold
+  kExitBadInput = 2,     // usage, configuration or input error
+  kExitRuntime = 3,      // the machine or a backend failed
+};
+
+int cmd_bench(const std::vector<std::string>& args);
+int cmd_verify(const std::vector<std::string>& args);
+
+}  // namespace tf::app

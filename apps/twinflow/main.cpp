@@ -1,0 +1,70 @@
+// twinflow: the command-line entry point. `twinflow <command> --help` documents each command.
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <boost/program_options/errors.hpp>
+
+#include "apps/twinflow/commands.h"
+#include "core/error.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*fn)(const std::vector<std::string>&);
+};
+
+const Command kCommands[] = {
+    {"bench", "time the optimizer kernels (CPU SIMD, CUDA) against the memory bound and peers",
+     tf::app::cmd_bench},
+    {"verify", "check every backend bit for bit and against the double reference", tf::app::cmd_verify},
+};
+
+void usage(std::ostream& os) {
+  os << "usage: twinflow <command> [options]\n\ncommands:\n";
+  for (const Command& c : kCommands) os << "  " << c.name << std::string(10 - std::strlen(c.name), ' ') << c.summary << "\n";
+  os << "\n`twinflow <command> --help` lists a command's options.\n"
+        "exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 runtime failure\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tf::app;
+  if (argc < 2) {
+    usage(std::cerr);
+    return kExitBadInput;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage(std::cout);
+    return kExitOk;
+  }
+  if (cmd == "--version") {
+    std::cout << "twinflow 0.1.0\n";
+    return kExitOk;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  for (const Command& c : kCommands) {
+    if (cmd != c.name) continue;
+    try {
+      return c.fn(args);
+    } catch (const boost::program_options::error& e) {
+      std::cerr << "twinflow " << cmd << ": " << e.what() << " (see `twinflow " << cmd << " --help`)\n";
+      return kExitBadInput;
+    } catch (const tf::core::InputError& e) {
+      std::cerr << "twinflow " << cmd << ": error: " << e.what() << "\n";
+      return kExitBadInput;
+    } catch (const std::exception& e) {
+      std::cerr << "twinflow " << cmd << ": failure: " << e.what() << "\n";
+      return kExitRuntime;
+    }
+  }
+  std::cerr << "twinflow: unknown command '" << cmd << "'\n\n";
+  usage(std::cerr);
+  return kExitBadInput;
+}

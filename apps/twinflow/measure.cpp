@@ -1,0 +1,122 @@
+// CPU measurements: the fused optimizer pass, the RMW stream bound, and a naive AdamW peer.
+#include "apps/twinflow/measure.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/optim/dtype.h"
+
+namespace tf::app {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+template <class Fn>
+double median_seconds(int iters, Fn&& fn) {
+  fn();  // warm-up
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    const auto a = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
+  }
+  return median(t);
+}
+
+uint32_t hash32(size_t i) {
+  uint64_t x = i * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  return uint32_t(x >> 32);
+}
+float small_value(size_t i) { return float(int(hash32(i) % 2001) - 1000) * 1e-4f; }
+}  // namespace
+
+double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy,
+                     size_t n, int iters) {
+  const bool two = core::state_count(k) == 2;
+  auto p = be.allocate(n * 4), m = be.allocate(n * 4), v = be.allocate(two ? n * 4 : 0);
+  auto g = be.allocate(n * core::dtype_bytes(grad)), c = be.allocate(n * core::dtype_bytes(copy));
+  backend::OptimChunk ch;
+  ch.param = {p->data(), n, core::DType::kF32};
+  ch.state1 = {m->data(), n, core::DType::kF32};
+  if (two) ch.state2 = {v->data(), n, core::DType::kF32};
+  ch.grad = {g->data(), n, grad};
+  if (copy != core::DType::kNone) ch.param_copy = {c->data(), n, copy};
+  be.first_touch(std::span<const backend::OptimChunk>(&ch, 1));
+  float* pf = static_cast<float*>(p->data());
+  for (size_t i = 0; i < n; ++i) pf[i] = small_value(i);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = small_value(i + n);
+    if (grad == core::DType::kF32)
+      static_cast<float*>(g->data())[i] = x;
+    else
+      static_cast<uint16_t*>(g->data())[i] = grad == core::DType::kBF16 ? core::f32_to_bf16(x) : core::f32_to_f16(x);
+  }
+  const core::HyperParams hp = core::default_hyper_params(k);
+  int64_t step = 0;
+  return median_seconds(iters, [&] {
+    const core::StepScalars s = core::make_step_scalars(k, hp, ++step, 1.0);
+    be.step(k, std::span<const backend::OptimChunk>(&ch, 1), s);
+  });
+}
+
+double measure_rmw_gbps(size_t threads, size_t n, int iters) {
+  backend::cpu::ThreadPool pool(threads);
+  std::unique_ptr<float[]> x(new float[n]), y(new float[n]);
+  const size_t parts = pool.size();
+  pool.run(parts, [&](size_t w) {  // first touch with the same split
+    size_t b, e;
+    backend::cpu::ThreadPool::split(n, parts, w, b, e);
+    for (size_t i = b; i < e; ++i) x[i] = 1.0f, y[i] = 0.5f;
+  });
+  const float s = 1e-7f;
+  const double t = median_seconds(iters, [&] {
+    pool.run(parts, [&](size_t w) {
+      size_t b, e;
+      backend::cpu::ThreadPool::split(n, parts, w, b, e);
+      float* __restrict xx = x.get();
+      const float* __restrict yy = y.get();
+      for (size_t i = b; i < e; ++i) xx[i] = xx[i] + s * yy[i];
+    });
+  });
+  return 12.0 * double(n) / t / 1e9;
+}
+
+double time_naive_adamw(size_t threads, size_t n, int iters) {
+  backend::cpu::ThreadPool pool(threads);
+  std::unique_ptr<float[]> p(new float[n]), m(new float[n]), v(new float[n]), g(new float[n]);
+  const size_t parts = pool.size();
+  pool.run(parts, [&](size_t w) {
+    size_t b, e;
+    backend::cpu::ThreadPool::split(n, parts, w, b, e);
+    for (size_t i = b; i < e; ++i) p[i] = small_value(i), m[i] = 0, v[i] = 0, g[i] = small_value(i + n);
+  });
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 1e-2f;
+  int step = 0;
+  return median_seconds(iters, [&] {
+    ++step;
+    const float bc1 = 1.0f - std::pow(b1, float(step)), bc2 = 1.0f - std::pow(b2, float(step));
+    pool.run(parts, [&](size_t w) {
+      size_t b, e;
+      backend::cpu::ThreadPool::split(n, parts, w, b, e);
+      for (size_t i = b; i < e; ++i) {
+        p[i] *= 1.0f - lr * wd;
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i] / bc2) + eps);
+      }
+    });
+  });
+}
+
+}  // namespace tf::app

@@ -1,0 +1,25 @@
+// Timed measurements shared by `twinflow bench` and the Google Benchmark programs: the CPU
+// optimizer pass, the memory-bandwidth bound it is held to, and a naive in-process peer.
+#pragma once
+
+#include <cstddef>
+
+#include "backends/cpu/cpu_backend.h"
+
+namespace tf::app {
+
+// Median seconds of `iters` fused steps over one chunk of n elements (random finite data, pages
+// first-touched by the threads that update them).
+double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy,
+                     size_t n, int iters);
+
+// Read-modify-write stream x[i] = x[i] + s*y[i] over n fp32 on `threads` threads (static split,
+// same as the optimizer's). Returns GB/s counting 12 bytes per element (8 read, 4 written). A
+// read-modify-write pays no write-allocate, like the optimizer, so this is the bound to hold it to.
+double measure_rmw_gbps(size_t threads, size_t n, int iters);
+
+// The obvious implementation, for comparison: a plain C++ AdamW loop over fp32 master/m/v with
+// fp32 gradients, the compiler's own vectorization, same threads. Median seconds per step.
+double time_naive_adamw(size_t threads, size_t n, int iters);
+
+}  // namespace tf::app

@@ -1,0 +1,27 @@
+// Results as a table on the terminal, and the same rows as CSV or JSON.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace tf::app {
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> columns) : cols_(std::move(columns)) {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print(std::ostream& os) const;       // aligned, with a header rule
+  void write_csv(const std::string& path) const;
+  std::string to_json() const;               // array of objects keyed by column; numbers stay numbers
+  void write_json(const std::string& path) const;
+  const std::vector<std::vector<std::string>>& rows() const { return rows_; }
+
+ private:
+  std::vector<std::string> cols_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string fmt(double v, int precision = 2);
+
+}  // namespace tf::app

@@ -1,0 +1,81 @@
+// THE seam between the core and its implementations (reference, cpu, cuda, sim).
+// The core talks to a backend only through these types. Capabilities are data: callers branch on
+// them, never on a backend's concrete type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/optim/dtype.h"
+#include "core/optim/grad_stats.h"
+#include "core/optim/optimizer.h"
+
+namespace tf::backend {
+
+using core::DType;
+using core::GradStats;
+using core::OptimizerKind;
+using core::StepScalars;
+
+// What a backend can do. Optional slots say their default.
+struct Capabilities {
+  std::string name;               // e.g. "cpu-avx512", "cuda:0 NVIDIA H100"
+  bool functional_math = true;    // runs the math (false: cost-only simulation)
+  bool device_memory = false;     // buffers live outside host memory (upload/download needed)
+  bool bitwise_contract = true;   // follows core/optim/update_rules.h bit for bit
+  size_t buffer_alignment = 4;    // required alignment of every buffer pointer, in bytes
+};
+
+// A typed, sized view of memory the backend can access (host memory for cpu, device for cuda).
+struct BufferView {
+  void* data = nullptr;
+  size_t count = 0;  // elements
+  DType dtype = DType::kNone;
+  size_t bytes() const { return count * core::dtype_bytes(dtype); }
+};
+
+// One contiguous piece of a rank's optimizer shard.
+struct OptimChunk {
+  BufferView param;       // (n) fp32 master weights, updated in place
+  BufferView state1;      // (n) fp32: exp_avg (AdamW/Adam/Lion) or sum (Adagrad)
+  BufferView state2;      // (n) fp32: exp_avg_sq (AdamW/Adam); empty for one-state optimizers
+  BufferView grad;        // (n) fp32 | bf16 | fp16 gradient, read only
+  BufferView param_copy;  // (n) bf16 | fp16 copy of the updated weight, or empty (dtype none)
+};
+
+// Throws core::InputError if a chunk does not fit the optimizer: wrong dtypes, mismatched counts,
+// null or misaligned pointers, or overlapping buffers. `where` prefixes the message.
+void validate_chunk(OptimizerKind k, const OptimChunk& c, size_t alignment, const std::string& where);
+
+// Memory owned by a backend (RAII). Host backends hand out host memory.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t bytes() const = 0;
+};
+
+// The optimizer part of the seam. The engine's queues, events and collectives join it later.
+class OptimizerBackend {
+ public:
+  virtual ~OptimizerBackend() = default;
+  virtual const Capabilities& caps() const = 0;
+
+  virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
+  virtual void upload(Buffer& dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, Buffer& src, size_t bytes) = 0;
+
+  // One fused pass per chunk: convert the gradient, multiply by grad_scale, update master and
+  // states, write the low-precision copy, count non-finite gradients and sum the squares of the raw
+  // gradient (grad_stats.h order). An element whose scaled gradient is not finite keeps its old
+  // master, states and copy. Returns the stats combined over chunks in order. Synchronous.
+  virtual GradStats step(OptimizerKind k, std::span<const OptimChunk> chunks, const StepScalars& s) = 0;
+
+  // The same statistics without updating anything (for clipping / overflow checks before a step).
+  virtual GradStats grad_stats(std::span<const BufferView> grads) = 0;
+};
+
+}  // namespace tf::backend

@@ -1,0 +1,216 @@
+// CPU backend: ISA selection, host buffers, and the threaded fused optimizer pass.
+#include "backends/cpu/cpu_backend.h"
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+namespace tf::backend::cpu {
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa parse_isa(std::string_view s) {
+  if (s == "scalar") return Isa::kScalar;
+  if (s == "avx2") return Isa::kAvx2;
+  if (s == "avx512") return Isa::kAvx512;
+  throw core::InputError("unknown SIMD path '" + std::string(s) + "' (expected scalar, avx2 or avx512)");
+}
+
+namespace {
+KernelTable table(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return kernels_scalar();
+    case Isa::kAvx2: return kernels_avx2();
+    case Isa::kAvx512: return kernels_avx512();
+  }
+  return {};
+}
+}  // namespace
+
+bool isa_available(Isa isa) {
+  if (table(isa).step == nullptr) return false;
+  __builtin_cpu_init();
+  switch (isa) {
+    case Isa::kScalar: return true;
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+  }
+  return false;
+}
+
+Isa select_isa() {
+  if (const char* env = std::getenv("TWINFLOW_SIMD"); env != nullptr && *env != '\0') {
+    const Isa forced = parse_isa(env);
+    if (!isa_available(forced))
+      throw core::InputError("TWINFLOW_SIMD=" + std::string(env) +
+                             " is not available on this CPU or build; unset it or choose scalar");
+    return forced;
+  }
+  if (isa_available(Isa::kAvx512)) return Isa::kAvx512;
+  if (isa_available(Isa::kAvx2)) return Isa::kAvx2;
+  return Isa::kScalar;
+}
+
+namespace {
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
+    const size_t align = 2u << 20;  // 2 MiB: huge-page friendly
+    const size_t rounded = (bytes + align - 1) / align * align;
+    data_ = rounded == 0 ? nullptr : std::aligned_alloc(align, rounded);
+    if (rounded != 0 && data_ == nullptr)
+      throw core::RuntimeFailure("host allocation of " + std::to_string(bytes) + " bytes failed");
+    if (rounded >= align) madvise(data_, rounded, MADV_HUGEPAGE);  // best effort
+  }
+  ~HostBuffer() override { std::free(data_); }
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  size_t bytes_;
+};
+
+void check_range(Buffer& b, size_t bytes, const char* what) {
+  if (bytes > b.bytes())
+    throw core::InputError(std::string(what) + ": " + std::to_string(bytes) + " bytes exceed the buffer's " +
+                           std::to_string(b.bytes()));
+}
+}  // namespace
+
+CpuBackend::CpuBackend(const CpuOptions& opt)
+    : isa_(opt.isa < 0 ? select_isa() : static_cast<Isa>(opt.isa)),
+      k_(table(isa_)),
+      pool_(opt.threads, opt.pin_threads),
+      opt_(opt) {
+  if (!isa_available(isa_))
+    throw core::InputError("SIMD path '" + std::string(isa_name(isa_)) + "' is not available on this CPU");
+  caps_.name = "cpu-" + std::string(isa_name(isa_));
+  caps_.functional_math = true;
+  caps_.device_memory = false;
+  caps_.bitwise_contract = true;
+  caps_.buffer_alignment = 4;
+}
+
+std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+
+void CpuBackend::upload(Buffer& dst, const void* src, size_t bytes) {
+  check_range(dst, bytes, "upload");
+  if (bytes) std::memcpy(dst.data(), src, bytes);
+}
+
+void CpuBackend::download(void* dst, Buffer& src, size_t bytes) {
+  check_range(src, bytes, "download");
+  if (bytes) std::memcpy(dst, src.data(), bytes);
+}
+
+template <class Fn>
+void CpuBackend::for_tiles(const std::vector<size_t>& tiles_per_chunk, Fn&& fn) {
+  std::vector<size_t> first(tiles_per_chunk.size() + 1, 0);  // global index of each chunk's tile 0
+  for (size_t c = 0; c < tiles_per_chunk.size(); ++c) first[c + 1] = first[c] + tiles_per_chunk[c];
+  const size_t total = first.back();
+  size_t parts = (total + opt_.min_tiles_per_thread - 1) / std::max<size_t>(opt_.min_tiles_per_thread, 1);
+  parts = std::max<size_t>(1, std::min(parts, pool_.size()));
+  pool_.run(parts, [&](size_t w) {
+    size_t b, e;
+    ThreadPool::split(total, parts, w, b, e);
+    std::vector<Work> items;
+    for (size_t c = 0; c < tiles_per_chunk.size() && b < e; ++c) {
+      const size_t cb = first[c], ce = first[c + 1];
+      if (ce <= b) continue;
+      const size_t lo = std::max(b, cb), hi = std::min(e, ce);
+      if (lo < hi) items.push_back({c, lo - cb, hi - cb, lo});
+    }
+    fn(w, items);
+  });
+}
+
+GradStats CpuBackend::step(OptimizerKind k, std::span<const OptimChunk> chunks, const StepScalars& s) {
+  std::vector<size_t> tiles(chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    validate_chunk(k, chunks[c], caps_.buffer_alignment, "cpu step, chunk " + std::to_string(c));
+    tiles[c] = core::stats_tiles(chunks[c].param.count);
+  }
+  size_t total = 0;
+  for (size_t t : tiles) total += t;
+  sums_.assign(total, 0.0);
+  std::atomic<uint64_t> bad{0};
+  for_tiles(tiles, [&](size_t, const std::vector<Work>& items) {
+    uint64_t mine = 0;
+    for (const Work& w : items)
+      mine += k_.step(k, chunks[w.chunk], s, w.tile_begin, w.tile_end, sums_.data() + w.sum_offset);
+    bad += mine;
+  });
+  GradStats out;
+  out.nonfinite = bad.load();
+  size_t off = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    out.sumsq = out.sumsq + core::fold_tile_sums(sums_.data() + off, tiles[c]);
+    off += tiles[c];
+  }
+  return out;
+}
+
+GradStats CpuBackend::grad_stats(std::span<const BufferView> grads) {
+  std::vector<size_t> tiles(grads.size());
+  for (size_t c = 0; c < grads.size(); ++c) {
+    const BufferView& g = grads[c];
+    if (g.dtype == DType::kNone || (g.count > 0 && g.data == nullptr))
+      throw core::InputError("cpu grad_stats, grad " + std::to_string(c) + ": needs fp32/bf16/fp16 data");
+    if (reinterpret_cast<uintptr_t>(g.data) % core::dtype_bytes(g.dtype) != 0)
+      throw core::InputError("cpu grad_stats, grad " + std::to_string(c) + ": pointer not aligned to its dtype");
+    tiles[c] = core::stats_tiles(g.count);
+  }
+  size_t total = 0;
+  for (size_t t : tiles) total += t;
+  sums_.assign(total, 0.0);
+  std::atomic<uint64_t> bad{0};
+  for_tiles(tiles, [&](size_t, const std::vector<Work>& items) {
+    uint64_t mine = 0;
+    for (const Work& w : items)
+      mine += k_.stats(grads[w.chunk], w.tile_begin, w.tile_end, sums_.data() + w.sum_offset);
+    bad += mine;
+  });
+  GradStats out;
+  out.nonfinite = bad.load();
+  size_t off = 0;
+  for (size_t c = 0; c < grads.size(); ++c) {
+    out.sumsq = out.sumsq + core::fold_tile_sums(sums_.data() + off, tiles[c]);
+    off += tiles[c];
+  }
+  return out;
+}
+
+void CpuBackend::first_touch(std::span<const OptimChunk> chunks) {
+  std::vector<size_t> tiles(chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) tiles[c] = core::stats_tiles(chunks[c].param.count);
+  for_tiles(tiles, [&](size_t, const std::vector<Work>& items) {
+    for (const Work& w : items) {
+      const OptimChunk& c = chunks[w.chunk];
+      const size_t b = w.tile_begin * core::kStatsTile;
+      const size_t e = std::min(c.param.count, w.tile_end * core::kStatsTile);
+      for (const BufferView* v : {&c.param, &c.state1, &c.state2, &c.grad, &c.param_copy}) {
+        if (v->data == nullptr || v->dtype == DType::kNone) continue;
+        const size_t eb = core::dtype_bytes(v->dtype);
+        std::memset(static_cast<char*>(v->data) + b * eb, 0, (e - b) * eb);
+      }
+    }
+  });
+}
+
+}  // namespace tf::backend::cpu

@@ -1,0 +1,107 @@
+// Persistent thread pool with static partitioning.
+#include "backends/cpu/thread_pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <exception>
+
+namespace tf::backend::cpu {
+
+namespace {
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  if (cpus.empty()) cpus.push_back(0);
+  return cpus;
+}
+
+void pin_to(std::thread::native_handle_type h, int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(h, sizeof set, &set);  // best effort
+}
+}  // namespace
+
+size_t available_cpus() { return allowed_cpus().size(); }
+
+ThreadPool::ThreadPool(size_t threads, bool pin) {
+  const std::vector<int> cpus = allowed_cpus();
+  if (threads == 0) threads = cpus.size();
+  if (pin) pin_to(pthread_self(), cpus[0]);
+  for (size_t i = 1; i < threads; ++i) {
+    workers_.emplace_back([this, i] { worker(i); });
+    if (pin) pin_to(workers_.back().native_handle(), cpus[i % cpus.size()]);
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run(size_t parts, const std::function<void(size_t)>& fn) {
+  if (parts == 0) return;
+  if (parts > size()) parts = size();
+  if (parts == 1) {
+    fn(0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    job_ = &fn;
+    parts_ = parts;
+    pending_ = parts - 1;
+    error_ = nullptr;
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  std::exception_ptr mine;
+  try {
+    fn(0);
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  done_cv_.wait(lk, [this] { return pending_ == 0; });
+  job_ = nullptr;
+  if (mine) std::rethrow_exception(mine);
+  if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::worker(size_t index) {
+  size_t seen = 0;
+  for (;;) {
+    const std::function<void(size_t)>* job;
+    size_t parts;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      start_cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+      parts = parts_;
+    }
+    if (index >= parts) continue;  // not needed for this job
+    std::exception_ptr err;
+    try {
+      (*job)(index);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    if (err && !error_) error_ = err;
+    if (--pending_ == 0) done_cv_.notify_one();
+  }
+}
+
+}  // namespace tf::backend::cpu

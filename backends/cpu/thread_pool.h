@@ -1,0 +1,52 @@
+// A persistent pool of host threads with static partitioning (the same split every call, so a
+// thread touches the same memory each step: NUMA first-touch friendly and deterministic).
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tf::backend::cpu {
+
+class ThreadPool {
+ public:
+  // threads == 0: one per CPU in this process's affinity mask. pin: bind worker i to the i-th
+  // allowed CPU.
+  explicit ThreadPool(size_t threads = 0, bool pin = false);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  size_t size() const { return workers_.size() + 1; }  // the caller is worker 0
+
+  // Runs fn(w) for w in [0, parts) on parts <= size() threads and waits for all. The caller runs
+  // part 0. Exceptions from any part are rethrown (the first one).
+  void run(size_t parts, const std::function<void(size_t)>& fn);
+
+  // The static split of [0, n) into `parts` contiguous ranges: part w gets [begin, end).
+  static void split(size_t n, size_t parts, size_t w, size_t& begin, size_t& end) {
+    begin = n * w / parts;
+    end = n * (w + 1) / parts;
+  }
+
+ private:
+  void worker(size_t index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const std::function<void(size_t)>* job_ = nullptr;
+  size_t parts_ = 0;
+  size_t generation_ = 0;
+  size_t pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+// Number of CPUs this process may run on.
+size_t available_cpus();
+
+}  // namespace tf::backend::cpu

@@ -1,0 +1,33 @@
+// The CUDA optimizer backend (public header: no CUDA include, usable from plain C++).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backends/backend.h"
+
+namespace tf::backend::cuda {
+
+// True when a CUDA device can be used; otherwise *why says what is missing (no driver, no device).
+bool cuda_available(std::string* why = nullptr);
+
+// A backend on `device`. Buffers are device memory (cudaMalloc); step() and grad_stats() are
+// synchronous. Throws core::RuntimeFailure when no device can be used.
+std::unique_ptr<OptimizerBackend> make_cuda_backend(int device = 0);
+
+// --- measurements for `twinflow bench` (all timed with CUDA events, median of `iters`) ---------
+struct GpuInfo {
+  std::string name;
+  int sm_count = 0;
+  double hbm_bytes = 0;
+};
+GpuInfo gpu_info(int device = 0);
+
+// Device-to-device cudaMemcpy of `bytes`; returns GB/s counting bytes read + written (1 GB = 1e9 B).
+double measure_copy_gbps(size_t bytes, int iters, int device = 0);
+
+// Times the fused step kernel over one chunk of n elements (random finite data, poisoned outputs
+// checked once). Returns the median seconds per step.
+double time_step_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device = 0);
+
+}  // namespace tf::backend::cuda

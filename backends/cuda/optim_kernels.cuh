@@ -1,0 +1,297 @@
+// CUDA optimizer kernels: the fused multi-tensor step and the gradient statistics, bit-identical to
+// the CPU kernels (core/optim/update_rules.h order, core/optim/grad_stats.h sum of squares).
+//
+// Work split: one warp per grad_stats tile of 2048 elements. In iteration k (0..15) thread t owns
+// elements 128k + 4t + j (j = 0..3), loaded as one 16-byte vector per fp32 array, so its double
+// accumulator j is the canonical lane 4t + j. The warp folds its lanes with a shuffle-xor butterfly
+// (the definition's step 3) and writes one tile sum. Tile sums are folded per chunk by
+// fold_tiles_strided + fold_tiles_final (step 4, same order as core::fold_tile_sums).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/backend.h"
+#include "core/optim/grad_stats.h"
+#include "core/optim/update_rules.h"
+
+namespace tf::backend::cuda {
+
+// One chunk as the kernels see it (device memory, uploaded per call). 72 bytes.
+struct ChunkDesc {
+  float* p;                   // (n) fp32 master
+  float* s1;                  // (n) fp32 state 1
+  float* s2;                  // (n) fp32 state 2, or null
+  const void* g;              // (n) fp32 | bf16 | fp16 gradient
+  void* copy;                 // (n) bf16 | fp16 copy, or null
+  uint64_t n;                 // elements
+  uint64_t local_tile_begin;  // first tile of this chunk in its launch group's tile sequence
+  uint64_t sum_begin;         // index of its tile 0 in the tile-sums array (chunks in call order)
+  uint64_t tiles;             // stats_tiles(n)
+};
+
+constexpr int kWarpsPerBlock = 8;                  // 8 tiles per block per round
+constexpr int kBlockThreads = 32 * kWarpsPerBlock; // 256
+// Tile sums folded by one thread each in fold_tiles_strided; the rest fit one block's shared memory.
+constexpr uint64_t kFoldShared = 4096;
+
+// Code-generation choices of the step kernel; the default is what the backend runs. Other variants
+// exist only for AdamW / fp32 grad / no copy, for the tuning table of bench/device/cuda_optim_check.
+struct StepVariant {
+  int unroll = 2;           // iterations (of 16 per tile) whose loads are issued together: 1, 2 or 4
+  bool streaming = false;   // ld/st.global.cs (evict-first) instead of default caching
+  bool persistent = false;  // grid = SMs x resident blocks (grid-stride) instead of one block per 8 tiles
+};
+constexpr StepVariant kDefaultVariant{};
+inline bool is_default(const StepVariant& v) {
+  return v.unroll == kDefaultVariant.unroll && v.streaming == kDefaultVariant.streaming;
+}
+
+// One launch of the step kernel over a group of chunks that share grad and copy dtypes.
+struct StepLaunch {
+  const ChunkDesc* descs = nullptr;  // device, `count` chunks, local_tile_begin ascending
+  uint32_t count = 0;
+  uint64_t tiles = 0;                // total tiles of the group
+  DType grad = DType::kF32;
+  DType copy = DType::kNone;
+  StepScalars s{};
+  double* tile_sums = nullptr;            // device
+  unsigned long long* nonfinite = nullptr;  // device counter (atomicAdd)
+  int sm_count = 0;
+  cudaStream_t stream = nullptr;
+};
+
+// Defined in step_<kind>.cu, one translation unit per optimizer.
+void launch_step_adamw(const StepLaunch& l, const StepVariant& v);
+void launch_step_adam(const StepLaunch& l, const StepVariant& v);
+void launch_step_adagrad(const StepLaunch& l, const StepVariant& v);
+void launch_step_lion(const StepLaunch& l, const StepVariant& v);
+
+// Defined in stats_kernels.cu.
+void launch_stats(const ChunkDesc* descs, uint32_t count, uint64_t tiles, DType grad, double* tile_sums,
+                  unsigned long long* nonfinite, cudaStream_t stream);
+// Folds every chunk's tile sums (descs in call order, `any_big`: some chunk has > kFoldShared tiles)
+// into chunk_sums[c].
+void launch_fold(const ChunkDesc* descs, uint32_t count, bool any_big, double* tile_sums, double* chunk_sums,
+                 cudaStream_t stream);
+// Fills the arrays of one timing set with finite pseudo-random values (state1 = 0, copy = 0xFFFF poison).
+void launch_fill_random(const ChunkDesc& d, DType grad, DType copy, uint64_t seed, cudaStream_t stream);
+// Counts elements the first step left unwritten: state1 == 0, copy == 0xFFFF, or a non-finite param.
+void launch_count_unwritten(const ChunkDesc& d, DType copy, unsigned long long* out, cudaStream_t stream);
+// cudaSuccess when this binary holds code for the current device.
+cudaError_t probe_kernel_image();
+
+namespace kern {
+
+// The Ops of update_rules.h with CUDA's correctly rounded intrinsics (no contraction, IEEE div/sqrt).
+struct CudaOps {
+  using V = float;
+  TF_HD_MEMBER static V set1(float x) { return x; }
+#if defined(__CUDA_ARCH__)
+  __device__ __forceinline__ static V mul(V a, V b) { return __fmul_rn(a, b); }
+  __device__ __forceinline__ static V add(V a, V b) { return __fadd_rn(a, b); }
+  __device__ __forceinline__ static V fma(V a, V b, V c) { return __fmaf_rn(a, b, c); }
+  __device__ __forceinline__ static V div(V a, V b) { return __fdiv_rn(a, b); }
+  __device__ __forceinline__ static V sqrt(V a) { return __fsqrt_rn(a); }
+#else  // host pass of nvcc only; never called
+  static V mul(V a, V b) { return a * b; }
+  static V add(V a, V b) { return a + b; }
+  static V fma(V a, V b, V c) { return __builtin_fmaf(a, b, c); }
+  static V div(V a, V b) { return a / b; }
+  static V sqrt(V a) { return __builtin_sqrtf(a); }
+#endif
+  // -1, 0 or +1; 0 for +-0 and NaN (comparisons with NaN are false), like the CPU paths.
+  TF_HD_MEMBER static V sign(V a) { return a > 0.f ? 1.f : (a < 0.f ? -1.f : 0.f); }
+};
+using Bc = core::rules::Bcast<CudaOps>;
+
+__device__ __forceinline__ bool finite(float x) { return fabsf(x) < __int_as_float(0x7F800000); }
+
+// acc += double(g)^2: the square is exact, the add rounds (no fma).
+__device__ __forceinline__ void acc_sq(double& acc, float g) {
+  const double d = double(g);
+  acc = __dadd_rn(acc, __dmul_rn(d, d));
+}
+
+template <DType C>
+__device__ __forceinline__ uint32_t to_copy(float x) {
+  if constexpr (C == DType::kBF16) return core::f32_to_bf16(x);
+  else return core::f32_to_f16(x);
+}
+
+template <DType G>
+__device__ __forceinline__ float from_grad16(uint32_t h) {
+  if constexpr (G == DType::kBF16) return core::bf16_to_f32(uint16_t(h));
+  else return core::f16_to_f32(uint16_t(h));
+}
+
+// --- vector memory access (16 B fp32, 8 B for 4 x 16-bit) ---------------------------------------
+template <bool S>
+__device__ __forceinline__ float4 ld4(const float* p) {
+  if constexpr (S) return __ldcs(reinterpret_cast<const float4*>(p));
+  else return *reinterpret_cast<const float4*>(p);
+}
+template <bool S>
+__device__ __forceinline__ void st4(float* p, float4 v) {
+  if constexpr (S) __stcs(reinterpret_cast<float4*>(p), v);
+  else *reinterpret_cast<float4*>(p) = v;
+}
+template <DType G, bool S>
+__device__ __forceinline__ float4 ld_grad4(const void* g, uint64_t i) {
+  if constexpr (G == DType::kF32) {
+    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(g) + i);
+    if constexpr (S) return __ldcs(q);
+    else return __ldg(q);
+  } else {
+    const uint2* q = reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(g) + i);
+    uint2 u;
+    if constexpr (S) u = __ldcs(q);
+    else u = __ldg(q);
+    return make_float4(from_grad16<G>(u.x & 0xFFFFu), from_grad16<G>(u.x >> 16), from_grad16<G>(u.y & 0xFFFFu),
+                       from_grad16<G>(u.y >> 16));
+  }
+}
+template <DType G>
+__device__ __forceinline__ float ld_grad1(const void* g, uint64_t i) {
+  if constexpr (G == DType::kF32) return static_cast<const float*>(g)[i];
+  else return from_grad16<G>(static_cast<const uint16_t*>(g)[i]);
+}
+
+// One element: accumulate the raw square, scale, update; keeps p/m/v when the scaled gradient is
+// not finite. Returns whether it was finite.
+template <OptimizerKind K>
+__device__ __forceinline__ bool elem(const Bc& b, float graw, float& p, float& m, float& v, double& acc) {
+  acc_sq(acc, graw);
+  const float g = core::rules::scale_grad<CudaOps>(b, graw);
+  const bool ok = finite(g);
+  float pn = p, mn = m, vn = v;
+  core::rules::update<K, CudaOps>(b, g, pn, mn, vn);
+  p = ok ? pn : p;
+  m = ok ? mn : m;
+  v = ok ? vn : v;
+  return ok;
+}
+
+// A full tile (2048 elements from `base`), U iterations' loads in flight at once.
+template <OptimizerKind K, DType G, DType C, int U, bool S>
+__device__ __forceinline__ void step_tile_full(const Bc& b, const ChunkDesc& d, uint64_t base, int lane,
+                                               double (&acc)[4], uint32_t& bad) {
+  constexpr bool kTwo = core::state_count(K) == 2;
+  float* __restrict__ P = d.p;
+  float* __restrict__ M = d.s1;
+  float* __restrict__ V = d.s2;
+#pragma unroll 1
+  for (int it = 0; it < 16; it += U) {
+    float4 g[U], p[U], m[U], v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint64_t i = base + uint64_t((it + u) * 128 + lane * 4);
+      g[u] = ld_grad4<G, S>(d.g, i);
+      p[u] = ld4<S>(P + i);
+      m[u] = ld4<S>(M + i);
+      if constexpr (kTwo) v[u] = ld4<S>(V + i);
+      else v[u] = p[u];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint64_t i = base + uint64_t((it + u) * 128 + lane * 4);
+      const bool ok0 = elem<K>(b, g[u].x, p[u].x, m[u].x, v[u].x, acc[0]);
+      const bool ok1 = elem<K>(b, g[u].y, p[u].y, m[u].y, v[u].y, acc[1]);
+      const bool ok2 = elem<K>(b, g[u].z, p[u].z, m[u].z, v[u].z, acc[2]);
+      const bool ok3 = elem<K>(b, g[u].w, p[u].w, m[u].w, v[u].w, acc[3]);
+      st4<S>(P + i, p[u]);
+      st4<S>(M + i, m[u]);
+      if constexpr (kTwo) st4<S>(V + i, v[u]);
+      if constexpr (C != DType::kNone) {
+        uint2* q = reinterpret_cast<uint2*>(static_cast<uint16_t*>(d.copy) + i);
+        uint2 c = make_uint2(to_copy<C>(p[u].x) | (to_copy<C>(p[u].y) << 16),
+                             to_copy<C>(p[u].z) | (to_copy<C>(p[u].w) << 16));
+        if (!(ok0 && ok1 && ok2 && ok3)) {  // rare: keep the old copy where the gradient was not finite
+          const uint2 old = *q;
+          if (!ok0) c.x = (c.x & 0xFFFF0000u) | (old.x & 0xFFFFu);
+          if (!ok1) c.x = (c.x & 0x0000FFFFu) | (old.x & 0xFFFF0000u);
+          if (!ok2) c.y = (c.y & 0xFFFF0000u) | (old.y & 0xFFFFu);
+          if (!ok3) c.y = (c.y & 0x0000FFFFu) | (old.y & 0xFFFF0000u);
+        }
+        if constexpr (S) __stcs(q, c);
+        else *q = c;
+      }
+      bad += uint32_t(!ok0) + uint32_t(!ok1) + uint32_t(!ok2) + uint32_t(!ok3);
+    }
+  }
+}
+
+// The last, partial tile of a chunk: element by element, the same rules and lanes.
+template <OptimizerKind K, DType G, DType C>
+__device__ __noinline__ void step_tile_partial(const Bc& b, const ChunkDesc& d, uint64_t base, int lane,
+                                               double (&acc)[4], uint32_t& bad) {
+  constexpr bool kTwo = core::state_count(K) == 2;
+  for (int it = 0; it < 16; ++it) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint64_t i = base + uint64_t(it * 128 + lane * 4 + j);
+      if (i < d.n) {
+        const float graw = ld_grad1<G>(d.g, i);
+        float p = d.p[i], m = d.s1[i], v = kTwo ? d.s2[i] : p;
+        const bool ok = elem<K>(b, graw, p, m, v, acc[j]);
+        d.p[i] = p;
+        d.s1[i] = m;
+        if constexpr (kTwo) d.s2[i] = v;
+        if constexpr (C != DType::kNone)
+          if (ok) static_cast<uint16_t*>(d.copy)[i] = uint16_t(to_copy<C>(p));
+        bad += uint32_t(!ok);
+      }
+    }
+  }
+}
+
+// grad_stats.h step 3: r_t = (a0 + a1) + (a2 + a3), then a butterfly over 16, 8, 4, 2, 1.
+// Lane 0 ends with r[0] = r[0] + r[off] at each level, as in core::fold_tile_lanes.
+__device__ __forceinline__ double fold_lanes(const double (&acc)[4]) {
+  double r = __dadd_rn(__dadd_rn(acc[0], acc[1]), __dadd_rn(acc[2], acc[3]));
+#pragma unroll
+  for (int off = 16; off >= 1; off /= 2) r = __dadd_rn(r, __shfl_xor_sync(0xFFFFFFFFu, r, off));
+  return r;
+}
+
+// The chunk holding group tile t: the last c with local_tile_begin <= t (chunks have >= 1 tile).
+__device__ __forceinline__ uint32_t find_chunk(const ChunkDesc* __restrict__ d, uint32_t count, uint64_t t) {
+  uint32_t lo = 0, hi = count;
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (d[mid].local_tile_begin <= t) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ void add_nonfinite(uint32_t bad, unsigned long long* out) {
+  bad = __reduce_add_sync(0xFFFFFFFFu, bad);
+  if ((threadIdx.x & 31) == 0 && bad != 0) atomicAdd(out, (unsigned long long)bad);
+}
+
+template <OptimizerKind K, DType G, DType C, int U, bool S>
+__global__ void __launch_bounds__(kBlockThreads) step_kernel(const ChunkDesc* __restrict__ descs, uint32_t count,
+                                                             uint64_t tiles, const StepScalars sc,
+                                                             double* __restrict__ tile_sums,
+                                                             unsigned long long* __restrict__ nonfinite) {
+  const Bc b(sc);
+  const int lane = int(threadIdx.x & 31);
+  uint32_t bad = 0;
+  const uint64_t stride = uint64_t(gridDim.x) * kWarpsPerBlock;
+  for (uint64_t t = uint64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); t < tiles; t += stride) {
+    const ChunkDesc& d = descs[count == 1 ? 0 : find_chunk(descs, count, t)];
+    const uint64_t lt = t - d.local_tile_begin;
+    const uint64_t base = lt * core::kStatsTile;
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    if (base + core::kStatsTile <= d.n) step_tile_full<K, G, C, U, S>(b, d, base, lane, acc, bad);
+    else step_tile_partial<K, G, C>(b, d, base, lane, acc, bad);
+    const double r = fold_lanes(acc);
+    if (lane == 0) tile_sums[d.sum_begin + lt] = r;
+  }
+  add_nonfinite(bad, nonfinite);
+}
+
+}  // namespace kern
+}  // namespace tf::backend::cuda

@@ -1,0 +1,161 @@
+// One conformance suite over every backend: bitwise against the scalar path (the written fp32
+// order), within the stated tolerance of the double Eigen reference, and non-finite handling.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "apps/twinflow/optim_harness.h"
+#include "tests/backends_under_test.h"
+
+using namespace tf;
+using core::DType;
+using core::OptimizerKind;
+
+namespace {
+
+struct Case {
+  std::string backend;
+  OptimizerKind kind;
+  DType grad, copy;
+};
+
+std::vector<Case> all_cases() {
+  std::vector<Case> out;
+  for (const auto& b : test::backends_under_test())
+    for (OptimizerKind k : {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kAdagrad, OptimizerKind::kLion})
+      for (DType g : {DType::kF32, DType::kBF16, DType::kF16})
+        for (DType c : {DType::kNone, DType::kBF16, DType::kF16}) out.push_back({b.name, k, g, c});
+  return out;
+}
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return c.backend + "_" + std::string(core::optimizer_name(c.kind)) + "_g" +
+         std::string(core::dtype_name(c.grad)) + "_c" + std::string(core::dtype_name(c.copy));
+}
+
+class OptimConformance : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    for (auto& e : test::backends_under_test())
+      if (e.name == GetParam().backend) entry_ = e;
+    if (!entry_.unavailable.empty()) GTEST_SKIP() << entry_.unavailable;
+    backend_ = entry_.make();
+    backend::cpu::CpuOptions o;
+    o.isa = int(backend::cpu::Isa::kScalar);
+    o.threads = 1;
+    scalar_ = std::make_unique<backend::cpu::CpuBackend>(o);
+  }
+  test::BackendEntry entry_;
+  std::unique_ptr<backend::OptimizerBackend> backend_;
+  std::unique_ptr<backend::cpu::CpuBackend> scalar_;
+};
+
+// Bit for bit against the scalar path, random sizes (tails), chunks, hyper-parameters, 7 steps.
+TEST_P(OptimConformance, BitwiseEqualToScalarPath) {
+  const Case& c = GetParam();
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    harness::Problem p = harness::random_problem(seed * 1000 + uint64_t(c.kind), c.kind, c.grad, c.copy, 9000);
+    p.steps = 7;
+    const auto a = harness::run_backend(*backend_, p);
+    const auto b = harness::run_backend(*scalar_, p);
+    const auto rep = harness::compare_bits(a, b);
+    EXPECT_TRUE(rep.equal) << harness::describe(p) << "\n" << rep.mismatches << " mismatches, first " << rep.first;
+    // every output element was written: no poison (0xFFFF) left in the copy
+    for (size_t i = 0; i < a.copy.size(); ++i) ASSERT_NE(a.copy[i], 0xFFFF) << "copy[" << i << "] unwritten";
+  }
+}
+
+// Within the stated elementwise tolerance of the double reference after 100 steps.
+TEST_P(OptimConformance, WithinToleranceOfDoubleReferenceOver100Steps) {
+  const Case& c = GetParam();
+  harness::Problem p = harness::random_problem(77 + uint64_t(c.kind), c.kind, c.grad, c.copy, 3000);
+  p.n = 3000 + 37;
+  p.steps = 100;
+  const auto got = harness::run_backend(*backend_, p);
+  const auto ref = harness::run_reference(p);
+  const auto tol = harness::stated_tolerance(c.kind, p.hp, p.steps);
+  const auto rep = harness::compare_tolerance(got, ref, tol);
+  EXPECT_TRUE(rep.within) << harness::describe(p) << "\nmax abs err " << rep.max_abs << " at " << rep.worst_array
+                          << "[" << rep.worst_index << "], max rel err " << rep.max_rel << "; rtol " << tol.rtol
+                          << " atol " << tol.atol << " scale " << tol.scale;
+  for (size_t s = 0; s < got.stats.size(); ++s) {
+    ASSERT_EQ(got.stats[s].sumsq, ref.stats[s].sumsq) << "step " << s + 1 << ": canonical sum of squares";
+    ASSERT_EQ(got.stats[s].nonfinite, 0u);
+  }
+}
+
+// NaN/Inf gradients are counted; those elements keep their old master, states and copy; all other
+// elements match the reference that skips the same elements.
+TEST_P(OptimConformance, NonFiniteGradientsAreCountedAndLeaveStateUntouched) {
+  const Case& c = GetParam();
+  harness::Problem p = harness::random_problem(4242, c.kind, c.grad, c.copy, 2000);
+  p.n = 5000;
+  p.steps = 2;
+  p.nonfinite_every = 97;
+  const auto got = harness::run_backend(*backend_, p);
+  EXPECT_EQ(got.stats[0].nonfinite, 0u);
+  EXPECT_EQ(got.stats[1].nonfinite, (p.n + 96) / 97);
+  EXPECT_TRUE(std::isnan(got.stats[1].sumsq) || std::isinf(got.stats[1].sumsq));
+  // the poisoned elements after step 2 equal their values after step 1
+  harness::Problem one = p;
+  one.steps = 1;
+  const auto after1 = harness::run_backend(*backend_, one);
+  for (size_t i = 0; i < p.n; i += 97) {
+    ASSERT_EQ(got.param[i], after1.param[i]) << i;
+    ASSERT_EQ(got.state1[i], after1.state1[i]) << i;
+    if (!got.state2.empty()) {
+      ASSERT_EQ(got.state2[i], after1.state2[i]) << i;
+    }
+    if (!got.copy.empty()) {
+      ASSERT_EQ(got.copy[i], after1.copy[i]) << i;
+    }
+  }
+  const auto ref = harness::run_reference(p);
+  EXPECT_TRUE(harness::compare_tolerance(got, ref, harness::stated_tolerance(c.kind, p.hp, p.steps)).within);
+}
+
+// grad_stats (no update) returns the same canonical bits as the fused pass and the definition.
+TEST_P(OptimConformance, GradStatsMatchesCanonicalDefinition) {
+  const Case& c = GetParam();
+  if (c.copy != DType::kNone || c.kind != OptimizerKind::kAdamW) GTEST_SKIP() << "covered by one combination";
+  harness::Problem p = harness::random_problem(99, c.kind, c.grad, c.copy, 50000);
+  p.n = 2048 * 9 + 5;
+  const auto raw = harness::raw_grad(p, 1);
+  auto buf = backend_->allocate(raw.size());
+  backend_->upload(*buf, raw.data(), raw.size());
+  const backend::BufferView v{buf->data(), p.n, c.grad};
+  const auto st = backend_->grad_stats(std::span<const backend::BufferView>(&v, 1));
+  const auto ref = harness::run_reference([&] {
+    harness::Problem q = p;
+    q.steps = 1;
+    q.chunks = 1;
+    return q;
+  }());
+  EXPECT_EQ(st.sumsq, ref.stats[0].sumsq);
+  EXPECT_EQ(st.nonfinite, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, OptimConformance, testing::ValuesIn(all_cases()), case_name);
+
+// Results do not depend on the thread count (static split + per-tile sums).
+TEST(CpuThreads, BitsIndependentOfThreadCount) {
+  harness::Problem p = harness::random_problem(5, OptimizerKind::kAdamW, DType::kBF16, DType::kBF16, 10);
+  p.n = 2048 * 37 + 11;
+  p.chunks = 3;
+  harness::Result first;
+  for (size_t threads : {1u, 2u, 3u, 8u}) {
+    backend::cpu::CpuOptions o;
+    o.threads = threads;
+    o.min_tiles_per_thread = 1;
+    backend::cpu::CpuBackend be(o);
+    const auto r = harness::run_backend(be, p);
+    if (threads == 1)
+      first = r;
+    else
+      EXPECT_TRUE(harness::compare_bits(r, first).equal) << threads << " threads";
+  }
+}
+
+}  // namespace

@@ -1,0 +1,45 @@
+// The persistent pool: every part runs once, static split, exceptions propagate.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+#include "backends/cpu/thread_pool.h"
+
+using tf::backend::cpu::ThreadPool;
+
+TEST(ThreadPool, RunsEveryPartOnceManyTimes) {
+  ThreadPool pool(4);
+  for (int round = 0; round < 200; ++round) {
+    const size_t parts = 1 + size_t(round) % 4;
+    std::vector<std::atomic<int>> hits(parts);
+    pool.run(parts, [&](size_t w) { hits[w]++; });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+}
+
+TEST(ThreadPool, SplitCoversRangeContiguously) {
+  for (size_t n : {0u, 1u, 7u, 100u})
+    for (size_t parts = 1; parts <= 5; ++parts) {
+      size_t prev = 0;
+      for (size_t w = 0; w < parts; ++w) {
+        size_t b, e;
+        ThreadPool::split(n, parts, w, b, e);
+        EXPECT_EQ(b, prev);
+        prev = e;
+      }
+      EXPECT_EQ(prev, n);
+    }
+}
+
+TEST(ThreadPool, PropagatesWorkerException) {
+  ThreadPool pool(3);
+  EXPECT_THROW(pool.run(3, [](size_t w) {
+    if (w == 2) throw std::runtime_error("boom");
+  }),
+               std::runtime_error);
+  std::atomic<int> n{0};
+  pool.run(3, [&](size_t) { n++; });  // still usable
+  EXPECT_EQ(n.load(), 3);
+}
