@@ -93,17 +93,21 @@ int cmd_bench(const std::vector<std::string>& args) {
   backend::cpu::CpuBackend cpu(opt);
 
   Table t({"device", "kernel", "grad", "copy", "n", "B/elem", "ms", "Gparam/s", "GB/s", "% bound", "vs peer", "peer"});
-  const size_t total = 2 + kinds.size() * grads.size();
+  const size_t total = 3 + kinds.size() * grads.size();
   size_t done = 0;
   auto progress = [&](const std::string& what) {
     std::cerr << "[" << ++done << "/" << total << "] " << what << "\n" << std::flush;
   };
 
   // ---- CPU ------------------------------------------------------------------------------------
-  progress("cpu: read-modify-write stream bound");
-  const double bound = measure_rmw_gbps(cpu.threads(), n, iters);
-  t.add({"cpu", "rmw-stream bound", "-", "-", std::to_string(n), "12", fmt(12.0 * n / bound / 1e6, 3), "-",
-         fmt(bound, 1), "100.0", "-", "-"});
+  progress("cpu: read-modify-write triad");
+  const double triad = measure_rmw_gbps(cpu.threads(), n, iters);
+  progress("cpu: same-streams bound (the optimizer's traffic, no math)");
+  const double bound = measure_same_streams_gbps(cpu.threads(), n, iters);
+  t.add({"cpu", "same-streams bound", "fp32", "none", std::to_string(n), "28", fmt(28.0 * n / bound / 1e6, 3),
+         fmt(n / (28.0 * n / bound), 2), fmt(bound, 1), "100.0", "-", "-"});
+  t.add({"cpu", "rmw triad x+=s*y", "-", "-", std::to_string(n), "12", fmt(12.0 * n / triad / 1e6, 3), "-",
+         fmt(triad, 1), fmt(triad / bound * 100, 1), "-", "-"});
   progress("cpu: naive AdamW loop (peer)");
   const double naive_s = time_naive_adamw(cpu.threads(), n, iters);
   t.add({"cpu", "naive adamw loop", "fp32", "none", std::to_string(n), "28", fmt(naive_s * 1e3, 3),

@@ -92,6 +92,34 @@ double measure_rmw_gbps(size_t threads, size_t n, int iters) {
   return 12.0 * double(n) / t / 1e9;
 }
 
+double measure_same_streams_gbps(size_t threads, size_t n, int iters) {
+  backend::cpu::ThreadPool pool(threads);
+  std::unique_ptr<float[]> p(new float[n]), m(new float[n]), v(new float[n]), g(new float[n]);
+  const size_t parts = pool.size();
+  pool.run(parts, [&](size_t w) {
+    size_t b, e;
+    backend::cpu::ThreadPool::split(n, parts, w, b, e);
+    for (size_t i = b; i < e; ++i) p[i] = 1.0f, m[i] = 0.5f, v[i] = 0.25f, g[i] = 1e-7f;
+  });
+  const double t = median_seconds(iters, [&] {
+    pool.run(parts, [&](size_t w) {
+      size_t b, e;
+      backend::cpu::ThreadPool::split(n, parts, w, b, e);
+      float* __restrict pp = p.get();
+      float* __restrict mm = m.get();
+      float* __restrict vv = v.get();
+      const float* __restrict gg = g.get();
+      for (size_t i = b; i < e; ++i) {
+        const float x = gg[i];
+        pp[i] += x;
+        mm[i] += x;
+        vv[i] += x;
+      }
+    });
+  });
+  return 28.0 * double(n) / t / 1e9;
+}
+
 double time_naive_adamw(size_t threads, size_t n, int iters) {
   backend::cpu::ThreadPool pool(threads);
   std::unique_ptr<float[]> p(new float[n]), m(new float[n]), v(new float[n]), g(new float[n]);

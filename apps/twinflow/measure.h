@@ -18,6 +18,11 @@ double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::
 // read-modify-write pays no write-allocate, like the optimizer, so this is the bound to hold it to.
 double measure_rmw_gbps(size_t threads, size_t n, int iters);
 
+// The optimizer's own memory traffic with no arithmetic: read g, read-modify-write p, m, v
+// (fp32), i.e. p += g; m += g; v += g. 28 bytes per element, the same streams as AdamW with fp32
+// gradients. Returns GB/s. This is the bound the fused pass is held to.
+double measure_same_streams_gbps(size_t threads, size_t n, int iters);
+
 // The obvious implementation, for comparison: a plain C++ AdamW loop over fp32 master/m/v with
 // fp32 gradients, the compiler's own vectorization, same threads. Median seconds per step.
 double time_naive_adamw(size_t threads, size_t n, int iters);

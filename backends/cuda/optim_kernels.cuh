@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backends/backend.h"
+#include "backends/cuda/cuda_tuning.h"
 #include "core/optim/grad_stats.h"
 #include "core/optim/update_rules.h"
 
@@ -36,14 +37,6 @@ constexpr int kBlockThreads = 32 * kWarpsPerBlock; // 256
 // Tile sums folded by one thread each in fold_tiles_strided; the rest fit one block's shared memory.
 constexpr uint64_t kFoldShared = 4096;
 
-// Code-generation choices of the step kernel; the default is what the backend runs. Other variants
-// exist only for AdamW / fp32 grad / no copy, for the tuning table of bench/device/cuda_optim_check.
-struct StepVariant {
-  int unroll = 2;           // iterations (of 16 per tile) whose loads are issued together: 1, 2 or 4
-  bool streaming = false;   // ld/st.global.cs (evict-first) instead of default caching
-  bool persistent = false;  // grid = SMs x resident blocks (grid-stride) instead of one block per 8 tiles
-};
-constexpr StepVariant kDefaultVariant{};
 inline bool is_default(const StepVariant& v) {
   return v.unroll == kDefaultVariant.unroll && v.streaming == kDefaultVariant.streaming;
 }
@@ -105,6 +98,10 @@ struct CudaOps {
   TF_HD_MEMBER static V sign(V a) { return a > 0.f ? 1.f : (a < 0.f ? -1.f : 0.f); }
 };
 using Bc = core::rules::Bcast<CudaOps>;
+
+// state_count(K) == 2, as a constant usable in device code.
+template <OptimizerKind K>
+inline constexpr bool kTwoStates = core::state_count(K) == 2;
 
 __device__ __forceinline__ bool finite(float x) { return fabsf(x) < __int_as_float(0x7F800000); }
 
@@ -177,7 +174,7 @@ __device__ __forceinline__ bool elem(const Bc& b, float graw, float& p, float& m
 template <OptimizerKind K, DType G, DType C, int U, bool S>
 __device__ __forceinline__ void step_tile_full(const Bc& b, const ChunkDesc& d, uint64_t base, int lane,
                                                double (&acc)[4], uint32_t& bad) {
-  constexpr bool kTwo = core::state_count(K) == 2;
+  constexpr bool kTwo = kTwoStates<K>;
   float* __restrict__ P = d.p;
   float* __restrict__ M = d.s1;
   float* __restrict__ V = d.s2;
@@ -226,7 +223,7 @@ __device__ __forceinline__ void step_tile_full(const Bc& b, const ChunkDesc& d, 
 template <OptimizerKind K, DType G, DType C>
 __device__ __noinline__ void step_tile_partial(const Bc& b, const ChunkDesc& d, uint64_t base, int lane,
                                                double (&acc)[4], uint32_t& bad) {
-  constexpr bool kTwo = core::state_count(K) == 2;
+  constexpr bool kTwo = kTwoStates<K>;
   for (int it = 0; it < 16; ++it) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
