@@ -22,11 +22,11 @@ using core::StepScalars;
 
 // What a backend can do. Optional slots say their default.
 struct Capabilities {
-  std::string name;               // e.g. "cpu-avx512", "cuda:0 NVIDIA H100"
-  bool functional_math = true;    // runs the math (false: cost-only simulation)
-  bool device_memory = false;     // buffers live outside host memory (upload/download needed)
-  bool bitwise_contract = true;   // follows core/optim/update_rules.h bit for bit
-  size_t buffer_alignment = 4;    // required alignment of every buffer pointer, in bytes
+  std::string name;              // e.g. "cpu-avx512", "cuda:0 NVIDIA H100"
+  bool functional_math = true;   // runs the math (false: cost-only simulation)
+  bool device_memory = false;    // buffers live outside host memory (upload/download needed)
+  bool bitwise_contract = true;  // follows core/optim/update_rules.h bit for bit
+  size_t buffer_alignment = 4;   // required alignment of every buffer pointer, in bytes
 };
 
 // A typed, sized view of memory the backend can access (host memory for cpu, device for cuda).

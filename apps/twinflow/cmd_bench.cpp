@@ -38,26 +38,27 @@ std::optional<double> peer_value(const nlohmann::json& j, const std::string& dev
 
 int cmd_bench(const std::vector<std::string>& args) {
   po::options_description desc("twinflow bench: optimizer kernels vs the memory bound and peers");
-  desc.add_options()("help,h", "show this help")
-      ("n", po::value<size_t>()->default_value(size_t(1) << 25), "elements per CPU measurement")
-      ("gpu-n", po::value<size_t>()->default_value(size_t(1) << 28), "elements per GPU measurement")
-      ("iters", po::value<int>()->default_value(10), "timed repetitions (median reported)")
-      ("optimizers", po::value<std::string>()->default_value("adamw,adam,adagrad,lion"), "comma list")
-      ("grads", po::value<std::string>()->default_value("bf16,fp32"),
-       "gradient dtypes; bf16/fp16 grads write a copy of the same dtype, fp32 grads write none (torch's setting)")
-      ("threads", po::value<size_t>()->default_value(0), "CPU threads (0: all allowed CPUs)")
-      ("pin", po::bool_switch(), "pin CPU threads to cores")
-      ("isa", po::value<std::string>(), "force a SIMD path: scalar|avx2|avx512")
-      ("gpu", po::value<std::string>()->default_value("auto"), "auto|on|off")
-      ("peer-json", po::value<std::string>(), "torch figures from bench/peer/torch_adamw.py, shown as ratios")
-      ("csv", po::value<std::string>(), "write the table as CSV")
-      ("json", po::value<std::string>(), "write the table as JSON");
+  desc.add_options()("help,h", "show this help")("n", po::value<size_t>()->default_value(size_t(1) << 25),
+                                                 "elements per CPU measurement")(
+      "gpu-n", po::value<size_t>()->default_value(size_t(1) << 28), "elements per GPU measurement")(
+      "iters", po::value<int>()->default_value(10), "timed repetitions (median reported)")(
+      "optimizers", po::value<std::string>()->default_value("adamw,adam,adagrad,lion"), "comma list")(
+      "grads", po::value<std::string>()->default_value("bf16,fp32"),
+      "gradient dtypes; bf16/fp16 grads write a copy of the same dtype, fp32 grads write none (torch's setting)")(
+      "threads", po::value<size_t>()->default_value(0), "CPU threads (0: all allowed CPUs)")(
+      "pin", po::bool_switch(), "pin CPU threads to cores")("isa", po::value<std::string>(),
+                                                            "force a SIMD path: scalar|avx2|avx512")(
+      "gpu", po::value<std::string>()->default_value("auto"), "auto|on|off")(
+      "peer-json", po::value<std::string>(), "torch figures from bench/peer/torch_adamw.py, shown as ratios")(
+      "csv", po::value<std::string>(), "write the table as CSV")("json", po::value<std::string>(),
+                                                                 "write the table as JSON");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   if (vm.count("help")) {
-    std::cout << desc << "\nColumns: Gparam/s = elements updated per second / 1e9; GB/s counts the bytes per element\n"
-                         "of the fused pass (e.g. AdamW, bf16 grad and copy: 14 read + 14 written = 28 B);\n"
-                         "% bound = GB/s over the bound row measured in the same run; vs peer = time ratio.\n";
+    std::cout << desc
+              << "\nColumns: Gparam/s = elements updated per second / 1e9; GB/s counts the bytes per element\n"
+                 "of the fused pass (e.g. AdamW, bf16 grad and copy: 14 read + 14 written = 28 B);\n"
+                 "% bound = GB/s over the bound row measured in the same run; vs peer = time ratio.\n";
     return kExitOk;
   }
   po::notify(vm);
@@ -113,7 +114,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   t.add({"cpu", "naive adamw loop", "fp32", "none", std::to_string(n), "28", fmt(naive_s * 1e3, 3),
          fmt(n / naive_s / 1e9, 2), fmt(28.0 * n / naive_s / 1e9, 1), fmt(28.0 * n / naive_s / 1e9 / bound * 100, 1),
          "-", "-"});
-  const std::string cpu_name = "cpu-" + std::string(backend::cpu::isa_name(cpu.isa())) + "x" + std::to_string(cpu.threads());
+  const std::string cpu_name =
+      "cpu-" + std::string(backend::cpu::isa_name(cpu.isa())) + "x" + std::to_string(cpu.threads());
   for (core::OptimizerKind k : kinds)
     for (core::DType g : grads) {
       const core::DType c = g == core::DType::kF32 ? core::DType::kNone : g;

@@ -29,18 +29,19 @@ std::string sci(double v) {
 
 int cmd_verify(const std::vector<std::string>& args) {
   po::options_description desc("twinflow verify: bitwise parity across backends, tolerance vs the reference");
-  desc.add_options()("help,h", "show this help")
-      ("n", po::value<size_t>()->default_value(100003), "elements per problem (odd sizes test the tails)")
-      ("steps", po::value<int>()->default_value(100), "optimizer steps per problem")
-      ("seed", po::value<uint64_t>()->default_value(1), "problem seed")
-      ("threads", po::value<size_t>()->default_value(0), "CPU threads (0: all)")
-      ("json", po::value<std::string>(), "write the table as JSON")
-      ("csv", po::value<std::string>(), "write the table as CSV");
+  desc.add_options()("help,h", "show this help")("n", po::value<size_t>()->default_value(100003),
+                                                 "elements per problem (odd sizes test the tails)")(
+      "steps", po::value<int>()->default_value(100), "optimizer steps per problem")(
+      "seed", po::value<uint64_t>()->default_value(1), "problem seed")("threads", po::value<size_t>()->default_value(0),
+                                                                       "CPU threads (0: all)")(
+      "json", po::value<std::string>(), "write the table as JSON")("csv", po::value<std::string>(),
+                                                                   "write the table as CSV");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   if (vm.count("help")) {
-    std::cout << desc << "\nbits: equal to the cpu-scalar path on every element of master, states, copy and\n"
-                         "stats; max abs/rel: elementwise error against the double reference after --steps.\n";
+    std::cout << desc
+              << "\nbits: equal to the cpu-scalar path on every element of master, states, copy and\n"
+                 "stats; max abs/rel: elementwise error against the double reference after --steps.\n";
     return kExitOk;
   }
   po::notify(vm);
@@ -64,7 +65,8 @@ int cmd_verify(const std::vector<std::string>& args) {
     }
     backend::cpu::CpuOptions o = scalar_opt;
     o.isa = int(isa);
-    backends.push_back({"cpu-" + std::string(backend::cpu::isa_name(isa)), std::make_unique<backend::cpu::CpuBackend>(o)});
+    backends.push_back(
+        {"cpu-" + std::string(backend::cpu::isa_name(isa)), std::make_unique<backend::cpu::CpuBackend>(o)});
   }
 #if defined(TWINFLOW_HAVE_CUDA)
   std::string why;

@@ -1,11 +1,10 @@
 // twinflow: the command-line entry point. `twinflow <command> --help` documents each command.
+#include <boost/program_options/errors.hpp>
 #include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <boost/program_options/errors.hpp>
 
 #include "apps/twinflow/commands.h"
 #include "core/error.h"
@@ -19,14 +18,14 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"bench", "time the optimizer kernels (CPU SIMD, CUDA) against the memory bound and peers",
-     tf::app::cmd_bench},
+    {"bench", "time the optimizer kernels (CPU SIMD, CUDA) against the memory bound and peers", tf::app::cmd_bench},
     {"verify", "check every backend bit for bit and against the double reference", tf::app::cmd_verify},
 };
 
 void usage(std::ostream& os) {
   os << "usage: twinflow <command> [options]\n\ncommands:\n";
-  for (const Command& c : kCommands) os << "  " << c.name << std::string(10 - std::strlen(c.name), ' ') << c.summary << "\n";
+  for (const Command& c : kCommands)
+    os << "  " << c.name << std::string(10 - std::strlen(c.name), ' ') << c.summary << "\n";
   os << "\n`twinflow <command> --help` lists a command's options.\n"
         "exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 runtime failure\n";
 }

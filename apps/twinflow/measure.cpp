@@ -41,8 +41,8 @@ uint32_t hash32(size_t i) {
 float small_value(size_t i) { return float(int(hash32(i) % 2001) - 1000) * 1e-4f; }
 }  // namespace
 
-double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy,
-                     size_t n, int iters) {
+double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
+                     int iters) {
   const bool two = core::state_count(k) == 2;
   auto p = be.allocate(n * 4), m = be.allocate(n * 4), v = be.allocate(two ? n * 4 : 0);
   auto g = be.allocate(n * core::dtype_bytes(grad)), c = be.allocate(n * core::dtype_bytes(copy));

@@ -10,8 +10,8 @@ namespace tf::app {
 
 // Median seconds of `iters` fused steps over one chunk of n elements (random finite data, pages
 // first-touched by the threads that update them).
-double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy,
-                     size_t n, int iters);
+double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
+                     int iters);
 
 // Read-modify-write stream x[i] = x[i] + s*y[i] over n fp32 on `threads` threads (static split,
 // same as the optimizer's). Returns GB/s counting 12 bytes per element (8 read, 4 written). A

@@ -70,9 +70,9 @@ float raw_to_float(DType t, const uint8_t* base, size_t i) {
 std::string describe(const Problem& p) {
   std::ostringstream os;
   os << core::optimizer_name(p.kind) << " grad=" << core::dtype_name(p.grad) << " copy=" << core::dtype_name(p.copy)
-     << " n=" << p.n << " chunks=" << p.chunks << " steps=" << p.steps << " seed=" << p.seed
-     << " lr=" << p.hp.lr << " b1=" << p.hp.beta1 << " b2=" << p.hp.beta2 << " eps=" << p.hp.eps
-     << " wd=" << p.hp.weight_decay << " loss_scale=" << p.loss_scale;
+     << " n=" << p.n << " chunks=" << p.chunks << " steps=" << p.steps << " seed=" << p.seed << " lr=" << p.hp.lr
+     << " b1=" << p.hp.beta1 << " b2=" << p.hp.beta2 << " eps=" << p.hp.eps << " wd=" << p.hp.weight_decay
+     << " loss_scale=" << p.loss_scale;
   return os.str();
 }
 
@@ -239,7 +239,7 @@ void bits_of(const char* name, const std::vector<T>& a, const std::vector<T>& b,
     return;
   }
   for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(T)) == 0) continue;
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) == 0) continue;  // NOLINT(bugprone-suspicious-memory-comparison): bits
     rep.equal = false;
     if (rep.mismatches++ == 0) {
       uint64_t x = 0, y = 0;  // little-endian: the low sizeof(T) bytes

@@ -21,11 +21,11 @@ struct Problem {
   DType grad = DType::kBF16;
   DType copy = DType::kBF16;
   size_t n = 4096;
-  int chunks = 1;          // the elements split into this many chunks (random sizes, seeded)
+  int chunks = 1;  // the elements split into this many chunks (random sizes, seeded)
   int steps = 5;
   uint64_t seed = 1;
-  double loss_scale = 1;   // grads are stored multiplied by this; grad_scale = 1/loss_scale
-  int nonfinite_every = 0; // > 0: every k-th element of step 2's gradient is NaN/+Inf/-Inf
+  double loss_scale = 1;    // grads are stored multiplied by this; grad_scale = 1/loss_scale
+  int nonfinite_every = 0;  // > 0: every k-th element of step 2's gradient is NaN/+Inf/-Inf
 };
 
 std::string describe(const Problem& p);
@@ -34,9 +34,9 @@ std::string describe(const Problem& p);
 Problem random_problem(uint64_t seed, OptimizerKind k, DType grad, DType copy, size_t max_n);
 
 struct Result {
-  std::vector<float> param, state1, state2;  // concatenated over chunks
-  std::vector<uint16_t> copy;                // empty when copy == none
-  std::vector<GradStats> stats;              // one per step
+  std::vector<float> param, state1, state2;         // concatenated over chunks
+  std::vector<uint16_t> copy;                       // empty when copy == none
+  std::vector<GradStats> stats;                     // one per step
   std::vector<double> param_d, state1_d, state2_d;  // the reference's double values (reference only)
 };
 

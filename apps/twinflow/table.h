@@ -11,9 +11,9 @@ class Table {
  public:
   explicit Table(std::vector<std::string> columns) : cols_(std::move(columns)) {}
   void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  void print(std::ostream& os) const;       // aligned, with a header rule
+  void print(std::ostream& os) const;  // aligned, with a header rule
   void write_csv(const std::string& path) const;
-  std::string to_json() const;               // array of objects keyed by column; numbers stay numbers
+  std::string to_json() const;  // array of objects keyed by column; numbers stay numbers
   void write_json(const std::string& path) const;
   const std::vector<std::vector<std::string>>& rows() const { return rows_; }
 

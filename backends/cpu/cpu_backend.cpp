@@ -1,6 +1,7 @@
 // CPU backend: ISA selection, host buffers, and the threaded fused optimizer pass.
 #include "backends/cpu/cpu_backend.h"
 
+#include <cpuid.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -39,23 +40,48 @@ KernelTable table(Isa isa) {
 }
 }  // namespace
 
+namespace {
+// cpuid + xgetbv: the CPU has the instructions and the OS saves their registers.
+struct CpuFeatures {
+  bool avx2 = false, avx512 = false;
+};
+CpuFeatures cpu_features() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & (1u << 27), fma = c & (1u << 12), f16c = c & (1u << 29), avx = c & (1u << 28);
+  if (!osxsave || !avx) return f;
+  unsigned xlo = 0, xhi = 0;
+  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  const bool ymm_state = (xlo & 0x6u) == 0x6u, zmm_state = (xlo & 0xE6u) == 0xE6u;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  const bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512dq = b & (1u << 17), avx512bw = b & (1u << 30),
+             avx512vl = b & (1u << 31);
+  f.avx2 = ymm_state && avx2 && fma && f16c;
+  f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl;
+  return f;
+}
+}  // namespace
+
 bool isa_available(Isa isa) {
   if (table(isa).step == nullptr) return false;
-  __builtin_cpu_init();
+  static const CpuFeatures f = cpu_features();
   switch (isa) {
     case Isa::kScalar: return true;
-    case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    case Isa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+    case Isa::kAvx2: return f.avx2;
+    case Isa::kAvx512: return f.avx512;
   }
   return false;
 }
 
 Isa select_isa() {
   if (const char* env = std::getenv("TWINFLOW_SIMD"); env != nullptr && *env != '\0') {
-    const Isa forced = parse_isa(env);
+    Isa forced;
+    try {
+      forced = parse_isa(env);
+    } catch (const core::InputError& e) {
+      throw core::InputError(std::string("environment variable TWINFLOW_SIMD: ") + e.what());
+    }
     if (!isa_available(forced))
       throw core::InputError("TWINFLOW_SIMD=" + std::string(env) +
                              " is not available on this CPU or build; unset it or choose scalar");
@@ -182,8 +208,7 @@ GradStats CpuBackend::grad_stats(std::span<const BufferView> grads) {
   std::atomic<uint64_t> bad{0};
   for_tiles(tiles, [&](size_t, const std::vector<Work>& items) {
     uint64_t mine = 0;
-    for (const Work& w : items)
-      mine += k_.stats(grads[w.chunk], w.tile_begin, w.tile_end, sums_.data() + w.sum_offset);
+    for (const Work& w : items) mine += k_.stats(grads[w.chunk], w.tile_begin, w.tile_end, sums_.data() + w.sum_offset);
     bad += mine;
   });
   GradStats out;

@@ -21,9 +21,9 @@ bool isa_available(Isa isa);
 Isa select_isa();
 
 struct CpuOptions {
-  size_t threads = 0;       // 0: all CPUs of the affinity mask
-  bool pin_threads = false; // bind each worker to one CPU
-  int isa = -1;             // -1: select_isa(); else an Isa value
+  size_t threads = 0;               // 0: all CPUs of the affinity mask
+  bool pin_threads = false;         // bind each worker to one CPU
+  int isa = -1;                     // -1: select_isa(); else an Isa value
   size_t min_tiles_per_thread = 4;  // small chunks use fewer threads (8192 elements each at least)
 };
 

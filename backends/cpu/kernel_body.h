@@ -74,8 +74,8 @@ uint64_t step_tiles(const OptimChunk& c, const StepScalars& s, size_t t0, size_t
   const core::rules::Bcast<T> b(s);
   constexpr size_t W = T::W;
   const size_t n = c.param.count;
-  Ptrs q{static_cast<float*>(c.param.data), static_cast<float*>(c.state1.data),
-         static_cast<float*>(c.state2.data), c.grad.data, c.param_copy.data};
+  Ptrs q{static_cast<float*>(c.param.data), static_cast<float*>(c.state1.data), static_cast<float*>(c.state2.data),
+         c.grad.data, c.param_copy.data};
   uint64_t bad = 0;
   alignas(64) double acc[core::kStatsLanes];
   for (size_t t = t0; t < t1; ++t) {
@@ -139,8 +139,7 @@ uint64_t stats_tiles(const BufferView& grad, size_t t0, size_t t1, double* tile_
 
 // Runtime (kind, grad dtype, copy dtype) -> instantiation.
 template <class T>
-uint64_t step_dispatch(OptimizerKind k, const OptimChunk& c, const StepScalars& s, size_t t0, size_t t1,
-                       double* sums) {
+uint64_t step_dispatch(OptimizerKind k, const OptimChunk& c, const StepScalars& s, size_t t0, size_t t1, double* sums) {
   auto by_copy = [&]<OptimizerKind K, DType G>() -> uint64_t {
     switch (c.param_copy.dtype) {
       case DType::kBF16: return step_tiles<T, K, G, DType::kBF16>(c, s, t0, t1, sums);

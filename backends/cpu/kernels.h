@@ -12,11 +12,10 @@ enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
 
 // Updates tiles [tile_begin, tile_end) of one chunk (grad_stats.h tiles of 2048 elements). Writes one
 // canonical tile sum per tile to tile_sums[0 .. tile_end - tile_begin). Returns the non-finite count.
-using StepTilesFn = uint64_t (*)(OptimizerKind k, const OptimChunk& c, const StepScalars& s,
-                                 size_t tile_begin, size_t tile_end, double* tile_sums);
+using StepTilesFn = uint64_t (*)(OptimizerKind k, const OptimChunk& c, const StepScalars& s, size_t tile_begin,
+                                 size_t tile_end, double* tile_sums);
 // Statistics only (no update).
-using StatsTilesFn = uint64_t (*)(const BufferView& grad, size_t tile_begin, size_t tile_end,
-                                  double* tile_sums);
+using StatsTilesFn = uint64_t (*)(const BufferView& grad, size_t tile_begin, size_t tile_end, double* tile_sums);
 
 struct KernelTable {
   StepTilesFn step = nullptr;

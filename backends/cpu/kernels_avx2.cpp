@@ -32,9 +32,7 @@ struct Avx2 {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
-  static V load_f16(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
+  static V load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void store_bf16(uint16_t* p, V v) {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
@@ -47,8 +45,9 @@ struct Avx2 {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
   }
   static void store_f16(uint16_t* p, V v) {
-    const __m128i nan32 = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))),
-                                          _mm256_extracti128_si256(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)), 1));
+    const __m128i nan32 =
+        _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))),
+                        _mm256_extracti128_si256(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)), 1));
     __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     h = _mm_blendv_epi8(h, _mm_set1_epi16(short(core::kF16CanonicalNaN)), nan32);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);

@@ -24,8 +24,7 @@ struct Avx512 {
     const V zero = _mm512_setzero_ps();
     const M pos = _mm512_cmp_ps_mask(a, zero, _CMP_GT_OQ);
     const M neg = _mm512_cmp_ps_mask(a, zero, _CMP_LT_OQ);
-    return _mm512_mask_blend_ps(neg, _mm512_mask_blend_ps(pos, zero, _mm512_set1_ps(1.f)),
-                                _mm512_set1_ps(-1.f));
+    return _mm512_mask_blend_ps(neg, _mm512_mask_blend_ps(pos, zero, _mm512_set1_ps(1.f)), _mm512_set1_ps(-1.f));
   }
   static V loadf(const float* p) { return _mm512_loadu_ps(p); }
   static void storef(float* p, V v) { _mm512_storeu_ps(p, v); }

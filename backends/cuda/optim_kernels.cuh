@@ -221,7 +221,7 @@ __device__ __forceinline__ void step_tile_full(const Bc& b, const ChunkDesc& d, 
 
 // The last, partial tile of a chunk: element by element, the same rules and lanes.
 template <OptimizerKind K, DType G, DType C>
-__device__ __noinline__ void step_tile_partial(const Bc& b, const ChunkDesc& d, uint64_t base, int lane,
+__device__ __forceinline__ void step_tile_partial(const Bc& b, const ChunkDesc& d, uint64_t base, int lane,
                                                double (&acc)[4], uint32_t& bad) {
   constexpr bool kTwo = kTwoStates<K>;
   for (int it = 0; it < 16; ++it) {

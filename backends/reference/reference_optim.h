@@ -37,8 +37,8 @@ template <class T>
 void step(core::OptimizerKind k, const core::HyperParams& hp, OptimState<T>& st, const Vec<T>& grad) {
   core::validate(k, hp);
   if (grad.size() != st.param.size())
-    throw core::InputError("reference step: grad has " + std::to_string(grad.size()) +
-                           " elements, param has " + std::to_string(st.param.size()));
+    throw core::InputError("reference step: grad has " + std::to_string(grad.size()) + " elements, param has " +
+                           std::to_string(st.param.size()));
   using std::pow;
   using std::sqrt;
   const T lr = T(hp.lr), b1 = T(hp.beta1), b2 = T(hp.beta2), eps = T(hp.eps), wd = T(hp.weight_decay);

@@ -19,9 +19,7 @@ namespace tf::core {
 
 enum class DType : uint8_t { kNone = 0, kF32, kBF16, kF16 };
 
-constexpr size_t dtype_bytes(DType t) {
-  return t == DType::kF32 ? 4 : (t == DType::kNone ? 0 : 2);
-}
+constexpr size_t dtype_bytes(DType t) { return t == DType::kF32 ? 4 : (t == DType::kNone ? 0 : 2); }
 std::string_view dtype_name(DType t);
 // Parses "fp32|f32|float32", "bf16|bfloat16", "fp16|f16|float16", "none". Throws InputError.
 DType parse_dtype(std::string_view s, std::string_view what);
@@ -64,7 +62,8 @@ TF_HD float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
-  if (exp == 0x1F) return f32_from_bits(sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0u));  // Inf / quiet NaN
+  if (exp == 0x1F)
+    return f32_from_bits(sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0u));  // Inf / quiet NaN
   if (exp != 0) return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
   if (mant == 0) return f32_from_bits(sign);
   // subnormal half: value = mant * 2^-24, exact in fp32
@@ -83,8 +82,8 @@ TF_HD uint16_t f32_to_f16(float f) {
   const uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return kF16CanonicalNaN;
   if (a >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // rounds to >= 65520 -> Inf
-  if (a >= 0x38800000u) {                                  // normal half (>= 2^-14)
-    const uint32_t r = a + 0xFFFu + ((a >> 13) & 1u);      // RNE at bit 13
+  if (a >= 0x38800000u) {                                 // normal half (>= 2^-14)
+    const uint32_t r = a + 0xFFFu + ((a >> 13) & 1u);     // RNE at bit 13
     return uint16_t(sign | ((r - 0x38000000u) >> 13));
   }
   if (a < 0x33000000u) return uint16_t(sign);  // < 2^-25 -> rounds to zero (2^-25 ties to even 0)

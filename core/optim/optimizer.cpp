@@ -53,8 +53,7 @@ OptimizerKind parse_optimizer(std::string_view s) {
   if (l == "adam") return OptimizerKind::kAdam;
   if (l == "adagrad") return OptimizerKind::kAdagrad;
   if (l == "lion") return OptimizerKind::kLion;
-  throw InputError("unknown optimizer '" + std::string(s) +
-                   "' (expected one of adamw, adam, adagrad, lion)");
+  throw InputError("unknown optimizer '" + std::string(s) + "' (expected one of adamw, adam, adagrad, lion)");
 }
 
 HyperParams default_hyper_params(OptimizerKind k) {
@@ -62,8 +61,15 @@ HyperParams default_hyper_params(OptimizerKind k) {
   switch (k) {
     case OptimizerKind::kAdamW: hp.weight_decay = 1e-2; break;
     case OptimizerKind::kAdam: break;
-    case OptimizerKind::kAdagrad: hp.lr = 1e-2; hp.eps = 1e-10; break;
-    case OptimizerKind::kLion: hp.lr = 1e-4; hp.beta2 = 0.99; hp.eps = 0; break;
+    case OptimizerKind::kAdagrad:
+      hp.lr = 1e-2;
+      hp.eps = 1e-10;
+      break;
+    case OptimizerKind::kLion:
+      hp.lr = 1e-4;
+      hp.beta2 = 0.99;
+      hp.eps = 0;
+      break;
   }
   return hp;
 }
@@ -72,8 +78,7 @@ namespace {
 void check(bool ok, OptimizerKind k, const char* field, double v, const char* range) {
   if (ok) return;
   std::ostringstream os;
-  os << optimizer_name(k) << ": hyper-parameter '" << field << "' = " << v << " is out of range; expected "
-     << range;
+  os << optimizer_name(k) << ": hyper-parameter '" << field << "' = " << v << " is out of range; expected " << range;
   throw InputError(os.str());
 }
 }  // namespace
@@ -81,8 +86,7 @@ void check(bool ok, OptimizerKind k, const char* field, double v, const char* ra
 void validate(OptimizerKind k, const HyperParams& hp) {
   auto fin = [](double v) { return std::isfinite(v); };
   check(fin(hp.lr) && hp.lr >= 0, k, "lr", hp.lr, "a finite value >= 0");
-  check(fin(hp.weight_decay) && hp.weight_decay >= 0, k, "weight_decay", hp.weight_decay,
-        "a finite value >= 0");
+  check(fin(hp.weight_decay) && hp.weight_decay >= 0, k, "weight_decay", hp.weight_decay, "a finite value >= 0");
   if (k != OptimizerKind::kAdagrad) {
     check(fin(hp.beta1) && hp.beta1 >= 0 && hp.beta1 < 1, k, "beta1", hp.beta1, "[0, 1)");
     check(fin(hp.beta2) && hp.beta2 >= 0 && hp.beta2 < 1, k, "beta2", hp.beta2, "[0, 1)");
@@ -90,8 +94,8 @@ void validate(OptimizerKind k, const HyperParams& hp) {
   if (k != OptimizerKind::kLion) check(fin(hp.eps) && hp.eps > 0, k, "eps", hp.eps, "a finite value > 0");
   if (k == OptimizerKind::kAdagrad) {
     check(fin(hp.lr_decay) && hp.lr_decay >= 0, k, "lr_decay", hp.lr_decay, "a finite value >= 0");
-    check(fin(hp.initial_accumulator_value) && hp.initial_accumulator_value >= 0, k,
-          "initial_accumulator_value", hp.initial_accumulator_value, "a finite value >= 0");
+    check(fin(hp.initial_accumulator_value) && hp.initial_accumulator_value >= 0, k, "initial_accumulator_value",
+          hp.initial_accumulator_value, "a finite value >= 0");
   }
   // decoupled decay must keep the weight's sign: 1 - lr*wd in [0, 1]
   if (k == OptimizerKind::kAdamW || k == OptimizerKind::kLion)

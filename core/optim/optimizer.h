@@ -17,20 +17,18 @@ std::string_view optimizer_name(OptimizerKind k);
 OptimizerKind parse_optimizer(std::string_view s);
 
 // Number of fp32 state arrays beside the master weight: AdamW/Adam 2 (m, v), Adagrad 1 (sum), Lion 1 (m).
-constexpr int state_count(OptimizerKind k) {
-  return (k == OptimizerKind::kAdamW || k == OptimizerKind::kAdam) ? 2 : 1;
-}
+constexpr int state_count(OptimizerKind k) { return (k == OptimizerKind::kAdamW || k == OptimizerKind::kAdam) ? 2 : 1; }
 
 // torch.optim semantics. Adam adds weight_decay*param to the gradient (L2); AdamW and Lion decay the
 // weight (decoupled); Adagrad adds L2 like torch.optim.Adagrad.
 struct HyperParams {
   double lr = 1e-3;
-  double beta1 = 0.9;   // Lion: interpolation beta for the update direction
-  double beta2 = 0.999; // Lion: momentum beta
+  double beta1 = 0.9;    // Lion: interpolation beta for the update direction
+  double beta2 = 0.999;  // Lion: momentum beta
   double eps = 1e-8;
   double weight_decay = 0.0;
-  double lr_decay = 0.0;                  // Adagrad only
-  double initial_accumulator_value = 0.0; // Adagrad only
+  double lr_decay = 0.0;                   // Adagrad only
+  double initial_accumulator_value = 0.0;  // Adagrad only
 };
 
 // Defaults that match torch.optim (and the Lion paper) for a kind.
@@ -44,15 +42,15 @@ void validate(OptimizerKind k, const HyperParams& hp);
 // Scalars computed once per step on the host (in double, rounded once to float) and handed to every
 // kernel as the same floats. The per-element rule (update_rules.h) uses only these.
 struct StepScalars {
-  float grad_scale = 1.f;        // 1/loss_scale x clip coefficient
+  float grad_scale = 1.f;  // 1/loss_scale x clip coefficient
   float beta1 = 0.f, one_minus_beta1 = 0.f;
   float beta2 = 0.f, one_minus_beta2 = 0.f;
-  float step_size = 0.f;         // AdamW/Adam: lr/(1-beta1^t); Adagrad: lr/(1+(t-1)*lr_decay); Lion: lr
-  float inv_sqrt_bc2 = 1.f;      // AdamW/Adam: 1/sqrt(1-beta2^t)
+  float step_size = 0.f;     // AdamW/Adam: lr/(1-beta1^t); Adagrad: lr/(1+(t-1)*lr_decay); Lion: lr
+  float inv_sqrt_bc2 = 1.f;  // AdamW/Adam: 1/sqrt(1-beta2^t)
   float eps = 0.f;
-  float decay = 1.f;             // AdamW/Lion: 1 - lr*weight_decay; else 1
-  float l2 = 0.f;                // Adam/Adagrad: weight_decay; else 0
-  int32_t has_l2 = 0;            // l2 != 0 (torch skips the add when weight_decay == 0)
+  float decay = 1.f;   // AdamW/Lion: 1 - lr*weight_decay; else 1
+  float l2 = 0.f;      // Adam/Adagrad: weight_decay; else 0
+  int32_t has_l2 = 0;  // l2 != 0 (torch skips the add when weight_decay == 0)
 };
 
 // step is 1-based (the first update is step 1). grad_scale = 1/loss_scale x clip coefficient.

@@ -43,8 +43,7 @@ TF_HD typename O::V scale_grad(const Bcast<O>& s, typename O::V g_raw) {
 // AdamW (torch.optim.AdamW): p <- p*(1-lr*wd); m <- b1*m + (1-b1)*g; v <- b2*v + (1-b2)*g^2;
 // p <- p - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
 template <class O>
-TF_HD void adamw(const Bcast<O>& s, typename O::V g, typename O::V& p, typename O::V& m,
-                 typename O::V& v) {
+TF_HD void adamw(const Bcast<O>& s, typename O::V g, typename O::V& p, typename O::V& m, typename O::V& v) {
   m = O::fma(s.beta1, m, O::mul(s.omb1, g));
   v = O::fma(s.beta2, v, O::mul(s.omb2, O::mul(g, g)));
   const typename O::V den = O::fma(O::sqrt(v), s.inv_sqrt_bc2, s.eps);
@@ -80,8 +79,7 @@ TF_HD void lion(const Bcast<O>& s, typename O::V g, typename O::V& p, typename O
 
 // Dispatch on the optimizer at compile time. state2 is ignored by one-state optimizers.
 template <OptimizerKind K, class O>
-TF_HD void update(const Bcast<O>& s, typename O::V g, typename O::V& p, typename O::V& s1,
-                  typename O::V& s2) {
+TF_HD void update(const Bcast<O>& s, typename O::V g, typename O::V& p, typename O::V& s1, typename O::V& s2) {
   if constexpr (K == OptimizerKind::kAdamW) {
     adamw<O>(s, g, p, s1, s2);
   } else if constexpr (K == OptimizerKind::kAdam) {

@@ -31,8 +31,8 @@ std::vector<Case> all_cases() {
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return c.backend + "_" + std::string(core::optimizer_name(c.kind)) + "_g" +
-         std::string(core::dtype_name(c.grad)) + "_c" + std::string(core::dtype_name(c.copy));
+  return c.backend + "_" + std::string(core::optimizer_name(c.kind)) + "_g" + std::string(core::dtype_name(c.grad)) +
+         "_c" + std::string(core::dtype_name(c.copy));
 }
 
 class OptimConformance : public testing::TestWithParam<Case> {
@@ -77,9 +77,9 @@ TEST_P(OptimConformance, WithinToleranceOfDoubleReferenceOver100Steps) {
   const auto ref = harness::run_reference(p);
   const auto tol = harness::stated_tolerance(c.kind, p.hp, p.steps);
   const auto rep = harness::compare_tolerance(got, ref, tol);
-  EXPECT_TRUE(rep.within) << harness::describe(p) << "\nmax abs err " << rep.max_abs << " at " << rep.worst_array
-                          << "[" << rep.worst_index << "], max rel err " << rep.max_rel << "; rtol " << tol.rtol
-                          << " atol " << tol.atol << " scale " << tol.scale;
+  EXPECT_TRUE(rep.within) << harness::describe(p) << "\nmax abs err " << rep.max_abs << " at " << rep.worst_array << "["
+                          << rep.worst_index << "], max rel err " << rep.max_rel << "; rtol " << tol.rtol << " atol "
+                          << tol.atol << " scale " << tol.scale;
   for (size_t s = 0; s < got.stats.size(); ++s) {
     ASSERT_EQ(got.stats[s].sumsq, ref.stats[s].sumsq) << "step " << s + 1 << ": canonical sum of squares";
     ASSERT_EQ(got.stats[s].nonfinite, 0u);

@@ -17,15 +17,19 @@ int main(int argc, char** argv) {
   }
   try {
     const core::OptimizerKind k = core::parse_optimizer(argv[1]);
-    harness::Problem p = harness::random_problem(std::strtoull(argv[2], nullptr, 10), k, core::DType::kF32,
-                                                 core::DType::kNone, 10);
+    harness::Problem p =
+        harness::random_problem(std::strtoull(argv[2], nullptr, 10), k, core::DType::kF32, core::DType::kNone, 10);
     p.n = std::strtoull(argv[3], nullptr, 10);
     p.steps = std::atoi(argv[4]);
     p.chunks = 1;
     nlohmann::json j;
     j["optimizer"] = argv[1];
-    j["hp"] = {{"lr", p.hp.lr},     {"beta1", p.hp.beta1}, {"beta2", p.hp.beta2},
-               {"eps", p.hp.eps},   {"weight_decay", p.hp.weight_decay}, {"lr_decay", p.hp.lr_decay},
+    j["hp"] = {{"lr", p.hp.lr},
+               {"beta1", p.hp.beta1},
+               {"beta2", p.hp.beta2},
+               {"eps", p.hp.eps},
+               {"weight_decay", p.hp.weight_decay},
+               {"lr_decay", p.hp.lr_decay},
                {"initial_accumulator_value", p.hp.initial_accumulator_value}};
     j["param0"] = harness::initial_params(p);
     nlohmann::json grads = nlohmann::json::array();

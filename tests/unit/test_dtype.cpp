@@ -84,10 +84,10 @@ TEST(DType, OverflowAndNaN) {
   EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::max()), 0x7F80);  // rounds up to Inf
   EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()), kBF16CanonicalNaN);
   EXPECT_EQ(f32_to_f16(-std::numeric_limits<float>::quiet_NaN()), kF16CanonicalNaN);
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);        // tie to even zero
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);        // above the tie
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -14)), 0x0400);        // smallest normal
-  EXPECT_EQ(f32_to_bf16(std::ldexp(1.0f, -130)), 0x0008);      // subnormal bf16 kept: 8 x 2^-133
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);    // tie to even zero
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);    // above the tie
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -14)), 0x0400);    // smallest normal
+  EXPECT_EQ(f32_to_bf16(std::ldexp(1.0f, -130)), 0x0008);  // subnormal bf16 kept: 8 x 2^-133
 }
 
 TEST(DType, ParseNamesAndErrors) {

@@ -26,8 +26,7 @@ TEST(Optimizer, RejectsOutOfRangeHyperParams) {
   EXPECT_NE(error_of(OptimizerKind::kAdamW, hp).find("'lr' = -0.001 is out of range"), std::string::npos);
   hp = default_hyper_params(OptimizerKind::kAdam);
   hp.beta1 = 1.0;
-  EXPECT_NE(error_of(OptimizerKind::kAdam, hp).find("'beta1' = 1 is out of range; expected [0, 1)"),
-            std::string::npos);
+  EXPECT_NE(error_of(OptimizerKind::kAdam, hp).find("'beta1' = 1 is out of range; expected [0, 1)"), std::string::npos);
   hp = default_hyper_params(OptimizerKind::kAdam);
   hp.beta2 = -0.1;
   EXPECT_NE(error_of(OptimizerKind::kAdam, hp).find("beta2"), std::string::npos);

@@ -35,9 +35,10 @@ TEST(ThreadPool, SplitCoversRangeContiguously) {
 
 TEST(ThreadPool, PropagatesWorkerException) {
   ThreadPool pool(3);
-  EXPECT_THROW(pool.run(3, [](size_t w) {
-    if (w == 2) throw std::runtime_error("boom");
-  }),
+  EXPECT_THROW(pool.run(3,
+                        [](size_t w) {
+                          if (w == 2) throw std::runtime_error("boom");
+                        }),
                std::runtime_error);
   std::atomic<int> n{0};
   pool.run(3, [&](size_t) { n++; });  // still usable
