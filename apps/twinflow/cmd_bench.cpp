@@ -28,11 +28,22 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-// torch figures written by bench/peer/torch_adamw.py: {"cuda": {"adamw_fp32_gparam_s": x, ...},
-// "cpu": {...}}
-std::optional<double> peer_value(const nlohmann::json& j, const std::string& dev, const std::string& key) {
-  if (j.contains(dev) && j[dev].contains(key) && j[dev][key].is_number()) return j[dev][key].get<double>();
-  return std::nullopt;
+// torch fused AdamW figures written by bench/peer/torch_adamw.py: {"rows": [{"where": "cuda"|"cpu",
+// "n": N, "tensors": T, "gparam_per_s": x}, ...]}. Returns the best layout's throughput at size n
+// (or, if torch was not run at n, at its largest size).
+std::optional<double> peer_value(const nlohmann::json& j, const std::string& where, size_t n) {
+  if (!j.contains("rows") || !j["rows"].is_array()) return std::nullopt;
+  std::optional<double> at_n, at_max;
+  size_t max_n = 0;
+  for (const auto& r : j["rows"]) {
+    if (!r.is_object() || r.value("where", "") != where || !r.contains("gparam_per_s")) continue;
+    const size_t rn = r.value("n", size_t(0));
+    const double g = r["gparam_per_s"].get<double>();
+    if (rn == n) at_n = std::max(at_n.value_or(0.0), g);
+    if (rn > max_n) max_n = rn, at_max = g;
+    else if (rn == max_n) at_max = std::max(at_max.value_or(0.0), g);
+  }
+  return at_n ? at_n : at_max;
 }
 }  // namespace
 
@@ -127,7 +138,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       if (k == core::OptimizerKind::kAdamW && g == core::DType::kF32) {
         vs = fmt(naive_s / s, 2) + "x";
         peer_name = "naive loop";
-        if (auto tp = peer_value(peer, "cpu", "adamw_fp32_gparam_s")) {
+        if (auto tp = peer_value(peer, "cpu", n)) {
           vs = fmt((n / s / 1e9) / *tp, 2) + "x";
           peer_name = "torch fused " + fmt(*tp, 2) + " Gp/s";
         }
@@ -157,7 +168,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         const double gbps = double(b.total()) * gpu_n / s / 1e9;
         std::string vs = "-", peer_name = "-";
         if (k == core::OptimizerKind::kAdamW && g == core::DType::kF32)
-          if (auto tp = peer_value(peer, "cuda", "adamw_fp32_gparam_s")) {
+          if (auto tp = peer_value(peer, "cuda", gpu_n)) {
             vs = fmt((gpu_n / s / 1e9) / *tp, 2) + "x";
             peer_name = "torch fused " + fmt(*tp, 2) + " Gp/s";
           }

@@ -189,6 +189,7 @@ GradStats CpuBackend::step(OptimizerKind k, std::span<const OptimChunk> chunks, 
     out.sumsq = out.sumsq + core::fold_tile_sums(sums_.data() + off, tiles[c]);
     off += tiles[c];
   }
+  out.sumsq = core::canonical_nan(out.sumsq);
   return out;
 }
 
@@ -218,6 +219,7 @@ GradStats CpuBackend::grad_stats(std::span<const BufferView> grads) {
     out.sumsq = out.sumsq + core::fold_tile_sums(sums_.data() + off, tiles[c]);
     off += tiles[c];
   }
+  out.sumsq = core::canonical_nan(out.sumsq);
   return out;
 }
 

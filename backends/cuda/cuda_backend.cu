@@ -1,14 +1,15 @@
 // CUDA optimizer backend: device buffers, one fused multi-tensor step per call, canonical gradient
 // statistics, and the copy / step timings for `twinflow bench`.
-#include "backends/cuda/cuda_backend.h"
-
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/cuda_tuning.h"
 #include "backends/cuda/optim_kernels.cuh"
@@ -100,11 +101,14 @@ class Slot {
     TF_CUDA_CHECK(cudaMemcpyAsync(down_.get(), dev_.get(), bytes_down_, cudaMemcpyDeviceToHost, s));
   }
   // After the stream is synchronised: chunk sums combined in call order, as the CPU backend does.
+  // A NaN sum is returned as the default quiet NaN (0x7FF8...): the GPU does not propagate NaN
+  // payloads the way x86 does, so only "is NaN" is meaningful across backends.
   GradStats result() const {
     GradStats out;
     std::memcpy(&out.nonfinite, down_.get(), 8);
     const double* sums = reinterpret_cast<const double*>(down_.as<char>() + 8);
     for (size_t c = 0; c < plan_.fold.size(); ++c) out.sumsq = out.sumsq + sums[c];
+    if (std::isnan(out.sumsq)) out.sumsq = std::numeric_limits<double>::quiet_NaN();
     return out;
   }
 
@@ -159,9 +163,10 @@ class CudaBackend final : public OptimizerBackend {
     cudaDeviceProp prop{};
     TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     if (img != cudaSuccess)
-      cuda_fail(img, ("probe of the kernel image for " + std::string(prop.name) + " (sm_" +
-                      std::to_string(prop.major) + std::to_string(prop.minor) +
-                      "; rebuild with CMAKE_CUDA_ARCHITECTURES including it)").c_str(),
+      cuda_fail(img,
+                ("probe of the kernel image for " + std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
+                 std::to_string(prop.minor) + "; rebuild with CMAKE_CUDA_ARCHITECTURES including it)")
+                    .c_str(),
                 __FILE__, __LINE__);
     sm_count_ = prop.multiProcessorCount;
     caps_.name = "cuda:" + std::to_string(device_) + " " + prop.name;
@@ -231,8 +236,8 @@ class CudaBackend final : public OptimizerBackend {
     tile_sums_.reserve(std::max<uint64_t>(plan.tiles, 1) * sizeof(double));
     slot_.upload(st);
     for (const Group& g : plan.groups)
-      launch_stats(slot_.dev_launch(g.first), g.count, g.tiles, g.grad, tile_sums_.as<double>(),
-                   slot_.dev_nonfinite(), st);
+      launch_stats(slot_.dev_launch(g.first), g.count, g.tiles, g.grad, tile_sums_.as<double>(), slot_.dev_nonfinite(),
+                   st);
     finish_enqueue(slot_);
     stream_->sync();
     return slot_.result();
@@ -433,8 +438,8 @@ double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t
   TF_CUDA_CHECK(cudaMemcpyAsync(&unwritten, counter.get(), sizeof unwritten, cudaMemcpyDeviceToHost, st));
   TF_CUDA_CHECK(cudaStreamSynchronize(st));
   if (first.nonfinite != 0 || unwritten != 0)
-    throw core::RuntimeFailure("time_step_seconds: the checked first step left " + std::to_string(unwritten) +
-                               " of " + std::to_string(n) + " elements unwritten and counted " +
+    throw core::RuntimeFailure("time_step_seconds: the checked first step left " + std::to_string(unwritten) + " of " +
+                               std::to_string(n) + " elements unwritten and counted " +
                                std::to_string(first.nonfinite) + " non-finite gradients (expected 0 and 0)");
 
   for (size_t i = 0; i < std::max<size_t>(sets, 3); ++i) be.enqueue_step(k, slots[i % sets], s, v);  // warm-up

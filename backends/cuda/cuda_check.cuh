@@ -19,17 +19,17 @@ namespace tf::backend::cuda {
                              cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")");
 }
 
-#define TF_CUDA_CHECK(expr)                                                         \
-  do {                                                                              \
-    const cudaError_t tf_cuda_err_ = (expr);                                        \
+#define TF_CUDA_CHECK(expr)                                                                                   \
+  do {                                                                                                        \
+    const cudaError_t tf_cuda_err_ = (expr);                                                                  \
     if (tf_cuda_err_ != cudaSuccess) ::tf::backend::cuda::cuda_fail(tf_cuda_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: launch-configuration errors, naming the kernel.
-#define TF_CUDA_CHECK_LAUNCH(name)                                                        \
-  do {                                                                                    \
-    const cudaError_t tf_cuda_err_ = cudaGetLastError();                                  \
-    if (tf_cuda_err_ != cudaSuccess)                                                      \
+#define TF_CUDA_CHECK_LAUNCH(name)                                                         \
+  do {                                                                                     \
+    const cudaError_t tf_cuda_err_ = cudaGetLastError();                                   \
+    if (tf_cuda_err_ != cudaSuccess)                                                       \
       ::tf::backend::cuda::cuda_fail(tf_cuda_err_, "launch of " name, __FILE__, __LINE__); \
   } while (0)
 
@@ -56,7 +56,9 @@ class DeviceMemory {
   DeviceMemory& operator=(const DeviceMemory&) = delete;
   void* get() const { return p_; }
   template <class T>
-  T* as() const { return static_cast<T*>(p_); }
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
   size_t bytes() const { return bytes_; }
   // Grow-only: reallocates (contents lost) when fewer than `bytes` are held.
   void reserve(size_t bytes) {
@@ -91,7 +93,9 @@ class PinnedMemory {
   PinnedMemory& operator=(const PinnedMemory&) = delete;
   void* get() const { return p_; }
   template <class T>
-  T* as() const { return static_cast<T*>(p_); }
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
   size_t bytes() const { return bytes_; }
   void reserve(size_t bytes) {
     if (bytes > bytes_) *this = PinnedMemory(bytes);

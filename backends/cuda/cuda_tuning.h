@@ -10,13 +10,25 @@ namespace tf::backend::cuda {
 
 struct StepVariant {
   int unroll = 2;           // iterations (of 16 per tile) whose loads are issued together: 1, 2 or 4
+  int min_blocks = 2;       // resident 256-thread blocks per SM the registers are budgeted for
   bool streaming = false;   // ld/st.global.cs (evict-first) instead of the default caching
   bool persistent = false;  // grid = SMs x resident blocks, grid-stride; else one block per 8 tiles
 };
 inline constexpr StepVariant kDefaultVariant{};
 
-// time_step_seconds with a chosen variant. Non-default unroll/streaming exist only for AdamW with
-// fp32 grads and no copy (core::InputError otherwise); `persistent` works for every kernel.
+// The variants compiled for AdamW with fp32 grads and no copy (the default first). Other kernels
+// exist in the default variant only; `persistent` is a launch choice and works for all.
+inline constexpr StepVariant kTuningVariants[] = {{2, 2, false, false}, {1, 4, false, false}, {1, 4, true, false},
+                                                  {2, 3, false, false}, {2, 3, true, false},  {4, 2, false, false},
+                                                  {4, 2, true, false},  {2, 2, false, true}};
+
+static_assert(kTuningVariants[0].unroll == kDefaultVariant.unroll &&
+                  kTuningVariants[0].min_blocks == kDefaultVariant.min_blocks &&
+                  kTuningVariants[0].streaming == kDefaultVariant.streaming &&
+                  kTuningVariants[0].persistent == kDefaultVariant.persistent,
+              "the tuning table lists the default first");
+
+// time_step_seconds with a chosen variant (core::InputError for one that is not compiled).
 double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device,
                                  const StepVariant& v);
 

@@ -32,24 +32,25 @@ struct ChunkDesc {
   uint64_t tiles;             // stats_tiles(n)
 };
 
-constexpr int kWarpsPerBlock = 8;                  // 8 tiles per block per round
-constexpr int kBlockThreads = 32 * kWarpsPerBlock; // 256
+constexpr int kWarpsPerBlock = 8;                   // 8 tiles per block per round
+constexpr int kBlockThreads = 32 * kWarpsPerBlock;  // 256
 // Tile sums folded by one thread each in fold_tiles_strided; the rest fit one block's shared memory.
 constexpr uint64_t kFoldShared = 4096;
 
 inline bool is_default(const StepVariant& v) {
-  return v.unroll == kDefaultVariant.unroll && v.streaming == kDefaultVariant.streaming;
+  return v.unroll == kDefaultVariant.unroll && v.min_blocks == kDefaultVariant.min_blocks &&
+         v.streaming == kDefaultVariant.streaming;
 }
 
 // One launch of the step kernel over a group of chunks that share grad and copy dtypes.
 struct StepLaunch {
   const ChunkDesc* descs = nullptr;  // device, `count` chunks, local_tile_begin ascending
   uint32_t count = 0;
-  uint64_t tiles = 0;                // total tiles of the group
+  uint64_t tiles = 0;  // total tiles of the group
   DType grad = DType::kF32;
   DType copy = DType::kNone;
   StepScalars s{};
-  double* tile_sums = nullptr;            // device
+  double* tile_sums = nullptr;              // device
   unsigned long long* nonfinite = nullptr;  // device counter (atomicAdd)
   int sm_count = 0;
   cudaStream_t stream = nullptr;
@@ -113,46 +114,63 @@ __device__ __forceinline__ void acc_sq(double& acc, float g) {
 
 template <DType C>
 __device__ __forceinline__ uint32_t to_copy(float x) {
-  if constexpr (C == DType::kBF16) return core::f32_to_bf16(x);
-  else return core::f32_to_f16(x);
+  if constexpr (C == DType::kBF16)
+    return core::f32_to_bf16(x);
+  else
+    return core::f32_to_f16(x);
 }
 
 template <DType G>
 __device__ __forceinline__ float from_grad16(uint32_t h) {
-  if constexpr (G == DType::kBF16) return core::bf16_to_f32(uint16_t(h));
-  else return core::f16_to_f32(uint16_t(h));
+  if constexpr (G == DType::kBF16)
+    return core::bf16_to_f32(uint16_t(h));
+  else
+    return core::f16_to_f32(uint16_t(h));
 }
 
 // --- vector memory access (16 B fp32, 8 B for 4 x 16-bit) ---------------------------------------
+// Chunk pointers come from descriptors in memory, so plain dereferences would be generic-space
+// accesses; the intrinsics below are explicit ld/st.global: .ca/.wb (the defaults) or .cs
+// (streaming, evict first) when S.
 template <bool S>
 __device__ __forceinline__ float4 ld4(const float* p) {
-  if constexpr (S) return __ldcs(reinterpret_cast<const float4*>(p));
-  else return *reinterpret_cast<const float4*>(p);
+  if constexpr (S)
+    return __ldcs(reinterpret_cast<const float4*>(p));
+  else
+    return __ldca(reinterpret_cast<const float4*>(p));
 }
 template <bool S>
 __device__ __forceinline__ void st4(float* p, float4 v) {
-  if constexpr (S) __stcs(reinterpret_cast<float4*>(p), v);
-  else *reinterpret_cast<float4*>(p) = v;
+  if constexpr (S)
+    __stcs(reinterpret_cast<float4*>(p), v);
+  else
+    __stwb(reinterpret_cast<float4*>(p), v);
 }
 template <DType G, bool S>
 __device__ __forceinline__ float4 ld_grad4(const void* g, uint64_t i) {
   if constexpr (G == DType::kF32) {
     const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(g) + i);
-    if constexpr (S) return __ldcs(q);
-    else return __ldg(q);
+    if constexpr (S)
+      return __ldcs(q);
+    else
+      return __ldg(q);
   } else {
     const uint2* q = reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(g) + i);
     uint2 u;
-    if constexpr (S) u = __ldcs(q);
-    else u = __ldg(q);
+    if constexpr (S)
+      u = __ldcs(q);
+    else
+      u = __ldg(q);
     return make_float4(from_grad16<G>(u.x & 0xFFFFu), from_grad16<G>(u.x >> 16), from_grad16<G>(u.y & 0xFFFFu),
                        from_grad16<G>(u.y >> 16));
   }
 }
 template <DType G>
 __device__ __forceinline__ float ld_grad1(const void* g, uint64_t i) {
-  if constexpr (G == DType::kF32) return static_cast<const float*>(g)[i];
-  else return from_grad16<G>(static_cast<const uint16_t*>(g)[i]);
+  if constexpr (G == DType::kF32)
+    return static_cast<const float*>(g)[i];
+  else
+    return from_grad16<G>(static_cast<const uint16_t*>(g)[i]);
 }
 
 // One element: accumulate the raw square, scale, update; keeps p/m/v when the scaled gradient is
@@ -187,8 +205,10 @@ __device__ __forceinline__ void step_tile_full(const Bc& b, const ChunkDesc& d, 
       g[u] = ld_grad4<G, S>(d.g, i);
       p[u] = ld4<S>(P + i);
       m[u] = ld4<S>(M + i);
-      if constexpr (kTwo) v[u] = ld4<S>(V + i);
-      else v[u] = p[u];
+      if constexpr (kTwo)
+        v[u] = ld4<S>(V + i);
+      else
+        v[u] = p[u];
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -205,14 +225,16 @@ __device__ __forceinline__ void step_tile_full(const Bc& b, const ChunkDesc& d, 
         uint2 c = make_uint2(to_copy<C>(p[u].x) | (to_copy<C>(p[u].y) << 16),
                              to_copy<C>(p[u].z) | (to_copy<C>(p[u].w) << 16));
         if (!(ok0 && ok1 && ok2 && ok3)) {  // rare: keep the old copy where the gradient was not finite
-          const uint2 old = *q;
+          const uint2 old = __ldca(q);
           if (!ok0) c.x = (c.x & 0xFFFF0000u) | (old.x & 0xFFFFu);
           if (!ok1) c.x = (c.x & 0x0000FFFFu) | (old.x & 0xFFFF0000u);
           if (!ok2) c.y = (c.y & 0xFFFF0000u) | (old.y & 0xFFFFu);
           if (!ok3) c.y = (c.y & 0x0000FFFFu) | (old.y & 0xFFFF0000u);
         }
-        if constexpr (S) __stcs(q, c);
-        else *q = c;
+        if constexpr (S)
+          __stcs(q, c);
+        else
+          __stwb(q, c);
       }
       bad += uint32_t(!ok0) + uint32_t(!ok1) + uint32_t(!ok2) + uint32_t(!ok3);
     }
@@ -222,7 +244,7 @@ __device__ __forceinline__ void step_tile_full(const Bc& b, const ChunkDesc& d, 
 // The last, partial tile of a chunk: element by element, the same rules and lanes.
 template <OptimizerKind K, DType G, DType C>
 __device__ __forceinline__ void step_tile_partial(const Bc& b, const ChunkDesc& d, uint64_t base, int lane,
-                                               double (&acc)[4], uint32_t& bad) {
+                                                  double (&acc)[4], uint32_t& bad) {
   constexpr bool kTwo = kTwoStates<K>;
   for (int it = 0; it < 16; ++it) {
 #pragma unroll
@@ -257,8 +279,10 @@ __device__ __forceinline__ uint32_t find_chunk(const ChunkDesc* __restrict__ d, 
   uint32_t lo = 0, hi = count;
   while (hi - lo > 1) {
     const uint32_t mid = (lo + hi) / 2;
-    if (d[mid].local_tile_begin <= t) lo = mid;
-    else hi = mid;
+    if (d[mid].local_tile_begin <= t)
+      lo = mid;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -268,11 +292,11 @@ __device__ __forceinline__ void add_nonfinite(uint32_t bad, unsigned long long* 
   if ((threadIdx.x & 31) == 0 && bad != 0) atomicAdd(out, (unsigned long long)bad);
 }
 
-template <OptimizerKind K, DType G, DType C, int U, bool S>
-__global__ void __launch_bounds__(kBlockThreads) step_kernel(const ChunkDesc* __restrict__ descs, uint32_t count,
-                                                             uint64_t tiles, const StepScalars sc,
-                                                             double* __restrict__ tile_sums,
-                                                             unsigned long long* __restrict__ nonfinite) {
+// MB: blocks per SM the register budget is held to (__launch_bounds__), i.e. 65536 / (256 MB) registers.
+template <OptimizerKind K, DType G, DType C, int U, int MB, bool S>
+__global__ void __launch_bounds__(kBlockThreads, MB)
+    step_kernel(const ChunkDesc* __restrict__ descs, uint32_t count, uint64_t tiles, const StepScalars sc,
+                double* __restrict__ tile_sums, unsigned long long* __restrict__ nonfinite) {
   const Bc b(sc);
   const int lane = int(threadIdx.x & 31);
   uint32_t bad = 0;
@@ -282,8 +306,10 @@ __global__ void __launch_bounds__(kBlockThreads) step_kernel(const ChunkDesc* __
     const uint64_t lt = t - d.local_tile_begin;
     const uint64_t base = lt * core::kStatsTile;
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    if (base + core::kStatsTile <= d.n) step_tile_full<K, G, C, U, S>(b, d, base, lane, acc, bad);
-    else step_tile_partial<K, G, C>(b, d, base, lane, acc, bad);
+    if (base + core::kStatsTile <= d.n)
+      step_tile_full<K, G, C, U, S>(b, d, base, lane, acc, bad);
+    else
+      step_tile_partial<K, G, C>(b, d, base, lane, acc, bad);
     const double r = fold_lanes(acc);
     if (lane == 0) tile_sums[d.sum_begin + lt] = r;
   }

@@ -12,9 +12,9 @@ namespace {
 
 // Sum of squares and non-finite count of the raw gradient, tile by tile (grad_stats.h order).
 template <DType G>
-__global__ void __launch_bounds__(kBlockThreads) stats_kernel(const ChunkDesc* __restrict__ descs, uint32_t count,
-                                                              uint64_t tiles, double* __restrict__ tile_sums,
-                                                              unsigned long long* __restrict__ nonfinite) {
+__global__ void __launch_bounds__(kBlockThreads)
+    stats_kernel(const ChunkDesc* __restrict__ descs, uint32_t count, uint64_t tiles, double* __restrict__ tile_sums,
+                 unsigned long long* __restrict__ nonfinite) {
   const int lane = int(threadIdx.x & 31);
   uint32_t bad = 0;
   const uint64_t stride = uint64_t(gridDim.x) * kWarpsPerBlock;
@@ -52,12 +52,25 @@ __global__ void __launch_bounds__(kBlockThreads) stats_kernel(const ChunkDesc* _
   add_nonfinite(bad, nonfinite);
 }
 
-// core::fold_tile_sums over x[k] = s[k * stride], k < count; the result lands in s[0].
+// core::fold_tile_sums over x[k] = s[k * stride], k < count; the result lands in s[0]. The adds of
+// one level are independent: they are issued 8 at a time, loads first, so that L2 latency overlaps.
 __device__ void fold_strided(double* s, uint64_t stride, uint64_t count) {
   uint64_t p = 1;
   while (p < count) p *= 2;
   for (uint64_t h = p / 2; h >= 1; h /= 2) {
-    for (uint64_t j = 0; j < h && j + h < count; ++j) s[j * stride] = __dadd_rn(s[j * stride], s[(j + h) * stride]);
+    const uint64_t m = count > h ? (h < count - h ? h : count - h) : 0;  // j < h && j + h < count
+    for (uint64_t j0 = 0; j0 < m; j0 += 8) {
+      double a[8], b[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        if (j0 + u < m) {
+          a[u] = s[(j0 + u) * stride];
+          b[u] = s[(j0 + u + h) * stride];
+        }
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        if (j0 + u < m) s[(j0 + u) * stride] = __dadd_rn(a[u], b[u]);
+    }
     if (h < count) count = h;
   }
 }
@@ -79,9 +92,9 @@ __global__ void fold_tiles_strided(const ChunkDesc* __restrict__ descs, uint32_t
 
 // Step 4, the remaining levels over min(T, H) sums, in shared memory; one block per chunk.
 constexpr int kFoldThreads = 512;
-__global__ void __launch_bounds__(kFoldThreads) fold_tiles_final(const ChunkDesc* __restrict__ descs, uint32_t count,
-                                                                 const double* __restrict__ tile_sums,
-                                                                 double* __restrict__ chunk_sums) {
+__global__ void __launch_bounds__(kFoldThreads)
+    fold_tiles_final(const ChunkDesc* __restrict__ descs, uint32_t count, const double* __restrict__ tile_sums,
+                     double* __restrict__ chunk_sums) {
   __shared__ double sh[kFoldShared];  // 32 KiB
   for (uint32_t c = blockIdx.x; c < count; c += gridDim.x) {
     const uint64_t L = descs[c].tiles < kFoldShared ? descs[c].tiles : kFoldShared;
@@ -114,12 +127,15 @@ __global__ void fill_random(ChunkDesc d, DType grad, DType copy, uint64_t seed) 
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < d.n; i += uint64_t(gridDim.x) * blockDim.x) {
     const uint64_t h0 = mix64(seed ^ (i * 4 + 0)), h1 = mix64(seed ^ (i * 4 + 1)), h2 = mix64(seed ^ (i * 4 + 2));
     d.p[i] = __fsub_rn(__fmul_rn(2.f, unit(h0)), 1.f);  // [-1, 1)
-    d.s1[i] = 0.f;                                    // must be non-zero after one step (coverage check)
+    d.s1[i] = 0.f;                                      // must be non-zero after one step (coverage check)
     if (d.s2) d.s2[i] = __fmul_rn(1e-4f, unit(h1));
     const float g = __fmul_rn((h2 & 1) ? -1.f : 1.f, __fadd_rn(0.5f, __fmul_rn(0.5f, unit(h2))));  // +-[0.5, 1)
-    if (grad == DType::kF32) static_cast<float*>(const_cast<void*>(d.g))[i] = g;
-    else if (grad == DType::kBF16) static_cast<uint16_t*>(const_cast<void*>(d.g))[i] = core::f32_to_bf16(g);
-    else static_cast<uint16_t*>(const_cast<void*>(d.g))[i] = core::f32_to_f16(g);
+    if (grad == DType::kF32)
+      static_cast<float*>(const_cast<void*>(d.g))[i] = g;
+    else if (grad == DType::kBF16)
+      static_cast<uint16_t*>(const_cast<void*>(d.g))[i] = core::f32_to_bf16(g);
+    else
+      static_cast<uint16_t*>(const_cast<void*>(d.g))[i] = core::f32_to_f16(g);
     if (copy != DType::kNone) static_cast<uint16_t*>(d.copy)[i] = 0xFFFFu;  // poison (a NaN no rounding makes)
   }
 }

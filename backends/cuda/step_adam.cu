@@ -4,8 +4,6 @@
 
 namespace tf::backend::cuda {
 
-void launch_step_adam(const StepLaunch& l, const StepVariant& v) {
-  kern::launch_step_kind<OptimizerKind::kAdam>(l, v);
-}
+void launch_step_adam(const StepLaunch& l, const StepVariant& v) { kern::launch_step_kind<OptimizerKind::kAdam>(l, v); }
 
 }  // namespace tf::backend::cuda

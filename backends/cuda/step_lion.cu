@@ -4,8 +4,6 @@
 
 namespace tf::backend::cuda {
 
-void launch_step_lion(const StepLaunch& l, const StepVariant& v) {
-  kern::launch_step_kind<OptimizerKind::kLion>(l, v);
-}
+void launch_step_lion(const StepLaunch& l, const StepVariant& v) { kern::launch_step_kind<OptimizerKind::kLion>(l, v); }
 
 }  // namespace tf::backend::cuda

@@ -27,7 +27,7 @@ step "Eigen double reference vs torch.optim (float64)"
 run python3 tests/torch/test_reference_vs_torch.py $B/tf_reference_dump 2>&1 | tee "$OUT/torch_oracle.log" | tail -12
 
 step "verify: bitwise parity scalar/AVX2/AVX-512/CUDA, tolerance vs reference, 100 steps"
-run $B/twinflow verify --n 1000003 --steps 100 --json "$OUT/verify.json" 2>/dev/null | tee "$OUT/verify.txt" | tail -52
+run $B/twinflow verify --n 100003 --steps 100 --json "$OUT/verify.json" 2>/dev/null | tee "$OUT/verify.txt" | tail -52
 
 step "CUDA vs CPU bitwise check + GPU kernel table (cuda_optim_check)"
 run $B/cuda_optim_check 2>&1 | tee "$OUT/cuda_check.log" | tail -30

@@ -36,7 +36,7 @@ double canonical_sumsq(const float* g, size_t n) {
     }
     tiles[t] = fold_tile_lanes(acc);
   }
-  return fold_tile_sums(tiles.data(), tiles.size());
+  return canonical_nan(fold_tile_sums(tiles.data(), tiles.size()));
 }
 
 }  // namespace tf::core

@@ -14,6 +14,8 @@
 //     s[j] = s[j] + s[j + h] for j < h. The chunk's sum is s[0].
 // Several chunks combine in chunk order: total = ((c0 + c1) + c2) + ...
 // Zeros added by padding are exact no-ops on sums of squares (all terms >= 0).
+// A NaN result is returned as the one canonical quiet NaN (0x7FF8000000000000): x86 propagates the
+// payload of the incoming NaN and GPUs do not, so the payload carries no information.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +32,9 @@ struct GradStats {
   double sumsq = 0;        // canonical sum of squares of the raw gradient
   uint64_t nonfinite = 0;  // elements whose (scaled) gradient is NaN or +-Inf
 };
+
+// NaN -> the canonical quiet NaN; anything else unchanged.
+static inline double canonical_nan(double x) { return x != x ? __builtin_nan("") : x; }
 
 // Step 3: 128 lane accumulators -> tile sum.
 double fold_tile_lanes(const double* acc /* (128) */);

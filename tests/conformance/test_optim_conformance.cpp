@@ -135,6 +135,16 @@ TEST_P(OptimConformance, GradStatsMatchesCanonicalDefinition) {
   }());
   EXPECT_EQ(st.sumsq, ref.stats[0].sumsq);
   EXPECT_EQ(st.nonfinite, 0u);
+
+  // With NaN/Inf in the gradient (step 2 of a poisoned problem) the read-only pass counts them, so a
+  // caller can skip the step before any state changes.
+  harness::Problem bad = p;
+  bad.nonfinite_every = 101;
+  const auto raw2 = harness::raw_grad(bad, 2);
+  backend_->upload(*buf, raw2.data(), raw2.size());
+  const auto st2 = backend_->grad_stats(std::span<const backend::BufferView>(&v, 1));
+  EXPECT_EQ(st2.nonfinite, (bad.n + 100) / 101);
+  EXPECT_FALSE(std::isfinite(st2.sumsq));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, OptimConformance, testing::ValuesIn(all_cases()), case_name);

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The peer figures: torch.optim.AdamW(fused=True) throughput on CUDA and on the CPU (fp32).
+
+CUDA: n = 2^26 and 2^28 fp32 parameters, as one flat tensor and as 64 equal tensors; median over
+--iters steps timed with CUDA events (each step's own launches included). Also a 1 GiB
+device-to-device tensor copy, as the bandwidth yardstick. CPU: n = 2^26 with all cores
+(torch.set_num_threads(os.cpu_count())), median of wall-clock steps.
+
+  python3 bench/peer/torch_adamw.py --json out.json [--iters 20] [--no-cpu]
+Throughput counts 28 bytes per parameter (grad read, param/exp_avg/exp_avg_sq read and written).
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+BYTES_PER_PARAM = 28
+
+
+def make_params(n, tensors, device):
+    numel = n // tensors
+    gen = torch.Generator(device=device).manual_seed(0)
+    params = []
+    for _ in range(tensors):
+        p = torch.nn.Parameter(torch.rand(numel, device=device, generator=gen) * 2 - 1)
+        p.grad = torch.rand(numel, device=device, generator=gen) - 0.5
+        params.append(p)
+    return params
+
+
+def row(where, n, tensors, seconds, steps):
+    return {
+        "where": where,
+        "n": n,
+        "tensors": tensors,
+        "steps_timed": steps,
+        "median_s": seconds,
+        "gparam_per_s": n / seconds / 1e9,
+        "gb_per_s": BYTES_PER_PARAM * n / seconds / 1e9,
+    }
+
+
+def cuda_adamw(n, tensors, iters):
+    params = make_params(n, tensors, "cuda")
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, fused=True)
+    for _ in range(3):  # warm-up; creates exp_avg / exp_avg_sq
+        opt.step()
+    torch.cuda.synchronize()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, stop in ev:
+        start.record()
+        opt.step()
+        stop.record()
+    torch.cuda.synchronize()
+    sec = statistics.median(a.elapsed_time(b) for a, b in ev) / 1e3
+    del opt, params
+    torch.cuda.empty_cache()
+    return row("cuda", n, tensors, sec, iters)
+
+
+def cuda_copy_gbps(nbytes, iters):
+    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(7)
+    b = torch.empty_like(a)
+    for _ in range(2):
+        b.copy_(a)
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, stop in ev:
+        start.record()
+        b.copy_(a)
+        stop.record()
+    torch.cuda.synchronize()
+    sec = statistics.median(x.elapsed_time(y) for x, y in ev) / 1e3
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * nbytes / sec / 1e9
+
+
+def cpu_adamw(n, iters):
+    torch.set_num_threads(os.cpu_count())
+    params = make_params(n, 1, "cpu")
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, fused=True)
+    for _ in range(3):
+        opt.step()
+    sec = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        opt.step()
+        sec.append(time.perf_counter() - t0)
+    r = row("cpu", n, 1, statistics.median(sec), iters)
+    r["threads"] = torch.get_num_threads()
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", required=True, help="write the results here")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--no-cpu", action="store_true")
+    args = ap.parse_args()
+
+    out = {"torch": torch.__version__, "bytes_per_param": BYTES_PER_PARAM, "rows": []}
+    if torch.cuda.is_available():
+        out["device"] = torch.cuda.get_device_name(0)
+        out["copy_gbps_1GiB"] = cuda_copy_gbps(1 << 30, args.iters)
+        print(f"torch {torch.__version__} on {out['device']}: D2D copy 1 GiB {out['copy_gbps_1GiB']:.1f} GB/s")
+        for n in (1 << 26, 1 << 28):
+            for tensors in (1, 64):
+                r = cuda_adamw(n, tensors, args.iters)
+                out["rows"].append(r)
+                print(f"cuda fused AdamW n=2^{n.bit_length() - 1} tensors={tensors}: {r['median_s'] * 1e3:.3f} ms "
+                      f"{r['gparam_per_s']:.1f} Gparam/s {r['gb_per_s']:.0f} GB/s "
+                      f"({100 * r['gb_per_s'] / out['copy_gbps_1GiB']:.1f}% of copy)", flush=True)
+    else:
+        print("no CUDA device: CUDA rows skipped")
+    if not args.no_cpu:
+        r = cpu_adamw(1 << 26, max(5, args.iters // 2))
+        out["rows"].append(r)
+        print(f"cpu fused AdamW n=2^26 threads={r['threads']}: {r['median_s'] * 1e3:.1f} ms "
+              f"{r['gparam_per_s']:.2f} Gparam/s {r['gb_per_s']:.0f} GB/s", flush=True)
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
