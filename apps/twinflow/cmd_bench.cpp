@@ -49,20 +49,26 @@ std::optional<double> peer_value(const nlohmann::json& j, const std::string& whe
 
 int cmd_bench(const std::vector<std::string>& args) {
   po::options_description desc("twinflow bench: optimizer kernels vs the memory bound and peers");
-  desc.add_options()("help,h", "show this help")("n", po::value<size_t>()->default_value(size_t(1) << 25),
-                                                 "elements per CPU measurement")(
-      "gpu-n", po::value<size_t>()->default_value(size_t(1) << 28), "elements per GPU measurement")(
-      "iters", po::value<int>()->default_value(10), "timed repetitions (median reported)")(
-      "optimizers", po::value<std::string>()->default_value("adamw,adam,adagrad,lion"), "comma list")(
-      "grads", po::value<std::string>()->default_value("bf16,fp32"),
-      "gradient dtypes; bf16/fp16 grads write a copy of the same dtype, fp32 grads write none (torch's setting)")(
-      "threads", po::value<size_t>()->default_value(0), "CPU threads (0: all allowed CPUs)")(
-      "pin", po::bool_switch(), "pin CPU threads to cores")("isa", po::value<std::string>(),
-                                                            "force a SIMD path: scalar|avx2|avx512")(
-      "gpu", po::value<std::string>()->default_value("auto"), "auto|on|off")(
-      "peer-json", po::value<std::string>(), "torch figures from bench/peer/torch_adamw.py, shown as ratios")(
-      "csv", po::value<std::string>(), "write the table as CSV")("json", po::value<std::string>(),
-                                                                 "write the table as JSON");
+  auto add = desc.add_options();
+  add("help,h", "show this help");
+  add("n", po::value<size_t>()->default_value(size_t(1) << 25), "elements per CPU measurement");
+  add("gpu-n", po::value<size_t>()->default_value(size_t(1) << 28), "elements per GPU measurement");
+  add("iters", po::value<int>()->default_value(10), "timed repetitions (median reported)");
+  add("optimizers", po::value<std::string>()->default_value("adamw,adam,adagrad,lion"), "comma list");
+  add("grads", po::value<std::string>()->default_value("bf16,fp32"),
+      "gradient dtypes; bf16/fp16 grads write a copy of the same dtype, fp32 grads write none (torch's setting)");
+  add("threads", po::value<size_t>()->default_value(0), "CPU threads (0: all allowed CPUs)");
+  add("pin", po::bool_switch(), "pin CPU threads to cores");
+  add("isa", po::value<std::string>(), "force a SIMD path: scalar|avx2|avx512");
+  add("prefetch", po::value<uint32_t>()->default_value(backend::cpu::CpuOptions{}.tuning.prefetch_elems),
+      "CPU software prefetch distance in elements (0: off)");
+  add("stream-copy", po::value<bool>()->default_value(backend::cpu::CpuOptions{}.tuning.stream_copy),
+      "CPU non-temporal stores for the bf16/fp16 copy (true|false)");
+  add("cpu-variants", po::bool_switch(), "also time AdamW under each CPU tuning variant (pin, prefetch, streaming)");
+  add("gpu", po::value<std::string>()->default_value("auto"), "auto|on|off");
+  add("peer-json", po::value<std::string>(), "torch figures from bench/peer/torch_adamw.py, shown as ratios");
+  add("csv", po::value<std::string>(), "write the table as CSV");
+  add("json", po::value<std::string>(), "write the table as JSON");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   if (vm.count("help")) {
@@ -102,6 +108,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   opt.threads = vm["threads"].as<size_t>();
   opt.pin_threads = vm["pin"].as<bool>();
   if (vm.count("isa")) opt.isa = int(backend::cpu::parse_isa(vm["isa"].as<std::string>()));
+  opt.tuning.prefetch_elems = vm["prefetch"].as<uint32_t>();
+  opt.tuning.stream_copy = vm["stream-copy"].as<bool>();
   backend::cpu::CpuBackend cpu(opt);
 
   Table t({"device", "kernel", "grad", "copy", "n", "B/elem", "ms", "Gparam/s", "GB/s", "% bound", "vs peer", "peer"});
@@ -113,15 +121,15 @@ int cmd_bench(const std::vector<std::string>& args) {
 
   // ---- CPU ------------------------------------------------------------------------------------
   progress("cpu: read-modify-write triad");
-  const double triad = measure_rmw_gbps(cpu.threads(), n, iters);
+  const double triad = measure_rmw_gbps(cpu, n, iters);
   progress("cpu: same-streams bound (the optimizer's traffic, no math)");
-  const double bound = measure_same_streams_gbps(cpu.threads(), n, iters);
+  const double bound = measure_same_streams_gbps(cpu, n, iters);
   t.add({"cpu", "same-streams bound", "fp32", "none", std::to_string(n), "28", fmt(28.0 * n / bound / 1e6, 3),
          fmt(n / (28.0 * n / bound), 2), fmt(bound, 1), "100.0", "-", "-"});
   t.add({"cpu", "rmw triad x+=s*y", "-", "-", std::to_string(n), "12", fmt(12.0 * n / triad / 1e6, 3), "-",
          fmt(triad, 1), fmt(triad / bound * 100, 1), "-", "-"});
   progress("cpu: naive AdamW loop (peer)");
-  const double naive_s = time_naive_adamw(cpu.threads(), n, iters);
+  const double naive_s = time_naive_adamw(cpu, n, iters);
   t.add({"cpu", "naive adamw loop", "fp32", "none", std::to_string(n), "28", fmt(naive_s * 1e3, 3),
          fmt(n / naive_s / 1e9, 2), fmt(28.0 * n / naive_s / 1e9, 1), fmt(28.0 * n / naive_s / 1e9 / bound * 100, 1),
          "-", "-"});
@@ -147,6 +155,25 @@ int cmd_bench(const std::vector<std::string>& args) {
              std::string(core::dtype_name(c)), std::to_string(n), std::to_string(b.total()), fmt(s * 1e3, 3),
              fmt(n / s / 1e9, 2), fmt(gbps, 1), fmt(gbps / bound * 100, 1), vs, peer_name});
     }
+
+  if (vm["cpu-variants"].as<bool>()) {
+    Table v({"pin", "prefetch", "stream copy", "adamw bf16/bf16 Gparam/s", "adamw fp32/none Gparam/s"});
+    for (bool pin : {false, true})
+      for (uint32_t pf : {0u, 256u, 1024u})
+        for (bool nt : {false, true}) {
+          backend::cpu::CpuOptions o = opt;
+          o.pin_threads = pin;
+          o.tuning.prefetch_elems = pf;
+          o.tuning.stream_copy = nt;
+          backend::cpu::CpuBackend be(o);
+          const double a = time_cpu_step(be, core::OptimizerKind::kAdamW, core::DType::kBF16, core::DType::kBF16, n, iters);
+          const double b = time_cpu_step(be, core::OptimizerKind::kAdamW, core::DType::kF32, core::DType::kNone, n, iters);
+          v.add({pin ? "yes" : "no", std::to_string(pf), nt ? "yes" : "no", fmt(n / a / 1e9, 2), fmt(n / b / 1e9, 2)});
+          std::cerr << "variant pin=" << pin << " prefetch=" << pf << " stream=" << nt << " done\n";
+        }
+    std::cout << "\nCPU tuning variants (" << n << " elements, median of " << iters << "):\n";
+    v.print(std::cout);
+  }
 
   // ---- GPU ------------------------------------------------------------------------------------
   bool gpu = false;

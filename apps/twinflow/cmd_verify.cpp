@@ -78,7 +78,8 @@ int cmd_verify(const std::vector<std::string>& args) {
   std::cerr << "verify: cuda skipped (built without CUDA)\n";
 #endif
 
-  Table t({"optimizer", "grad", "copy", "backend", "bits vs scalar", "max abs err", "max rel err", "tolerance", "ok"});
+  Table t({"optimizer", "grad", "copy", "backend", "bits vs scalar", "max abs err", "max rel err", "tolerance",
+           "excluded", "ok"});
   bool all_ok = true;
   const core::OptimizerKind kinds[] = {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdam,
                                        core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion};
@@ -102,7 +103,7 @@ int cmd_verify(const std::vector<std::string>& args) {
         t.add({std::string(core::optimizer_name(k)), std::string(core::dtype_name(g)), std::string(core::dtype_name(c)),
                name, bits, sci(rep.max_abs), sci(rep.max_rel),
                "rtol " + sci(tol.rtol) + " atol " + sci(tol.atol) + " + " + sci(tol.scale) + "*max|ref|",
-               ok ? "yes" : "NO"});
+               std::to_string(rep.excluded), ok ? "yes" : "NO"});
       };
       row("cpu-scalar", base, "(baseline)");
       for (auto& e : backends) {

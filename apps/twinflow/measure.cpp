@@ -70,9 +70,19 @@ double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::
   });
 }
 
-double measure_rmw_gbps(size_t threads, size_t n, int iters) {
-  backend::cpu::ThreadPool pool(threads);
-  std::unique_ptr<float[]> x(new float[n]), y(new float[n]);
+namespace {
+struct HostArray {
+  std::unique_ptr<backend::Buffer> buf;
+  float* f;
+  HostArray(backend::cpu::CpuBackend& be, size_t n) : buf(be.allocate(n * 4)), f(static_cast<float*>(buf->data())) {}
+  float& operator[](size_t i) { return f[i]; }
+  float* get() { return f; }
+};
+}  // namespace
+
+double measure_rmw_gbps(backend::cpu::CpuBackend& be, size_t n, int iters) {
+  backend::cpu::ThreadPool& pool = be.pool();
+  HostArray x(be, n), y(be, n);
   const size_t parts = pool.size();
   pool.run(parts, [&](size_t w) {  // first touch with the same split
     size_t b, e;
@@ -92,9 +102,9 @@ double measure_rmw_gbps(size_t threads, size_t n, int iters) {
   return 12.0 * double(n) / t / 1e9;
 }
 
-double measure_same_streams_gbps(size_t threads, size_t n, int iters) {
-  backend::cpu::ThreadPool pool(threads);
-  std::unique_ptr<float[]> p(new float[n]), m(new float[n]), v(new float[n]), g(new float[n]);
+double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int iters) {
+  backend::cpu::ThreadPool& pool = be.pool();
+  HostArray p(be, n), m(be, n), v(be, n), g(be, n);
   const size_t parts = pool.size();
   pool.run(parts, [&](size_t w) {
     size_t b, e;
@@ -120,9 +130,9 @@ double measure_same_streams_gbps(size_t threads, size_t n, int iters) {
   return 28.0 * double(n) / t / 1e9;
 }
 
-double time_naive_adamw(size_t threads, size_t n, int iters) {
-  backend::cpu::ThreadPool pool(threads);
-  std::unique_ptr<float[]> p(new float[n]), m(new float[n]), v(new float[n]), g(new float[n]);
+double time_naive_adamw(backend::cpu::CpuBackend& be, size_t n, int iters) {
+  backend::cpu::ThreadPool& pool = be.pool();
+  HostArray p(be, n), m(be, n), v(be, n), g(be, n);
   const size_t parts = pool.size();
   pool.run(parts, [&](size_t w) {
     size_t b, e;

@@ -13,18 +13,20 @@ namespace tf::app {
 double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
                      int iters);
 
-// Read-modify-write stream x[i] = x[i] + s*y[i] over n fp32 on `threads` threads (static split,
-// same as the optimizer's). Returns GB/s counting 12 bytes per element (8 read, 4 written). A
+// All three run on the backend's own (possibly pinned) workers over memory from its allocator
+// (2 MiB aligned, huge-page advised), so that the bound sees the same conditions as the kernels.
+//
+// Read-modify-write stream x[i] = x[i] + s*y[i] over n fp32 (static split, same as the optimizer's). Returns GB/s counting 12 bytes per element (8 read, 4 written). A
 // read-modify-write pays no write-allocate, like the optimizer, so this is the bound to hold it to.
-double measure_rmw_gbps(size_t threads, size_t n, int iters);
+double measure_rmw_gbps(backend::cpu::CpuBackend& be, size_t n, int iters);
 
 // The optimizer's own memory traffic with no arithmetic: read g, read-modify-write p, m, v
 // (fp32), i.e. p += g; m += g; v += g. 28 bytes per element, the same streams as AdamW with fp32
 // gradients. Returns GB/s. This is the bound the fused pass is held to.
-double measure_same_streams_gbps(size_t threads, size_t n, int iters);
+double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int iters);
 
 // The obvious implementation, for comparison: a plain C++ AdamW loop over fp32 master/m/v with
 // fp32 gradients, the compiler's own vectorization, same threads. Median seconds per step.
-double time_naive_adamw(size_t threads, size_t n, int iters);
+double time_naive_adamw(backend::cpu::CpuBackend& be, size_t n, int iters);
 
 }  // namespace tf::app

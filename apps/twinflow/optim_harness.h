@@ -38,6 +38,10 @@ struct Result {
   std::vector<uint16_t> copy;                       // empty when copy == none
   std::vector<GradStats> stats;                     // one per step
   std::vector<double> param_d, state1_d, state2_d;  // the reference's double values (reference only)
+  // Lion only (reference only): 1 where sign(c) was decided within fp32 rounding of c = 0 at some
+  // step. There the fp32 direction is not determined by the inputs, and the master weight may differ
+  // by 2*lr; such elements are excluded from the param check and counted.
+  std::vector<uint8_t> ambiguous;
 };
 
 // Initial master weights and the raw gradient of `step` (1-based) as the backend receives it.
@@ -63,6 +67,7 @@ struct TolReport {
   size_t worst_index = 0;
   std::string worst_array;
   bool within = true;
+  size_t excluded = 0;  // Lion elements with an ambiguous sign decision (Result::ambiguous)
 };
 // The tolerance the contract states for fp32 paths after `steps` steps (docs/ARCHITECTURE.md,
 // "Numerics"), elementwise for every element i of param and of each state array A:

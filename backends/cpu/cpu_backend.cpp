@@ -179,7 +179,7 @@ GradStats CpuBackend::step(OptimizerKind k, std::span<const OptimChunk> chunks, 
   for_tiles(tiles, [&](size_t, const std::vector<Work>& items) {
     uint64_t mine = 0;
     for (const Work& w : items)
-      mine += k_.step(k, chunks[w.chunk], s, w.tile_begin, w.tile_end, sums_.data() + w.sum_offset);
+      mine += k_.step(k, chunks[w.chunk], s, opt_.tuning, w.tile_begin, w.tile_end, sums_.data() + w.sum_offset);
     bad += mine;
   });
   GradStats out;

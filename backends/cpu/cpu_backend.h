@@ -25,6 +25,7 @@ struct CpuOptions {
   bool pin_threads = false;         // bind each worker to one CPU
   int isa = -1;                     // -1: select_isa(); else an Isa value
   size_t min_tiles_per_thread = 4;  // small chunks use fewer threads (8192 elements each at least)
+  KernelTuning tuning;              // memory-access knobs (bits do not depend on them)
 };
 
 class CpuBackend final : public OptimizerBackend {
@@ -33,6 +34,8 @@ class CpuBackend final : public OptimizerBackend {
   const Capabilities& caps() const override { return caps_; }
   Isa isa() const { return isa_; }
   size_t threads() const { return pool_.size(); }
+  // The backend's own workers (for measurements that must run under identical conditions).
+  ThreadPool& pool() { return pool_; }
 
   std::unique_ptr<Buffer> allocate(size_t bytes) override;
   void upload(Buffer& dst, const void* host_src, size_t bytes) override;

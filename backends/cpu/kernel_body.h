@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "backends/backend.h"
+#include "backends/cpu/kernels.h"
 #include "core/optim/grad_stats.h"
 #include "core/optim/update_rules.h"
 
@@ -25,9 +26,9 @@ typename T::V load_grad(const void* base, size_t i) {
 }
 
 template <class T, DType C>
-void store_copy(void* base, size_t i, typename T::V v) {
-  if constexpr (C == DType::kBF16) T::store_bf16(static_cast<uint16_t*>(base) + i, v);
-  if constexpr (C == DType::kF16) T::store_f16(static_cast<uint16_t*>(base) + i, v);
+void store_copy(void* base, size_t i, typename T::V v, bool nt = false) {
+  if constexpr (C == DType::kBF16) T::store_bf16(static_cast<uint16_t*>(base) + i, v, nt);
+  if constexpr (C == DType::kF16) T::store_f16(static_cast<uint16_t*>(base) + i, v, nt);
 }
 
 struct Ptrs {
@@ -40,8 +41,16 @@ struct Ptrs {
 
 // One vector of W elements at offset i. lane = position of element i in its tile modulo 128.
 template <class T, OptimizerKind K, DType G, DType C>
-inline uint32_t vec_step(const core::rules::Bcast<T>& b, const Ptrs& q, size_t i, double* acc_lane) {
+inline uint32_t vec_step(const core::rules::Bcast<T>& b, const Ptrs& q, size_t i, double* acc_lane,
+                         const KernelTuning& tune) {
   using V = typename T::V;
+  if (tune.prefetch_elems != 0) {
+    const size_t f = i + tune.prefetch_elems;
+    __builtin_prefetch(static_cast<const char*>(q.g) + f * core::dtype_bytes(G), 0, 3);
+    __builtin_prefetch(q.p + f, 1, 3);
+    __builtin_prefetch(q.s1 + f, 1, 3);
+    if constexpr (core::state_count(K) == 2) __builtin_prefetch(q.s2 + f, 1, 3);
+  }
   const V graw = load_grad<T, G>(q.g, i);
   T::acc_sq(acc_lane, graw);
   const V g = core::rules::scale_grad<T>(b, graw);
@@ -57,7 +66,7 @@ inline uint32_t vec_step(const core::rules::Bcast<T>& b, const Ptrs& q, size_t i
   if constexpr (C != DType::kNone) {
     constexpr uint32_t all = T::W == 32 ? 0xFFFFFFFFu : ((1u << T::W) - 1u);
     if (bits == all) {
-      store_copy<T, C>(q.copy, i, p);
+      store_copy<T, C>(q.copy, i, p, tune.stream_copy);
     } else {  // rare: keep the old copy on non-finite lanes
       uint16_t old[T::W];
       std::memcpy(old, static_cast<uint16_t*>(q.copy) + i, sizeof old);
@@ -70,7 +79,8 @@ inline uint32_t vec_step(const core::rules::Bcast<T>& b, const Ptrs& q, size_t i
 }
 
 template <class T, OptimizerKind K, DType G, DType C>
-uint64_t step_tiles(const OptimChunk& c, const StepScalars& s, size_t t0, size_t t1, double* tile_sums) {
+uint64_t step_tiles(const OptimChunk& c, const StepScalars& s, const KernelTuning& tune, size_t t0, size_t t1,
+                    double* tile_sums) {
   const core::rules::Bcast<T> b(s);
   constexpr size_t W = T::W;
   const size_t n = c.param.count;
@@ -83,7 +93,7 @@ uint64_t step_tiles(const OptimChunk& c, const StepScalars& s, size_t t0, size_t
     const size_t base = t * core::kStatsTile;
     const size_t end = base + core::kStatsTile < n ? base + core::kStatsTile : n;
     size_t i = base;
-    for (; i + W <= end; i += W) bad += vec_step<T, K, G, C>(b, q, i, acc + (i - base) % core::kStatsLanes);
+    for (; i + W <= end; i += W) bad += vec_step<T, K, G, C>(b, q, i, acc + (i - base) % core::kStatsLanes, tune);
     if (i < end) {  // tail: zero-padded copies, same vector body
       const size_t r = end - i;
       alignas(64) float tp[W] = {}, ts1[W] = {}, ts2[W] = {};
@@ -96,7 +106,8 @@ uint64_t step_tiles(const OptimChunk& c, const StepScalars& s, size_t t0, size_t
       std::memcpy(tg, static_cast<const char*>(q.g) + i * core::dtype_bytes(G), r * core::dtype_bytes(G));
       if constexpr (C != DType::kNone) std::memcpy(tc, static_cast<uint16_t*>(q.copy) + i, r * 2);
       const Ptrs tq{tp, ts1, ts2, tg, tc};
-      bad += vec_step<T, K, G, C>(b, tq, 0, acc + (i - base) % core::kStatsLanes);
+      const KernelTuning plain{};  // stack copies: no prefetch, no streaming stores
+      bad += vec_step<T, K, G, C>(b, tq, 0, acc + (i - base) % core::kStatsLanes, plain);
       std::memcpy(q.p + i, tp, r * 4);
       std::memcpy(q.s1 + i, ts1, r * 4);
       if constexpr (core::state_count(K) == 2) std::memcpy(q.s2 + i, ts2, r * 4);
@@ -104,6 +115,7 @@ uint64_t step_tiles(const OptimChunk& c, const StepScalars& s, size_t t0, size_t
     }
     tile_sums[t - t0] = core::fold_tile_lanes(acc);
   }
+  if (tune.stream_copy && C != DType::kNone) T::store_fence();
   return bad;
 }
 
@@ -139,12 +151,13 @@ uint64_t stats_tiles(const BufferView& grad, size_t t0, size_t t1, double* tile_
 
 // Runtime (kind, grad dtype, copy dtype) -> instantiation.
 template <class T>
-uint64_t step_dispatch(OptimizerKind k, const OptimChunk& c, const StepScalars& s, size_t t0, size_t t1, double* sums) {
+uint64_t step_dispatch(OptimizerKind k, const OptimChunk& c, const StepScalars& s, const KernelTuning& tune, size_t t0,
+                       size_t t1, double* sums) {
   auto by_copy = [&]<OptimizerKind K, DType G>() -> uint64_t {
     switch (c.param_copy.dtype) {
-      case DType::kBF16: return step_tiles<T, K, G, DType::kBF16>(c, s, t0, t1, sums);
-      case DType::kF16: return step_tiles<T, K, G, DType::kF16>(c, s, t0, t1, sums);
-      default: return step_tiles<T, K, G, DType::kNone>(c, s, t0, t1, sums);
+      case DType::kBF16: return step_tiles<T, K, G, DType::kBF16>(c, s, tune, t0, t1, sums);
+      case DType::kF16: return step_tiles<T, K, G, DType::kF16>(c, s, tune, t0, t1, sums);
+      default: return step_tiles<T, K, G, DType::kNone>(c, s, tune, t0, t1, sums);
     }
   };
   auto by_grad = [&]<OptimizerKind K>() -> uint64_t {

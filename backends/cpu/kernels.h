@@ -10,10 +10,16 @@ namespace tf::backend::cpu {
 
 enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
 
+// Memory-access knobs of the CPU kernels (results are the same bits whatever they are).
+struct KernelTuning {
+  uint32_t prefetch_elems = 0;  // software-prefetch this many elements ahead on every stream (0: off)
+  bool stream_copy = false;     // non-temporal stores for the write-only bf16/fp16 copy (no RFO read)
+};
+
 // Updates tiles [tile_begin, tile_end) of one chunk (grad_stats.h tiles of 2048 elements). Writes one
 // canonical tile sum per tile to tile_sums[0 .. tile_end - tile_begin). Returns the non-finite count.
-using StepTilesFn = uint64_t (*)(OptimizerKind k, const OptimChunk& c, const StepScalars& s, size_t tile_begin,
-                                 size_t tile_end, double* tile_sums);
+using StepTilesFn = uint64_t (*)(OptimizerKind k, const OptimChunk& c, const StepScalars& s,
+                                 const KernelTuning& tune, size_t tile_begin, size_t tile_end, double* tile_sums);
 // Statistics only (no update).
 using StatsTilesFn = uint64_t (*)(const BufferView& grad, size_t tile_begin, size_t tile_end, double* tile_sums);
 

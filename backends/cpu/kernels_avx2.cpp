@@ -33,7 +33,15 @@ struct Avx2 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
   static V load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static void store_bf16(uint16_t* p, V v) {
+  // 8 halves = 16 bytes: streamed when asked and 16-byte aligned
+  static void store8(uint16_t* p, __m128i h, bool nt) {
+    if (nt && (reinterpret_cast<uintptr_t>(p) & 15u) == 0)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(p), h);
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+  }
+  static void store_fence() { _mm_sfence(); }
+  static void store_bf16(uint16_t* p, V v, bool nt) {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
     const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));  // a < 2^31: signed ok
@@ -42,15 +50,15 @@ struct Avx2 {
     r = _mm256_srli_epi32(r, 16);
     r = _mm256_blendv_epi8(r, _mm256_set1_epi32(core::kBF16CanonicalNaN), nan);
     const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+    store8(p, packed, nt);
   }
-  static void store_f16(uint16_t* p, V v) {
+  static void store_f16(uint16_t* p, V v, bool nt) {
     const __m128i nan32 =
         _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))),
                         _mm256_extracti128_si256(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)), 1));
     __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     h = _mm_blendv_epi8(h, _mm_set1_epi16(short(core::kF16CanonicalNaN)), nan32);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+    store8(p, h, nt);
   }
   static M finite(V v) {
     const V a = _mm256_andnot_ps(_mm256_set1_ps(-0.f), v);
@@ -66,8 +74,9 @@ struct Avx2 {
   }
 };
 
-uint64_t step(OptimizerKind k, const OptimChunk& c, const StepScalars& s, size_t t0, size_t t1, double* sums) {
-  return body::step_dispatch<Avx2>(k, c, s, t0, t1, sums);
+uint64_t step(OptimizerKind k, const OptimChunk& c, const StepScalars& s, const KernelTuning& tune, size_t t0,
+              size_t t1, double* sums) {
+  return body::step_dispatch<Avx2>(k, c, s, tune, t0, t1, sums);
 }
 uint64_t stats(const BufferView& g, size_t t0, size_t t1, double* sums) {
   return body::stats_dispatch<Avx2>(g, t0, t1, sums);

@@ -37,7 +37,15 @@ struct Avx512 {
     // hardware quiets NaNs the same way as core::f16_to_f32
     return f;
   }
-  static void store_bf16(uint16_t* p, V v) {
+  // 16 halves = 32 bytes: streamed when asked and 32-byte aligned
+  static void store16(uint16_t* p, __m256i h, bool nt) {
+    if (nt && (reinterpret_cast<uintptr_t>(p) & 31u) == 0)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), h);
+    else
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+  }
+  static void store_fence() { _mm_sfence(); }
+  static void store_bf16(uint16_t* p, V v, bool nt) {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
     const M nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7F800000));
@@ -45,13 +53,13 @@ struct Avx512 {
     __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
     r = _mm512_srli_epi32(r, 16);
     r = _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(core::kBF16CanonicalNaN));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+    store16(p, _mm512_cvtepi32_epi16(r), nt);
   }
-  static void store_f16(uint16_t* p, V v) {
+  static void store_f16(uint16_t* p, V v, bool nt) {
     const M nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     h = _mm256_mask_blend_epi16(nan, h, _mm256_set1_epi16(short(core::kF16CanonicalNaN)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+    store16(p, h, nt);
   }
   static M finite(V v) {
     const V a = _mm512_abs_ps(v);
@@ -67,8 +75,9 @@ struct Avx512 {
   }
 };
 
-uint64_t step(OptimizerKind k, const OptimChunk& c, const StepScalars& s, size_t t0, size_t t1, double* sums) {
-  return body::step_dispatch<Avx512>(k, c, s, t0, t1, sums);
+uint64_t step(OptimizerKind k, const OptimChunk& c, const StepScalars& s, const KernelTuning& tune, size_t t0,
+              size_t t1, double* sums) {
+  return body::step_dispatch<Avx512>(k, c, s, tune, t0, t1, sums);
 }
 uint64_t stats(const BufferView& g, size_t t0, size_t t1, double* sums) {
   return body::stats_dispatch<Avx512>(g, t0, t1, sums);

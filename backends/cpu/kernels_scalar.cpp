@@ -22,8 +22,9 @@ struct Scalar {
   static void storef(float* p, V v) { *p = v; }
   static V load_bf16(const uint16_t* p) { return core::bf16_to_f32(*p); }
   static V load_f16(const uint16_t* p) { return core::f16_to_f32(*p); }
-  static void store_bf16(uint16_t* p, V v) { *p = core::f32_to_bf16(v); }
-  static void store_f16(uint16_t* p, V v) { *p = core::f32_to_f16(v); }
+  static void store_bf16(uint16_t* p, V v, bool) { *p = core::f32_to_bf16(v); }
+  static void store_f16(uint16_t* p, V v, bool) { *p = core::f32_to_f16(v); }
+  static void store_fence() {}
   static M finite(V v) { return std::isfinite(v); }
   static V select(M m, V a, V b) { return m ? a : b; }
   static uint32_t mask_bits(M m) { return m ? 1u : 0u; }
@@ -33,8 +34,9 @@ struct Scalar {
   }
 };
 
-uint64_t step(OptimizerKind k, const OptimChunk& c, const StepScalars& s, size_t t0, size_t t1, double* sums) {
-  return body::step_dispatch<Scalar>(k, c, s, t0, t1, sums);
+uint64_t step(OptimizerKind k, const OptimChunk& c, const StepScalars& s, const KernelTuning& tune, size_t t0,
+              size_t t1, double* sums) {
+  return body::step_dispatch<Scalar>(k, c, s, tune, t0, t1, sums);
 }
 uint64_t stats(const BufferView& g, size_t t0, size_t t1, double* sums) {
   return body::stats_dispatch<Scalar>(g, t0, t1, sums);

@@ -33,8 +33,7 @@ size_t available_cpus() { return allowed_cpus().size(); }
 ThreadPool::ThreadPool(size_t threads, bool pin) {
   const std::vector<int> cpus = allowed_cpus();
   if (threads == 0) threads = cpus.size();
-  if (pin) pin_to(pthread_self(), cpus[0]);
-  for (size_t i = 1; i < threads; ++i) {
+  for (size_t i = 0; i < threads; ++i) {
     workers_.emplace_back([this, i] { worker(i); });
     if (pin) pin_to(workers_.back().native_handle(), cpus[i % cpus.size()]);
   }
@@ -52,29 +51,18 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run(size_t parts, const std::function<void(size_t)>& fn) {
   if (parts == 0) return;
   if (parts > size()) parts = size();
-  if (parts == 1) {
-    fn(0);
-    return;
-  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     job_ = &fn;
     parts_ = parts;
-    pending_ = parts - 1;
+    pending_ = parts;
     error_ = nullptr;
     ++generation_;
   }
   start_cv_.notify_all();
-  std::exception_ptr mine;
-  try {
-    fn(0);
-  } catch (...) {
-    mine = std::current_exception();
-  }
   std::unique_lock<std::mutex> lk(mu_);
   done_cv_.wait(lk, [this] { return pending_ == 0; });
   job_ = nullptr;
-  if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);
 }
 

@@ -13,17 +13,18 @@ namespace tf::backend::cpu {
 
 class ThreadPool {
  public:
-  // threads == 0: one per CPU in this process's affinity mask. pin: bind worker i to the i-th
-  // allowed CPU.
+  // threads == 0: one per CPU in the calling thread's affinity mask. pin: bind worker i to the i-th
+  // allowed CPU. All work runs on the pool's own threads; the caller is never pinned (threads it
+  // creates later inherit its affinity, so pinning it would squeeze them onto one CPU).
   explicit ThreadPool(size_t threads = 0, bool pin = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  size_t size() const { return workers_.size() + 1; }  // the caller is worker 0
+  size_t size() const { return workers_.size(); }
 
-  // Runs fn(w) for w in [0, parts) on parts <= size() threads and waits for all. The caller runs
-  // part 0. Exceptions from any part are rethrown (the first one).
+  // Runs fn(w) for w in [0, parts) on workers 0..parts-1 (parts <= size()) and waits for all.
+  // Exceptions from any part are rethrown (the first one).
   void run(size_t parts, const std::function<void(size_t)>& fn);
 
   // The static split of [0, n) into `parts` contiguous ranges: part w gets [begin, end).

@@ -168,4 +168,25 @@ TEST(CpuThreads, BitsIndependentOfThreadCount) {
   }
 }
 
+// Prefetching and streaming stores change memory traffic, never bits.
+TEST(CpuTuning, BitsIndependentOfPrefetchAndStreamingStores) {
+  for (DType copy : {DType::kBF16, DType::kF16}) {
+    harness::Problem p = harness::random_problem(6, OptimizerKind::kAdamW, DType::kBF16, copy, 10);
+    p.n = 2048 * 21 + 3;
+    p.chunks = 2;
+    p.nonfinite_every = 333;  // the rare non-finite path must also keep the old copy with streaming on
+    p.steps = 3;
+    backend::cpu::CpuBackend plain{backend::cpu::CpuOptions{}};
+    const auto base = harness::run_backend(plain, p);
+    for (uint32_t pf : {0u, 64u, 1024u}) {
+      backend::cpu::CpuOptions o;
+      o.tuning.prefetch_elems = pf;
+      o.tuning.stream_copy = true;
+      backend::cpu::CpuBackend be(o);
+      const auto rep = harness::compare_bits(harness::run_backend(be, p), base);
+      EXPECT_TRUE(rep.equal) << "prefetch " << pf << ": " << rep.first;
+    }
+  }
+}
+
 }  // namespace
