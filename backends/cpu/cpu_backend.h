@@ -36,6 +36,7 @@ class CpuBackend final : public OptimizerBackend {
   size_t threads() const { return pool_.size(); }
   // The backend's own workers (for measurements that must run under identical conditions).
   ThreadPool& pool() { return pool_; }
+  const KernelTuning& tuning() const { return opt_.tuning; }
 
   std::unique_ptr<Buffer> allocate(size_t bytes) override;
   void upload(Buffer& dst, const void* host_src, size_t bytes) override;

@@ -24,10 +24,10 @@ tail -4 "$OUT/conformance.log"
 grep -c 'SKIPPED' "$OUT/conformance.log" | sed 's/^/skipped lines: /'
 
 step "Eigen double reference vs torch.optim (float64)"
-run python3 tests/torch/test_reference_vs_torch.py $B/tf_reference_dump 2>&1 | tee "$OUT/torch_oracle.log" | tail -12
+run python3 tests/torch/test_reference_vs_torch.py $B/tf_reference_dump 2>&1 | tail -28
 
 step "verify: bitwise parity scalar/AVX2/AVX-512/CUDA, tolerance vs reference, 100 steps"
-run $B/twinflow verify --n 100003 --steps 100 --json "$OUT/verify.json" 2>/dev/null | tee "$OUT/verify.txt" | tail -52
+run $B/twinflow verify --n 100003 --steps 100 --json "$OUT/verify.json" 2>/dev/null | tail -52
 
 step "CUDA vs CPU bitwise check + GPU kernel table (cuda_optim_check)"
 run $B/cuda_optim_check 2>&1 | tee "$OUT/cuda_check.log" | tail -30
@@ -36,8 +36,8 @@ step "torch peers: fused AdamW on GPU and CPU"
 run python3 bench/peer/torch_adamw.py --json "$OUT/torch.json" 2>&1 | tail -12
 
 step "twinflow bench (CPU pinned, all cores; GPU), torch ratios from the same run"
-run $B/twinflow bench --pin --n $((1 << 26)) --gpu-n $((1 << 28)) --iters 15 --peer-json "$OUT/torch.json" \
-  --json "$OUT/bench.json" --csv "$OUT/bench.csv" 2>/dev/null | tee "$OUT/bench.txt"
+run $B/twinflow bench ${BENCH_FLAGS:-} --n $((1 << 26)) --gpu-n $((1 << 28)) --iters 15 --peer-json "$OUT/torch.json" \
+  --json "$OUT/bench.json" 2>/dev/null
 
 echo; echo "issue2.sh: $([ $status -eq 0 ] && echo all steps passed || echo SOME STEPS FAILED)"
 exit $status

@@ -79,7 +79,7 @@ TEST(Model, PresetLookupIsCaseInsensitiveWithAliases) {
 
 TEST(Model, DecoderTensorsInForwardOrder) {
   const ModelDesc m = describe_model(model_preset("gpt-tiny"));  // 2 layers, h 64, f 256, V 512, P 64
-  ASSERT_EQ(m.layers.size(), 4u);                                 // embed, 2 blocks, head
+  ASSERT_EQ(m.layers.size(), 4u);                                // embed, 2 blocks, head
   EXPECT_EQ(m.layers[0].kind, LayerKind::kEmbedding);
   EXPECT_EQ(m.layers[1].kind, LayerKind::kBlock);
   EXPECT_EQ(m.layers[3].kind, LayerKind::kHead);
