@@ -6,16 +6,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace tf::core {
-
-namespace {
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-}  // namespace
 
 std::string_view dtype_name(DType t) {
   switch (t) {
@@ -28,7 +21,7 @@ std::string_view dtype_name(DType t) {
 }
 
 DType parse_dtype(std::string_view s, std::string_view what) {
-  const std::string l = lower(s);
+  const std::string l = ascii_lower(s);
   if (l == "fp32" || l == "f32" || l == "float32" || l == "float") return DType::kF32;
   if (l == "bf16" || l == "bfloat16") return DType::kBF16;
   if (l == "fp16" || l == "f16" || l == "float16" || l == "half") return DType::kF16;
@@ -48,7 +41,7 @@ std::string_view optimizer_name(OptimizerKind k) {
 }
 
 OptimizerKind parse_optimizer(std::string_view s) {
-  const std::string l = lower(s);
+  const std::string l = ascii_lower(s);
   if (l == "adamw") return OptimizerKind::kAdamW;
   if (l == "adam") return OptimizerKind::kAdam;
   if (l == "adagrad") return OptimizerKind::kAdagrad;

@@ -20,6 +20,12 @@ struct Case {
   DType grad, copy;
 };
 
+// Readable test parameter in listings (instead of the struct's bytes).
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.backend << "/" << core::optimizer_name(c.kind) << "/grad " << core::dtype_name(c.grad) << "/copy "
+      << core::dtype_name(c.copy);
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> out;
   for (const auto& b : test::backends_under_test())

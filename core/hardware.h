@@ -1,0 +1,88 @@
+// Hardware profiles (scenarios/hardware/*.yaml): GPU, PCIe, interconnects, CPU and host memory, each figure sourced.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tf::core {
+
+// Units are in the names; GB = 1e9 B and TFLOP = 1e12 FLOP everywhere; "gparam_s" = 1e9 elements/s.
+struct GpuProfile {
+  std::string name;
+  int64_t hbm_bytes = 0;
+  double hbm_gbps = 0;     // device memory bandwidth (a copy moves 2x its size through it)
+  double bf16_tflops = 0;  // dense tensor-core peak; 0: no bf16 support
+  double fp16_tflops = 0;
+  double fp32_tflops = 0;  // non-tensor-core fp32
+  double kernel_launch_ns = 0;
+};
+
+struct PcieProfile {
+  double h2d_gbps = 0;  // pinned host -> device, one direction alone
+  double d2h_gbps = 0;
+  double bidir_total_gbps = 0;  // both directions at once, the two added
+  int gpus_per_link = 1;        // GPUs sharing one host uplink (through a PCIe switch)
+};
+
+// A collective bus bandwidth measured at one message size (nccl-tests "busbw").
+struct BusPoint {
+  int64_t message_bytes = 0;
+  double bus_gbps = 0;
+};
+
+struct LinkProfile {
+  std::string kind;  // nvlink, pcie, infiniband, ethernet, none
+  double gbps = 0;   // intra-node: collective bus bandwidth; inter-node: per GPU, per direction; 0: none
+  double latency_ns = 0;
+  std::vector<BusPoint> bus_gbps_by_message_bytes;  // optional measurements, ascending sizes
+  // Bus bandwidth for a message: interpolated linearly in log(size) between measured points and
+  // clamped at the ends; `gbps` when nothing was measured.
+  double bus_gbps_at(int64_t message_bytes) const;
+};
+
+struct CpuProfile {
+  std::string name;
+  int cores = 0;  // physical cores in the node
+  double mem_gbps = 0;
+  double optimizer_gparam_s_per_core = 0;   // CPU AdamW, one core
+  double optimizer_gparam_s_all_cores = 0;  // CPU AdamW, all cores (memory-bound ceiling)
+  double dma_slowdown_factor = 1;           // CPU optimizer time x this while PCIe copies run
+  // Optional measured rates by thread count, ascending (threads, Gparam/s).
+  std::vector<std::pair<int, double>> optimizer_gparam_s_by_threads;
+  // With measurements: interpolated linearly between measured thread counts (below the first,
+  // proportional to threads; above the last, that rate), capped by the all-core rate. Without:
+  // min(threads x per-core rate, all-core rate).
+  double optimizer_gparam_s(int threads) const;
+};
+
+struct HardwareProfile {
+  std::string name;
+  std::string description;
+  std::filesystem::path file;  // empty for a built-in profile
+  int gpus_per_node = 0;
+  GpuProfile gpu;
+  PcieProfile pcie;
+  LinkProfile intra_node;
+  LinkProfile inter_node;
+  CpuProfile cpu;
+  int64_t host_memory_bytes = 0;
+  std::map<std::string, std::string> sources;  // "gpu.hbm_gbps" -> its source
+  std::vector<std::string> warnings;           // unknown keys
+};
+
+// Parses a profile. Every figure is written {value: V, source: "..."}; errors throw InputError
+// "FILE:LINE:COL: key.path: what; allowed ...".
+HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::string& display_name);
+HardwareProfile load_hardware_profile(const std::filesystem::path& file);
+
+// The profiles shipped in scenarios/hardware/, compiled in (the files are the source of truth).
+std::vector<std::string_view> builtin_hardware_profile_names();
+std::optional<std::string_view> builtin_hardware_profile_text(std::string_view name);
+
+}  // namespace tf::core

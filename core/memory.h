@@ -1,0 +1,59 @@
+// Memory accounting per rank (GPU and pinned host) for ZeRO stage 1/2/3 with Twin-Flow, and the
+// range of ratios that fit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/model.h"
+#include "core/partition.h"
+#include "core/twinflow.h"
+
+namespace tf::core {
+
+struct MemoryOptions {
+  int lp_bytes = 2;          // bytes of a bf16/fp16 parameter or gradient (4 when training in fp32)
+  int optimizer_states = 2;  // fp32 arrays beside the master weight (AdamW/Adam 2, Adagrad/Lion 1)
+  int64_t micro_batch = 1;
+  bool checkpointing = false;                    // activation checkpointing of every block
+  int prefetch_layers = 2;                       // ZeRO-3 all-gather buffers: the layer in use and the next one
+  int64_t workspace_bytes = int64_t(512) << 20;  // CUDA context + cuBLAS/NCCL workspaces (measured later)
+};
+
+// Bytes per rank. GPU terms sum to gpu_total, host terms to host_total.
+struct RankMemory {
+  int64_t gpu_params = 0;       // stage 3: the rank's bf16 shard; stages 1/2: the full bf16 model
+  int64_t gpu_grads = 0;        // stage >= 2: grads of the GPU segment; stage 1: the full model's grads
+  int64_t gpu_optimizer = 0;    // fp32 master + states of the GPU segment
+  int64_t gpu_activations = 0;  // one micro-batch, with or without checkpointing
+  int64_t gpu_comm = 0;         // all-gather prefetch + reduce-scatter buffers (whole layers)
+  int64_t gpu_workspace = 0;
+  int64_t gpu_total = 0;
+  int64_t host_optimizer = 0;  // pinned fp32 master + states of the CPU segment
+  int64_t host_staging = 0;    // pinned bf16 gradient (D2H) and parameter (H2D) buffers of the CPU segment
+  int64_t host_total = 0;
+};
+
+RankMemory rank_memory(const ModelDesc& model, const Partition& part, const RankShard& shard,
+                       const TwinFlowSplit& split, const MemoryOptions& opt);
+
+// The ratios whose memory fits: GPU bytes fall and host bytes rise with the ratio, so the feasible
+// set is an interval [min_ratio, max_ratio] (on the alignment grid of the largest shard).
+struct RatioRange {
+  bool feasible = false;
+  double min_ratio = 0, max_ratio = 0;
+  std::string why;  // when infeasible: the numbers
+};
+RatioRange feasible_ratios(const ModelDesc& model, const Partition& part, const MemoryOptions& opt,
+                           int64_t gpu_bytes_per_rank, int64_t host_bytes_per_rank);
+
+// Throws InputError when `ratio` does not fit on some rank, naming the numbers and the feasible range,
+// e.g. "ratio 0.2 needs 85.3 GB on each GPU (params 3.1 + grads 2.4 + optimizer 64.0 + ...) but a GPU
+// has 80.0 GB; the ratios that fit are [0.34, 1]".
+void check_ratio_fits(const ModelDesc& model, const Partition& part, const MemoryOptions& opt, double ratio,
+                      int64_t gpu_bytes_per_rank, int64_t host_bytes_per_rank);
+
+// "85.3 GB" (1 GB = 1e9 B)
+std::string format_gb(int64_t bytes);
+
+}  // namespace tf::core

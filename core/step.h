@@ -1,0 +1,70 @@
+// The step schedule: which ops one rank issues in a training step, on which queue, after which ops.
+// The core decides what and in which order; a backend (real or simulated) decides how and when.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+#include "core/partition.h"
+#include "core/twinflow.h"
+
+namespace tf::core {
+
+enum class Queue : uint8_t { kCompute, kComm, kD2H, kH2D, kCpu };
+constexpr int kQueueCount = 5;
+const char* queue_name(Queue q);
+
+enum class OpKind : uint8_t {
+  kAllGather,      // comm: gather a layer's bf16 parameters (ZeRO-3), forward or backward
+  kForward,        // compute: one layer, one micro-batch
+  kBackward,       // compute: one layer, one micro-batch (recompute included with checkpointing)
+  kReduceScatter,  // comm: a layer's bf16 gradients -> each rank's slice (stages 2, 3)
+  kAllReduce,      // comm: a layer's bf16 gradients summed on every rank (stage 1)
+  kD2HGrad,        // d2h: the CPU segment's part of a layer's reduced gradient (bf16)
+  kGradStats,      // compute (GPU segment) / cpu (CPU segment): partial sum of squares + non-finite count
+  kNormAllReduce,  // comm: global norm partials and the overflow flag (8 B x 2)
+  kGpuOptimizer,   // compute: the fused multi-tensor kernel over the GPU segment
+  kCpuOptimizer,   // cpu: the fused SIMD pass over the CPU part of one layer
+  kH2DParam,       // h2d: the updated bf16 copy of the CPU part of one layer
+};
+const char* op_kind_name(OpKind k);
+
+struct Op {
+  uint32_t id = 0;
+  OpKind kind = OpKind::kForward;
+  Queue queue = Queue::kCompute;
+  int32_t layer = -1;          // model layer, -1 for whole-shard ops
+  int32_t micro_batch = -1;    // -1 when not per micro-batch
+  std::vector<uint32_t> deps;  // ids of ops that must finish first (all earlier in the list)
+  double flops = 0;            // compute ops
+  int64_t bytes = 0;           // bytes moved: per rank on the wire for collectives, over PCIe for copies,
+                               // through memory for memory-bound kernels
+  int64_t elems = 0;           // optimizer/stats ops: elements processed
+  std::string label() const;
+};
+
+struct StepConfig {
+  int64_t micro_batch = 1;
+  int grad_accum = 1;
+  int lp_bytes = 2;          // bf16/fp16
+  int optimizer_states = 2;  // AdamW/Adam 2, Adagrad/Lion 1
+  bool checkpointing = false;
+  bool clip_gradients = false;  // global-norm clipping: optimizers wait for the norm all-reduce
+  bool loss_scaling = false;    // fp16 dynamic loss scaling: optimizers wait for the overflow flag
+  int prefetch_layers = 2;      // ZeRO-3 all-gathers in flight ahead of compute
+};
+
+// The ops of one step of one rank, in issue order; deps only point backwards, and ops on one queue
+// run in issue order (so same-queue deps are implicit and not listed). Every rank issues the same
+// list. Gradient accumulation keeps the CPU segment's gradients on the GPU until the last
+// micro-batch, so PCIe carries exactly 2 B/param of the CPU segment each way per step.
+struct StepPlan {
+  std::vector<Op> ops;
+  int64_t pcie_d2h_bytes = 0, pcie_h2d_bytes = 0;  // totals over the step (2 B/param of the CPU segment each way)
+};
+
+StepPlan plan_step(const ModelDesc& model, const Partition& part, const TwinFlowSplit& split, const StepConfig& cfg);
+
+}  // namespace tf::core

@@ -1,0 +1,265 @@
+// Simulated resources: FIFO queues of ops (streams, copy engines, the CPU pool), dependency events, shared bandwidth.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "sim/cost_model.h"
+#include "sim/event_queue.h"
+
+// Lifetime rule for everything here: a Resource, FluidServer, SharedLink or CpuPool holds raw
+// pointers to its EventQueue and to its peers, and the callbacks it schedules hold raw pointers to
+// it. Create them after the EventQueue they use and destroy them before it (members of one
+// simulation object, declared in that order), and do not fire Events or run the queue after a
+// resource that waits on them is gone. None of them is copyable or movable.
+namespace tf::sim {
+
+// A one-shot completion signal, like a CUDA event: ops wait for Events, and each op's Event fires when
+// it ends. A handle with shared ownership; a default-constructed handle is empty (valid() is false).
+class Event {
+ public:
+  Event() = default;
+  // A new pending event.
+  static Event create();
+  // An event that has already fired at time t (for ops that depend on something already done).
+  static Event fired_at(TimeNs t);
+
+  bool valid() const noexcept { return state_ != nullptr; }
+  bool fired() const;
+  // The time it fired; throws std::logic_error while pending.
+  TimeNs time() const;
+  // Marks it fired at t and runs its waiters in the order they were added, synchronously. Firing
+  // twice throws std::logic_error.
+  void fire(TimeNs t);
+  // Runs fn when it fires (at once if it already has).
+  void on_fire(Callback fn);
+
+ private:
+  struct State {
+    TimeNs time_ns = -1;  // -1 while pending
+    std::vector<Callback> waiters;
+  };
+  void require_valid(const char* who) const;
+  std::shared_ptr<State> state_;
+};
+
+class Work;
+
+// A callable that computes an op's duration (TimeNs) when the op starts.
+template <class F>
+concept CostFunction = !std::is_convertible_v<F, TimeNs> && !std::is_same_v<std::remove_cvref_t<F>, Work> &&
+                       std::is_invocable_r_v<TimeNs, std::decay_t<F>&>;
+
+// What an op does once it starts on a Resource:
+// - a fixed duration (implicit from TimeNs);
+// - a cost function, called when the op starts (so it sees the state of the simulation then), returning
+//   the duration (implicit from any callable returning TimeNs);
+// - asynchronous work (Work::async): a starter that receives `done` and calls it once when the op ends,
+//   at the same simulated time or later. Transfers on a SharedLink and work on a CpuPool are built so.
+class Work {
+ public:
+  using CostFn = InlineFunction<TimeNs()>;
+  using Starter = InlineFunction<void(Callback done)>;
+
+  Work(TimeNs duration_ns);  // NOLINT: implicit, so submit("x", 1000) reads naturally
+  template <CostFunction F>
+  Work(F&& cost_fn) : body_(CostFn(std::forward<F>(cost_fn))) {}  // NOLINT: implicit
+  static Work async(Starter starter);
+
+ private:
+  friend class Resource;
+  Work() = default;
+  std::variant<TimeNs, CostFn, Starter> body_;
+};
+
+// One op's stay on a resource, for utilization and traces.
+struct BusyInterval {
+  TimeNs start_ns = 0;
+  TimeNs end_ns = 0;
+  std::string label;
+};
+
+// A queue on which ops run one at a time in submission order (a GPU compute or comm stream, a d2h or
+// h2d copy engine, the CPU optimizer pool). An op starts when the resource is free, every op submitted
+// before it has ended, and all its dependency Events have fired; like a CUDA stream, an op that waits
+// blocks the ops behind it. At an op's end, in this order and at the same simulated time: its busy
+// interval is recorded, its on_done runs, its Event fires (ops on other resources waiting on it may
+// start), and the next op on this resource may start.
+class Resource {
+ public:
+  Resource(EventQueue& queue, std::string name);
+  Resource(const Resource&) = delete;
+  Resource& operator=(const Resource&) = delete;
+
+  // Queues an op; returns the Event that fires when it ends. Empty dependency handles throw
+  // std::invalid_argument; a negative duration (fixed or from a cost function) throws too.
+  Event submit(std::string label, Work work, std::span<const Event> deps = {}, Callback on_done = {});
+  Event submit(std::string label, Work work, std::initializer_list<Event> deps, Callback on_done = {});
+
+  const std::string& name() const noexcept { return name_; }
+  EventQueue& queue() const noexcept { return *queue_; }
+  bool busy() const noexcept { return busy_; }
+  // Ops submitted and not yet ended (the running one included).
+  std::size_t outstanding() const noexcept { return ops_.size(); }
+  uint64_t ops_completed() const noexcept { return completed_; }
+  // Sum of the busy time of ended ops.
+  TimeNs busy_ns() const noexcept { return busy_ns_; }
+
+  // Busy intervals of ended ops, in order (recorded unless turned off, e.g. for long sweeps).
+  void set_record_intervals(bool on) noexcept { record_ = on; }
+  const std::vector<BusyInterval>& intervals() const noexcept { return intervals_; }
+  void clear_intervals() noexcept { intervals_.clear(); }
+  // The fraction of [start_ns, end_ns) covered by the recorded intervals.
+  double utilization(TimeNs start_ns, TimeNs end_ns) const;
+
+ private:
+  struct Op {
+    std::string label;
+    Work work;
+    Callback on_done;
+    Event done;
+    uint32_t pending_deps = 0;
+  };
+  void try_start();
+  void start_head();
+  void finish_head();
+  Callback finisher();
+
+  EventQueue* queue_;
+  std::string name_;
+  std::deque<Op> ops_;  // front: the running op, or the next to run
+  bool busy_ = false;
+  bool in_try_start_ = false;
+  bool starting_ = false;        // inside an async starter
+  bool ended_in_start_ = false;  // the async starter called done synchronously
+  TimeNs head_start_ns_ = 0;
+  uint64_t head_serial_ = 0;  // counts started ops; a stale or repeated `done` is detected by it
+  uint64_t completed_ = 0;
+  TimeNs busy_ns_ = 0;
+  bool record_ = true;
+  std::vector<BusyInterval> intervals_;
+};
+
+// A fluid (processor-sharing) server: jobs of several classes progress at the same time, each at a
+// rate that depends on how many jobs of each class are active (and on anything else the rate function
+// reads; call rates_changed() when that changes). Whenever the set of jobs or the rates change, the
+// remaining work of every job is settled at the old rates up to now and the next completion is
+// re-planned at the new ones. Amounts and rates are in units and units per ns (bytes and GB/s, or
+// params and Gparam/s). A job ends at the first whole ns at which its remaining work is done
+// (ceil_ns). Jobs that end at the same time complete in the order they started.
+class FluidServer {
+ public:
+  // Rate of one job of class job_class (> 0, units per ns), given the active jobs per class.
+  using RateFn = std::function<double(int job_class, std::span<const int> active_per_class)>;
+  // Called with true when the first job starts and false when the last ends.
+  using ActivityListener = std::function<void(bool active)>;
+
+  FluidServer(EventQueue& queue, int classes, RateFn per_job_rate);
+  FluidServer(const FluidServer&) = delete;
+  FluidServer& operator=(const FluidServer&) = delete;
+
+  void start(int job_class, double amount, Callback on_done);
+  // Settle at the old rates and re-plan (the rate function's inputs changed outside this server).
+  void rates_changed();
+  void add_activity_listener(ActivityListener listener);
+
+  int active(int job_class) const;
+  int active_total() const noexcept { return static_cast<int>(jobs_.size()); }
+  // The current rate of one job of this class (0 when none is active).
+  double current_rate(int job_class) const;
+
+ private:
+  struct Job {
+    int job_class;
+    double remaining;
+    double rate;
+    Callback on_done;
+  };
+  void settle();
+  void replan();
+  void on_timer(uint64_t generation);
+  void notify(bool active);
+
+  EventQueue* queue_;
+  RateFn rate_fn_;
+  std::vector<int> active_;
+  std::vector<Job> jobs_;            // in start order
+  std::vector<double> class_rate_;   // per-job rate of each class, as last planned
+  std::vector<Callback> finishing_;  // spare capacity for the batch of jobs ending together
+  std::vector<ActivityListener> listeners_;
+  TimeNs settled_ns_ = 0;
+  uint64_t generation_ = 0;
+  TimeNs timer_ns_ = -1;  // the pending completion timer's time, -1 if none
+};
+
+// A PCIe link between one host and its GPU(s), both directions sharing it (pcie_shared_gbps): one
+// direction alone runs at its own rate; both at once split bidir_total_gbps. Each transfer first waits
+// latency_ns (not sharing bandwidth), then flows. Copy-engine Resources run transfers through it:
+//   d2h.submit("grads", link.transfer(Direction::kD2H, bytes), deps);
+class SharedLink {
+ public:
+  using ActivityListener = FluidServer::ActivityListener;
+
+  SharedLink(EventQueue& queue, PcieParams params);  // params validated (std::invalid_argument)
+  SharedLink(const SharedLink&) = delete;
+  SharedLink& operator=(const SharedLink&) = delete;
+
+  void start(Direction dir, int64_t bytes, Callback on_done);
+  Work transfer(Direction dir, int64_t bytes);
+
+  // Whether any transfer is flowing (latency phases do not count).
+  bool active() const noexcept { return server_.active_total() > 0; }
+  int active(Direction dir) const { return server_.active(static_cast<int>(dir)); }
+  // The current rate of one transfer in this direction, GB/s (0 when none is flowing).
+  double current_gbps(Direction dir) const { return server_.current_rate(static_cast<int>(dir)); }
+  const PcieParams& params() const noexcept { return params_; }
+  // Called with true when the link starts carrying data and false when it goes idle.
+  void add_activity_listener(ActivityListener listener) { server_.add_activity_listener(std::move(listener)); }
+
+ private:
+  EventQueue* queue_;
+  PcieParams params_;
+  FluidServer server_;
+};
+
+// The CPU optimizer's throughput as a fluid server: rate_gparam_s (e.g. cpu_optimizer_gparam_s) shared
+// by the jobs in flight, divided by dma_slowdown_factor while any watched SharedLink carries a
+// transfer (memory bandwidth taken by DMA: CPU Adam ran 1.68x slower on our H100 host during copies).
+// The CPU optimizer Resource runs its chunks through it:
+//   cpu.submit("adam chunk 3", pool.work(params), {grads_landed});
+class CpuPool {
+ public:
+  CpuPool(EventQueue& queue, double rate_gparam_s, double dma_slowdown_factor = 1);
+  CpuPool(const CpuPool&) = delete;
+  CpuPool& operator=(const CpuPool&) = delete;
+
+  // The rate divides by the slowdown factor while this link is active.
+  void watch(SharedLink& link);
+
+  void start(int64_t params, Callback on_done);
+  Work work(int64_t params);
+
+  // Whether a watched link is active now.
+  bool slowed() const noexcept { return active_links_ > 0; }
+  int active() const noexcept { return server_.active_total(); }
+  // The current rate of one job, Gparam/s (0 when none is running).
+  double current_gparam_s() const { return server_.current_rate(0); }
+
+ private:
+  double rate_gparam_s_;
+  double slowdown_;
+  int active_links_ = 0;
+  FluidServer server_;
+};
+
+}  // namespace tf::sim

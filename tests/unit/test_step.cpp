@@ -1,0 +1,126 @@
+// The step schedule: dependency order, op counts, PCIe bytes, and where the CPU optimizer may start.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/step.h"
+
+using namespace tf::core;
+
+namespace {
+struct PlanSetup {
+  ModelDesc model = describe_model(make_mlp({512, 1024, 1024, 1024, 256}));
+  Partition part;
+  TwinFlowSplit split;
+  PlanSetup(int stage, int world, double ratio) {
+    part = make_partition(model, {stage, world, 2048});
+    split = split_shard(part.ranks[0], ratio, 2048);
+  }
+};
+
+size_t count(const StepPlan& p, OpKind k) {
+  return size_t(std::count_if(p.ops.begin(), p.ops.end(), [k](const Op& o) { return o.kind == k; }));
+}
+size_t first_index(const StepPlan& p, OpKind k) {
+  for (size_t i = 0; i < p.ops.size(); ++i)
+    if (p.ops[i].kind == k) return i;
+  return p.ops.size();
+}
+size_t last_index(const StepPlan& p, OpKind k) {
+  size_t r = p.ops.size();
+  for (size_t i = 0; i < p.ops.size(); ++i)
+    if (p.ops[i].kind == k) r = i;
+  return r;
+}
+}  // namespace
+
+TEST(Step, DepsPointBackwardsAndCountsMatch) {
+  for (int stage : {1, 2, 3})
+    for (int ga : {1, 3}) {
+      PlanSetup s(stage, 2, 0.4);
+      StepConfig c;
+      c.grad_accum = ga;
+      const StepPlan p = plan_step(s.model, s.part, s.split, c);
+      for (const Op& o : p.ops)
+        for (uint32_t d : o.deps) ASSERT_LT(d, o.id) << o.label();
+      const size_t L = s.model.layers.size();
+      EXPECT_EQ(count(p, OpKind::kForward), L * size_t(ga));
+      EXPECT_EQ(count(p, OpKind::kBackward), L * size_t(ga));
+      EXPECT_EQ(count(p, OpKind::kAllGather), stage == 3 ? 2 * L * size_t(ga) : 0u);
+      EXPECT_EQ(count(p, stage == 1 ? OpKind::kAllReduce : OpKind::kReduceScatter), L * size_t(ga));
+      EXPECT_EQ(count(p, OpKind::kGpuOptimizer), 1u);
+      EXPECT_EQ(count(p, OpKind::kCpuOptimizer), count(p, OpKind::kD2HGrad));
+      EXPECT_EQ(count(p, OpKind::kCpuOptimizer), count(p, OpKind::kH2DParam));
+    }
+}
+
+TEST(Step, PcieCarriesTwoBytesPerCpuParamEachWayAndNothingElse) {
+  for (double r : {0.0, 0.25, 0.5, 1.0}) {
+    PlanSetup s(3, 2, r);
+    StepConfig c;
+    c.grad_accum = 4;
+    const StepPlan p = plan_step(s.model, s.part, s.split, c);
+    EXPECT_EQ(p.pcie_d2h_bytes, s.split.cpu_elems * 2) << r;
+    EXPECT_EQ(p.pcie_h2d_bytes, s.split.cpu_elems * 2) << r;
+    int64_t d2h = 0, h2d = 0;
+    for (const Op& o : p.ops) {
+      if (o.queue == Queue::kD2H) d2h += o.bytes;
+      if (o.queue == Queue::kH2D) h2d += o.bytes;
+    }
+    EXPECT_EQ(d2h, p.pcie_d2h_bytes);
+    EXPECT_EQ(h2d, p.pcie_h2d_bytes);
+    if (r == 0.0) {
+      EXPECT_EQ(count(p, OpKind::kCpuOptimizer), 0u);
+    }
+    if (r == 1.0) {
+      EXPECT_EQ(count(p, OpKind::kGpuOptimizer), 0u);
+    }
+  }
+}
+
+TEST(Step, CpuOptimizerStartsDuringBackwardUnlessItMustWaitForTheNorm) {
+  PlanSetup s(3, 1, 0.5);
+  StepConfig c;
+  StepPlan p = plan_step(s.model, s.part, s.split, c);
+  // the first CPU update is issued before the last backward op, and depends only on its D2H
+  EXPECT_LT(first_index(p, OpKind::kCpuOptimizer), last_index(p, OpKind::kBackward));
+  for (const Op& o : p.ops)
+    if (o.kind == OpKind::kCpuOptimizer) {
+      ASSERT_EQ(o.deps.size(), 1u);
+      EXPECT_EQ(p.ops[o.deps[0]].kind, OpKind::kD2HGrad);
+    }
+  c.clip_gradients = true;
+  p = plan_step(s.model, s.part, s.split, c);
+  const size_t norm = first_index(p, OpKind::kNormAllReduce);
+  ASSERT_LT(norm, p.ops.size());
+  for (const Op& o : p.ops) {
+    if (o.kind == OpKind::kCpuOptimizer || o.kind == OpKind::kGpuOptimizer) {
+      EXPECT_NE(std::find(o.deps.begin(), o.deps.end(), uint32_t(norm)), o.deps.end()) << o.label();
+    }
+  }
+  // the norm waits for the partial stats of both segments
+  EXPECT_EQ(count(p, OpKind::kGradStats), 1 + count(p, OpKind::kD2HGrad));
+}
+
+TEST(Step, CpuSegmentIsUpdatedInBackwardOrder) {
+  PlanSetup s(3, 1, 1.0);
+  const StepPlan p = plan_step(s.model, s.part, s.split, StepConfig{});
+  int prev = int(s.model.layers.size());
+  for (const Op& o : p.ops)
+    if (o.kind == OpKind::kCpuOptimizer) {
+      EXPECT_LT(o.layer, prev);
+      prev = o.layer;
+    }
+}
+
+TEST(Step, ComputeFlopsAddUpToTheModel) {
+  PlanSetup s(3, 1, 0.0);
+  StepConfig c;
+  c.micro_batch = 8;
+  c.grad_accum = 2;
+  const StepPlan p = plan_step(s.model, s.part, s.split, c);
+  double flops = 0;
+  for (const Op& o : p.ops) flops += o.flops;
+  const double tokens = 8.0 * 2.0 * double(s.model.tokens_per_sample());
+  EXPECT_NEAR(flops, s.model.train_flops_per_token(false) * tokens, 1e-6 * flops);
+}
