@@ -6,8 +6,8 @@
 
 #include "core/config_node.h"
 #include "core/error.h"
-#include "core/strings.h"
 #include "core/scenario_builtin.h"
+#include "core/strings.h"
 
 namespace tf::core {
 
@@ -314,7 +314,8 @@ OffloadOptimizerConfig read_offload(const Node& n, Ctx& ctx) {
   MapReader m(n, ctx.warnings(), "offload_optimizer {device, ratio, pin_memory}");
   OffloadOptimizerConfig o;
   if (const Node* d = m.find("device")) {
-    if (d->is_scalar() && ascii_lower(d->scalar) == "nvme") config::fail(*d, "'nvme' is not supported; allowed: none, cpu");
+    if (d->is_scalar() && ascii_lower(d->scalar) == "nvme")
+      config::fail(*d, "'nvme' is not supported; allowed: none, cpu");
     o.device = config::read_choice(*d, {"none", "cpu"}) == "cpu" ? OffloadDevice::kCpu : OffloadDevice::kNone;
   }
   if (const Node* r = m.find("ratio")) o.ratio = config::read_number(*r, 0, 1);
