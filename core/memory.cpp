@@ -104,7 +104,9 @@ RatioRange feasible_ratios(const ModelDesc& model, const Partition& part, const 
   }
   if (last_host < first_gpu) {
     const auto [ratio, m] = mem_at(first_gpu);
-    r.why = "the smallest ratio that fits the GPU, " + std::to_string(ratio) + ", needs " + format_gb(m.host_total) +
+    char rbuf[32];
+    std::snprintf(rbuf, sizeof rbuf, "%.3f", ratio);
+    r.why = std::string("the smallest ratio that fits the GPU, ") + rbuf + ", needs " + format_gb(m.host_total) +
             " of pinned host memory per rank but a rank has " + format_gb(host_bytes_per_rank);
     return r;
   }
@@ -122,6 +124,7 @@ void check_ratio_fits(const ModelDesc& model, const Partition& part, const Memor
   if (m.gpu_total <= gpu_bytes_per_rank && m.host_total <= host_bytes_per_rank) return;
   const RatioRange range = feasible_ratios(model, part, opt, gpu_bytes_per_rank, host_bytes_per_rank);
   std::ostringstream os;
+  os.precision(3);
   os << "ratio " << ratio << " does not fit: ";
   if (m.gpu_total > gpu_bytes_per_rank)
     os << "it needs " << format_gb(m.gpu_total) << " on each GPU (" << breakdown(m) << ") but a GPU has "

@@ -20,6 +20,7 @@ struct Command {
 const Command kCommands[] = {
     {"bench", "time the optimizer kernels (CPU SIMD, CUDA) against the memory bound and peers", tf::app::cmd_bench},
     {"verify", "check every backend bit for bit and against the double reference", tf::app::cmd_verify},
+    {"simulate", "simulate a scenario's step at one ratio or over a sweep, without GPUs", tf::app::cmd_simulate},
 };
 
 void usage(std::ostream& os) {

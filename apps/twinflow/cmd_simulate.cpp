@@ -1,0 +1,190 @@
+// `twinflow simulate`: one ratio or a sweep of a scenario on the cost-only simulator: a table, CSV,
+// JSON, an SVG plot of step time and memory against the ratio, and a Chrome trace of one step.
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/twinflow/commands.h"
+#include "apps/twinflow/svg_plot.h"
+#include "apps/twinflow/table.h"
+#include "backends/sim/sim_backend.h"
+#include "core/error.h"
+#include "core/scenario.h"
+
+namespace po = boost::program_options;
+
+namespace tf::app {
+
+namespace {
+
+std::vector<double> parse_sweep(const std::string& s) {
+  double a, b, step;
+  char c1, c2;
+  std::istringstream is(s);
+  if (!(is >> a >> c1 >> b >> c2 >> step) || c1 != ':' || c2 != ':' || !is.eof())
+    throw core::InputError("--sweep '" + s + "': expected START:STOP:STEP, e.g. 0:1:0.05");
+  if (!(a >= 0 && a <= 1 && b >= 0 && b <= 1 && a <= b))
+    throw core::InputError("--sweep '" + s + "': START and STOP must satisfy 0 <= START <= STOP <= 1");
+  if (!(step > 0)) throw core::InputError("--sweep '" + s + "': STEP must be > 0");
+  const double n = std::floor((b - a) / step + 1e-9) + 1;
+  if (n > 10001) throw core::InputError("--sweep '" + s + "': more than 10001 points; use a larger STEP");
+  std::vector<double> r;
+  for (int64_t i = 0; i < int64_t(n); ++i) r.push_back(std::min(1.0, a + double(i) * step));
+  if (b - r.back() > 1e-9 * std::max(1.0, b)) r.push_back(b);
+  return r;
+}
+
+double ms(int64_t ns) { return double(ns) / 1e6; }
+
+}  // namespace
+
+int cmd_simulate(const std::vector<std::string>& args) {
+  po::options_description desc("twinflow simulate [SCENARIO] [options]: a ZeRO + Twin-Flow step on the simulator");
+  auto add = desc.add_options();
+  add("help,h", "show this help");
+  add("scenario", po::value<std::string>(), "scenario YAML (default: the embedded OPT-30B DGX-H100 scenario)");
+  add("ratio", po::value<double>(), "one CPU share in [0, 1] (default: the scenario's)");
+  add("sweep", po::value<std::string>(), "START:STOP:STEP ratios, e.g. 0:1:0.05");
+  add("world", po::value<int>(), "simulated ranks (default: the scenario's nodes x GPUs per node)");
+  add("csv", po::value<std::string>(), "write the table as CSV");
+  add("json", po::value<std::string>(), "write points, best ratio and assumptions as JSON");
+  add("svg", po::value<std::string>(), "plot step time and GPU memory against the ratio");
+  add("trace", po::value<std::string>(), "Chrome/Perfetto trace of one step (the --ratio, or the best ratio)");
+  po::positional_options_description pos;
+  pos.add("scenario", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << desc
+              << "\nColumns: step = the slowest rank's step; compute/comm/d2h/h2d/cpu = busy time of each queue\n"
+                 "(rank 0); exposed = step time with the GPU compute queue idle; optim = from the last backward op\n"
+                 "to the end of the step; GPU/host GB = memory per rank (largest shard); fits = memory fits the\n"
+                 "profile (OOM otherwise, still simulated); x vs r=1 = step time at ratio 1 over this step time.\n";
+    return kExitOk;
+  }
+  po::notify(vm);
+  if (vm.count("ratio") && vm.count("sweep")) throw core::InputError("give --ratio or --sweep, not both");
+
+  const core::Scenario sc =
+      vm.count("scenario") ? core::load_scenario(vm["scenario"].as<std::string>()) : core::load_default_scenario();
+  for (const std::string& w : sc.warnings) std::cerr << "warning: " << w << "\n";
+  backend::sim::SimOptions opt;
+  if (vm.count("world")) {
+    opt.world_override = vm["world"].as<int>();
+    if (opt.world_override < 1) throw core::InputError("--world must be >= 1");
+  }
+  std::vector<double> ratios;
+  if (vm.count("sweep")) {
+    ratios = parse_sweep(vm["sweep"].as<std::string>());
+  } else {
+    const double r = vm.count("ratio") ? vm["ratio"].as<double>() : sc.cpu_ratio();
+    if (!(r >= 0 && r <= 1)) throw core::InputError("--ratio must be in [0, 1]");
+    ratios = {r};
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<backend::sim::SimPoint> pts;
+  for (size_t i = 0; i < ratios.size(); ++i) {
+    pts.push_back(backend::sim::simulate_step(sc, ratios[i], opt));
+    if (ratios.size() >= 20 && (i + 1) % 10 == 0)
+      std::cerr << "simulate: " << i + 1 << "/" << ratios.size() << " ratios\n";
+  }
+  const backend::sim::SimPoint full = ratios.back() == 1.0 ? pts.back() : backend::sim::simulate_step(sc, 1.0, opt);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  size_t best = pts.size();
+  for (size_t i = 0; i < pts.size(); ++i)
+    if (!pts[i].oom && (best == pts.size() || pts[i].step_ns < pts[best].step_ns)) best = i;
+
+  Table t({"ratio", "step ms", "compute", "comm", "d2h", "h2d", "cpu", "exposed", "optim", "GPU GB", "host GB",
+           "fits", "x vs r=1"});
+  using core::Queue;
+  for (const auto& p : pts) {
+    auto q = [&](Queue x) { return fmt(ms(p.busy_ns[size_t(x)]), 1); };
+    t.add({fmt(p.ratio, 3), fmt(ms(p.step_ns), 1), q(Queue::kCompute), q(Queue::kComm), q(Queue::kD2H), q(Queue::kH2D),
+           q(Queue::kCpu), fmt(ms(p.exposed_ns), 1), fmt(ms(p.optimizer_phase_ns), 1),
+           fmt(double(p.memory.gpu_total) / 1e9, 1), fmt(double(p.memory.host_total) / 1e9, 1), p.oom ? "OOM" : "yes",
+           fmt(double(full.step_ns) / double(p.step_ns), 2)});
+  }
+  const core::HardwareProfile& hw = sc.cluster.hardware;
+  const int world = opt.world_override ? opt.world_override : sc.cluster.world_size();
+  const double params = double(core::parameter_count(sc.model));
+  const std::string psize = params >= 1e9 ? fmt(params / 1e9, 2) + "B" : fmt(params / 1e6, 1) + "M";
+  std::cout << "scenario " << sc.name << ": " << psize << " params, ZeRO-"
+            << sc.zero.stage << ", " << world << " ranks on " << hw.name << ", micro-batch "
+            << sc.training.micro_batch << " x accumulation " << sc.training.grad_accum << ", "
+            << core::precision_name(sc.training.precision) << ", " << core::optimizer_name(sc.optimizer.kind) << "\n\n";
+  t.print(std::cout);
+  std::cout << "\n" << pts.size() << " point(s) simulated in " << fmt(wall_s, 3) << " s\n";
+  for (const auto& p : pts)
+    if (p.oom) {
+      std::cout << "OOM at ratio " << fmt(p.ratio, 3) << ": " << p.oom_reason << "\n";
+      break;
+    }
+  nlohmann::json best_json = nullptr;
+  if (best < pts.size()) {
+    const double speedup = double(full.step_ns) / double(pts[best].step_ns);
+    std::cout << "best feasible ratio " << fmt(pts[best].ratio, 3) << ": step " << fmt(ms(pts[best].step_ns), 1)
+              << " ms, " << fmt(speedup, 2) << "x faster than full offload (ratio 1, " << fmt(ms(full.step_ns), 1)
+              << " ms)\n";
+    best_json = {{"ratio", pts[best].ratio}, {"step_ms", ms(pts[best].step_ns)}, {"speedup_vs_ratio_1", speedup}};
+    if (sc.reference)
+      std::cout << "published: " << fmt(sc.reference->speedup_vs_full_offload, 1) << "x (" << sc.reference->source
+                << "); predicted here: " << fmt(speedup, 2) << "x. Assumptions: profile '" << hw.name
+                << "' (sources in its YAML file), the scenario's batch and sequence length (the blog gives none), "
+                   "matmul FLOPs only, no framework overheads; the model was not tuned to the published figure.\n";
+  } else {
+    std::cout << "no simulated ratio fits in memory\n";
+  }
+
+  if (vm.count("csv")) t.write_csv(vm["csv"].as<std::string>());
+  if (vm.count("json")) {
+    nlohmann::json j;
+    j["scenario"] = sc.name;
+    j["profile"] = hw.name;
+    j["world"] = world;
+    j["points"] = nlohmann::json::parse(t.to_json());
+    j["best"] = best_json;
+    j["step_ms_at_ratio_1"] = ms(full.step_ns);
+    if (sc.reference) j["published"] = {{"speedup_vs_full_offload", sc.reference->speedup_vs_full_offload},
+                                        {"source", sc.reference->source}};
+    std::ofstream f(vm["json"].as<std::string>());
+    if (!f) throw core::RuntimeFailure("cannot write '" + vm["json"].as<std::string>() + "'");
+    f << j.dump(2) << "\n";
+  }
+  if (vm.count("svg")) {
+    PlotSpec spec;
+    spec.title = sc.name + ": step time and GPU memory vs Twin-Flow ratio (" + std::to_string(world) + " ranks)";
+    spec.x_label = "ratio (CPU share of the optimizer)";
+    spec.left_label = "step time (ms)";
+    spec.right_label = "GPU memory per rank (GB)";
+    Series step{"step time (ms)", {}, {}, false, "#1f77b4", {}}, mem{"GPU memory (GB)", {}, {}, true, "#ff7f0e", {}};
+    for (const auto& p : pts) {
+      step.x.push_back(p.ratio);
+      step.y.push_back(ms(p.step_ns));
+      step.marked.push_back(p.oom);
+      mem.x.push_back(p.ratio);
+      mem.y.push_back(double(p.memory.gpu_total) / 1e9);
+      mem.marked.push_back(p.oom);
+    }
+    spec.series = {step, mem};
+    spec.note = "hollow red points: out of memory on " + hw.name + " (" +
+                fmt(double(hw.gpu.hbm_bytes) / 1e9, 0) + " GB per GPU)";
+    write_svg(spec, vm["svg"].as<std::string>());
+  }
+  if (vm.count("trace")) {
+    backend::sim::SimOptions o = opt;
+    o.record_ops = o.keep_plans = true;
+    const double r = vm.count("ratio") || best >= pts.size() ? pts.front().requested_ratio : pts[best].requested_ratio;
+    backend::sim::write_chrome_trace(backend::sim::simulate_step(sc, r, o), vm["trace"].as<std::string>());
+    std::cout << "trace of ratio " << fmt(r, 3) << " written to " << vm["trace"].as<std::string>() << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace tf::app

@@ -1,0 +1,123 @@
+// SVG line plots for sweeps (no dependencies; opens in any browser).
+#include "apps/twinflow/svg_plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tf::app {
+
+namespace {
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else o += c;
+  }
+  return o;
+}
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+struct Range {
+  double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
+  void add(double v) {
+    if (!std::isfinite(v)) return;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  void finish(bool from_zero) {
+    if (!std::isfinite(lo)) lo = 0, hi = 1;
+    if (from_zero) lo = std::min(lo, 0.0);
+    if (hi <= lo) hi = lo + 1;
+    hi += (hi - lo) * 0.05;
+  }
+};
+}  // namespace
+
+std::string render_svg(const PlotSpec& spec) {
+  const double W = 760, H = 440, L = 80, R = 80, T = 50, B = 70;
+  Range xr, yl, yr;
+  bool has_right = false;
+  for (const Series& s : spec.series) {
+    for (double x : s.x) xr.add(x);
+    for (double y : s.y) (s.right_axis ? yr : yl).add(y);
+    has_right = has_right || s.right_axis;
+  }
+  xr.finish(false);
+  yl.finish(true);
+  yr.finish(true);
+  auto X = [&](double x) { return L + (x - xr.lo) / (xr.hi - xr.lo) * (W - L - R); };
+  auto Y = [&](double y, bool right) {
+    const Range& r = right ? yr : yl;
+    return H - B - (y - r.lo) / (r.hi - r.lo) * (H - T - B);
+  };
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << esc(spec.title) << "</text>\n";
+  // axes and ticks
+  o << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
+  o << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
+  if (has_right)
+    o << "<line x1=\"" << W - R << "\" y1=\"" << T << "\" x2=\"" << W - R << "\" y2=\"" << H - B
+      << "\" stroke=\"black\"/>\n";
+  for (int i = 0; i <= 5; ++i) {
+    const double fx = xr.lo + (xr.hi - xr.lo) * i / 5, fl = yl.lo + (yl.hi - yl.lo) * i / 5;
+    o << "<text x=\"" << X(fx) << "\" y=\"" << H - B + 18 << "\" text-anchor=\"middle\">" << num(fx) << "</text>\n";
+    o << "<line x1=\"" << L << "\" y1=\"" << Y(fl, false) << "\" x2=\"" << W - R << "\" y2=\"" << Y(fl, false)
+      << "\" stroke=\"#ddd\"/>\n";
+    o << "<text x=\"" << L - 6 << "\" y=\"" << Y(fl, false) + 4 << "\" text-anchor=\"end\">" << num(fl) << "</text>\n";
+    if (has_right) {
+      const double fr = yr.lo + (yr.hi - yr.lo) * i / 5;
+      o << "<text x=\"" << W - R + 6 << "\" y=\"" << Y(fr, true) + 4 << "\">" << num(fr) << "</text>\n";
+    }
+  }
+  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - B + 40 << "\" text-anchor=\"middle\">" << esc(spec.x_label)
+    << "</text>\n";
+  o << "<text transform=\"translate(22," << (T + H - B) / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
+    << esc(spec.left_label) << "</text>\n";
+  if (has_right)
+    o << "<text transform=\"translate(" << W - 18 << "," << (T + H - B) / 2
+      << ") rotate(90)\" text-anchor=\"middle\">" << esc(spec.right_label) << "</text>\n";
+  // series
+  int legend = 0;
+  for (const Series& s : spec.series) {
+    o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2\"" << (s.right_axis ? " stroke-dasharray=\"6,4\"" : "")
+      << " points=\"";
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
+      if (std::isfinite(s.y[i])) o << X(s.x[i]) << "," << Y(s.y[i], s.right_axis) << " ";
+    o << "\"/>\n";
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      const bool mark = i < s.marked.size() && s.marked[i];
+      o << "<circle cx=\"" << X(s.x[i]) << "\" cy=\"" << Y(s.y[i], s.right_axis) << "\" r=\"3\" fill=\""
+        << (mark ? "white" : s.color) << "\" stroke=\"" << (mark ? "red" : s.color) << "\"/>\n";
+    }
+    const double lx = L + 10 + 230 * legend++, ly = T - 10;
+    o << "<line x1=\"" << lx << "\" y1=\"" << ly << "\" x2=\"" << lx + 24 << "\" y2=\"" << ly << "\" stroke=\"" << s.color
+      << "\" stroke-width=\"2\"" << (s.right_axis ? " stroke-dasharray=\"6,4\"" : "") << "/>\n";
+    o << "<text x=\"" << lx + 30 << "\" y=\"" << ly + 4 << "\">" << esc(s.name) << "</text>\n";
+  }
+  if (!spec.note.empty())
+    o << "<text x=\"" << L << "\" y=\"" << H - 10 << "\" font-size=\"11\" fill=\"#555\">" << esc(spec.note) << "</text>\n";
+  o << "</svg>\n";
+  return o.str();
+}
+
+void write_svg(const PlotSpec& spec, const std::string& path) {
+  std::ofstream f(path);
+  if (!f) throw core::RuntimeFailure("cannot write '" + path + "': check the directory exists and is writable");
+  f << render_svg(spec);
+}
+
+}  // namespace tf::app

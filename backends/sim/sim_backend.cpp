@@ -1,0 +1,509 @@
+// The cost-only simulator backend: every rank's step plan on one event queue, with joined collectives.
+#include "backends/sim/sim_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <utility>
+
+#include "core/error.h"
+#include "core/model.h"
+#include "core/optim/optimizer.h"
+#include "core/partition.h"
+#include "core/twinflow.h"
+#include "sim/cost_model.h"
+#include "sim/event_queue.h"
+#include "sim/resources.h"
+
+namespace tf::backend::sim {
+namespace {
+
+using tf::sim::CollectiveKind;
+using tf::sim::Direction;
+using tf::sim::TimeNs;
+
+constexpr int queue_index(core::Queue q) { return static_cast<int>(q); }
+
+// The hardware profile mapped onto the simulator's cost-model structs, and the fixed durations.
+struct CostSetup {
+  int world = 1;
+  int ranks_per_node = 1;
+  int gpus_per_link = 1;
+  double peak_tflops = 0;
+  double gemm_efficiency = 1;  // of the representative layer GEMM (tokens x hidden x hidden)
+  double launch_ns = 0;
+  tf::sim::MemoryKernelParams hbm;
+  tf::sim::PcieParams pcie;
+  tf::sim::CollectiveParams collective;
+  double cpu_optimizer_gparam_s = 0;  // one rank's CPU pool, before the DMA slowdown
+  double cpu_stats_gparam_s = 0;      // memory-bound: host mem_gbps / lp_bytes
+  double dma_slowdown = 1;
+};
+
+int lp_bytes_of(core::Precision p) { return p == core::Precision::kFP32 ? 4 : 2; }
+
+CostSetup make_cost_setup(const core::Scenario& s, int world, double gemm_max_efficiency) {
+  const core::HardwareProfile& hw = s.cluster.hardware;
+  CostSetup c;
+  c.world = world;
+  c.ranks_per_node = std::max(1, world == s.cluster.world_size() ? s.cluster.gpus_per_node : hw.gpus_per_node);
+  c.gpus_per_link = std::max(1, hw.pcie.gpus_per_link);
+
+  switch (s.training.precision) {
+    case core::Precision::kBF16: c.peak_tflops = hw.gpu.bf16_tflops; break;
+    case core::Precision::kFP16: c.peak_tflops = hw.gpu.fp16_tflops; break;
+    case core::Precision::kFP32: c.peak_tflops = hw.gpu.fp32_tflops; break;
+  }
+  if (!(c.peak_tflops > 0))
+    throw core::InputError("profile " + hw.name + ": the GPU has no " +
+                           std::string(core::precision_name(s.training.precision)) + " peak (0 TFLOP/s)");
+  if (!(hw.gpu.hbm_gbps > 0)) throw core::InputError("profile " + hw.name + ": gpu.hbm_gbps must be > 0");
+  c.launch_ns = hw.gpu.kernel_launch_ns;
+
+  // A representative GEMM of one layer: (tokens of a micro-batch) x hidden x hidden.
+  const core::ModelSpec& m = s.model;
+  int64_t hidden = m.decoder.hidden;
+  int64_t tokens = s.training.micro_batch * (m.type == core::ModelType::kDecoder ? m.decoder.seq : 1);
+  if (m.type == core::ModelType::kMlp) hidden = *std::max_element(m.mlp_dims.begin(), m.mlp_dims.end());
+  tf::sim::GemmParams gp;
+  gp.peak_tflops = c.peak_tflops;
+  gp.hbm_gbps = hw.gpu.hbm_gbps;
+  gp.launch_ns = c.launch_ns;
+  gp.max_efficiency = gemm_max_efficiency;
+  gp.bytes_per_element = lp_bytes_of(s.training.precision);
+  c.gemm_efficiency = tf::sim::gemm_efficiency(gp, {tokens, hidden, hidden});
+
+  c.hbm = {hw.gpu.hbm_gbps, c.launch_ns};
+  c.pcie = {hw.pcie.h2d_gbps, hw.pcie.d2h_gbps, hw.pcie.bidir_total_gbps, 0.0};
+
+  if (world > 1) {
+    const bool one_node = world <= c.ranks_per_node;
+    const core::LinkProfile& link = one_node ? hw.intra_node : hw.inter_node;
+    const bool measured = one_node && !link.bus_gbps_by_message_bytes.empty();
+    if (!measured && !(link.gbps > 0))
+      throw core::InputError("world " + std::to_string(world) + ": profile " + hw.name + " has no " +
+                             (one_node ? "intra-node" : "inter-node") + " GPU link (" + link.kind +
+                             ", 0 GB/s) for the collectives");
+    c.collective.latency_ns = link.latency_ns;
+    c.collective.bus_gbps = link.gbps;
+    if (measured) {
+      std::vector<tf::sim::BusBandwidthPoint> pts;
+      for (const core::BusPoint& p : link.bus_gbps_by_message_bytes) pts.push_back({p.message_bytes, p.bus_gbps});
+      c.collective.curve = tf::sim::BusBandwidthCurve(std::move(pts));
+    }
+  }
+
+  const core::CpuProfile& cpu = hw.cpu;
+  // The node's memory bandwidth is shared: with R ranks per node running their CPU halves at the same
+  // time (they are symmetric), each gets at most 1/R of the all-core (memory-bound) rate.
+  const int ranks_per_node = std::max(1, std::min(world, s.cluster.gpus_per_node));
+  double rate = cpu.optimizer_gparam_s(std::max(1, s.cluster.cpu_cores_per_gpu));
+  if (cpu.optimizer_gparam_s_all_cores > 0) rate = std::min(rate, cpu.optimizer_gparam_s_all_cores / ranks_per_node);
+  c.cpu_optimizer_gparam_s = rate;
+  c.cpu_stats_gparam_s = cpu.mem_gbps / lp_bytes_of(s.training.precision) / ranks_per_node;
+  c.dma_slowdown = std::max(1.0, cpu.dma_slowdown_factor);
+  return c;
+}
+
+// One collective instance: the k-th collective of every rank's comm queue. It starts when the last
+// rank arrives and ends `duration` later on every rank.
+struct Join {
+  int arrived = 0;
+  TimeNs duration_ns = 0;
+  std::vector<tf::sim::Callback> dones;
+  std::vector<std::pair<int, uint32_t>> members;  // (rank, op id) that arrived
+};
+
+// All ranks' resources on one event queue. Members are declared queue first so that everything
+// holding a pointer to it is destroyed before it.
+class Simulation {
+ public:
+  Simulation(const CostSetup& cost, const std::vector<core::StepPlan>& plans) : cost_(cost), plans_(plans) {
+    const int world = static_cast<int>(plans.size());
+    const int links = (world + cost.gpus_per_link - 1) / cost.gpus_per_link;
+    for (int l = 0; l < links; ++l) links_.push_back(std::make_unique<tf::sim::SharedLink>(queue_, cost.pcie));
+    ranks_.resize(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      RankState& rs = ranks_[static_cast<size_t>(r)];
+      for (int q = 0; q < core::kQueueCount; ++q) {
+        rs.queues[static_cast<size_t>(q)] =
+            std::make_unique<tf::sim::Resource>(queue_, core::queue_name(static_cast<core::Queue>(q)));
+        rs.queues[static_cast<size_t>(q)]->set_record_intervals(false);
+      }
+      rs.link = links_[static_cast<size_t>(r / cost.gpus_per_link)].get();
+      rs.optimizer_pool = std::make_unique<tf::sim::CpuPool>(queue_, cost.cpu_optimizer_gparam_s, cost.dma_slowdown);
+      rs.optimizer_pool->watch(*rs.link);
+      rs.stats_pool = std::make_unique<tf::sim::CpuPool>(queue_, cost.cpu_stats_gparam_s, cost.dma_slowdown);
+      rs.stats_pool->watch(*rs.link);
+      const size_t n = plans[static_cast<size_t>(r)].ops.size();
+      rs.start_ns.assign(n, -1);
+      rs.end_ns.assign(n, -1);
+      rs.done.resize(n);
+    }
+    build_joins();
+  }
+  Simulation(const Simulation&) = delete;
+  Simulation& operator=(const Simulation&) = delete;
+
+  void run(bool record_order) {
+    record_order_ = record_order;
+    std::vector<tf::sim::Event> deps;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const core::StepPlan& plan = plans_[r];
+      RankState& rs = ranks_[r];
+      uint32_t collectives = 0;
+      for (const core::Op& op : plan.ops) {
+        deps.clear();
+        for (uint32_t d : op.deps) deps.push_back(rs.done[d]);
+        tf::sim::Resource& res = *rs.queues[static_cast<size_t>(queue_index(op.queue))];
+        const bool collective = is_collective(op.kind);
+        rs.done[op.id] = res.submit({}, work_for(static_cast<int>(r), op, collective ? collectives : 0), deps,
+                                    [this, r, id = op.id] { on_end(r, id); });
+        if (collective) ++collectives;
+      }
+    }
+    queue_.run();
+    for (size_t r = 0; r < ranks_.size(); ++r)
+      for (size_t i = 0; i < ranks_[r].end_ns.size(); ++i)
+        if (ranks_[r].end_ns[i] < 0)
+          throw std::logic_error("sim backend: rank " + std::to_string(r) + " op " + std::to_string(i) +
+                                 " never ran (a collective without all ranks, or a dependency cycle)");
+  }
+
+  const std::vector<TimeNs>& start_ns(size_t r) const { return ranks_[r].start_ns; }
+  const std::vector<TimeNs>& end_ns(size_t r) const { return ranks_[r].end_ns; }
+  const QueueOrder& order(size_t r) const { return ranks_[r].order; }
+
+ private:
+  struct RankState {
+    std::array<std::unique_ptr<tf::sim::Resource>, core::kQueueCount> queues;
+    tf::sim::SharedLink* link = nullptr;
+    std::unique_ptr<tf::sim::CpuPool> optimizer_pool;
+    std::unique_ptr<tf::sim::CpuPool> stats_pool;
+    std::vector<tf::sim::Event> done;  // per op
+    std::vector<TimeNs> start_ns, end_ns;
+    QueueOrder order;
+  };
+
+  static bool is_collective(core::OpKind k) {
+    return k == core::OpKind::kAllGather || k == core::OpKind::kReduceScatter || k == core::OpKind::kAllReduce ||
+           k == core::OpKind::kNormAllReduce;
+  }
+
+  static CollectiveKind collective_kind(core::OpKind k) {
+    if (k == core::OpKind::kAllGather) return CollectiveKind::kAllGather;
+    if (k == core::OpKind::kReduceScatter) return CollectiveKind::kReduceScatter;
+    return CollectiveKind::kAllReduce;
+  }
+
+  // The k-th collective of each rank joins the k-th of every other rank; they must agree on kind and size.
+  void build_joins() {
+    std::vector<const core::Op*> first;
+    for (const core::Op& op : plans_[0].ops)
+      if (is_collective(op.kind)) first.push_back(&op);
+    for (size_t r = 1; r < plans_.size(); ++r) {
+      size_t k = 0;
+      for (const core::Op& op : plans_[r].ops) {
+        if (!is_collective(op.kind)) continue;
+        if (k >= first.size() || first[k]->kind != op.kind || first[k]->bytes != op.bytes)
+          throw std::logic_error("sim backend: rank " + std::to_string(r) + " collective " + std::to_string(k) + " (" +
+                                 op.label() + ") does not match rank 0's");
+        ++k;
+      }
+      if (k != first.size()) throw std::logic_error("sim backend: ranks issue different numbers of collectives");
+    }
+    joins_.resize(first.size());
+    for (size_t k = 0; k < first.size(); ++k) {
+      joins_[k].duration_ns = tf::sim::collective_ns(cost_.collective, collective_kind(first[k]->kind),
+                                                     tf::sim::CollectiveAlgorithm::kRing, cost_.world, first[k]->bytes);
+      joins_[k].dones.reserve(plans_.size());
+      joins_[k].members.reserve(plans_.size());
+    }
+  }
+
+  TimeNs compute_ns(const core::Op& op) const {
+    return tf::sim::ceil_ns(cost_.launch_ns + op.flops / (cost_.peak_tflops * 1e3 * cost_.gemm_efficiency));
+  }
+
+  tf::sim::Work fixed(int r, uint32_t id, TimeNs ns) {
+    return [this, r, id, ns]() -> TimeNs {
+      ranks_[static_cast<size_t>(r)].start_ns[id] = queue_.now();
+      return ns;
+    };
+  }
+
+  tf::sim::Work work_for(int r, const core::Op& op, uint32_t collective_index) {
+    const uint32_t id = op.id;
+    switch (op.kind) {
+      case core::OpKind::kForward:
+      case core::OpKind::kBackward: return fixed(r, id, compute_ns(op));
+      case core::OpKind::kGpuOptimizer: return fixed(r, id, tf::sim::memory_kernel_ns(cost_.hbm, op.bytes));
+      case core::OpKind::kGradStats:
+        if (op.queue != core::Queue::kCpu) return fixed(r, id, tf::sim::memory_kernel_ns(cost_.hbm, op.bytes));
+        return tf::sim::Work::async([this, r, id, elems = op.elems](tf::sim::Callback done) {
+          RankState& rs = ranks_[static_cast<size_t>(r)];
+          rs.start_ns[id] = queue_.now();
+          rs.stats_pool->start(elems, std::move(done));
+        });
+      case core::OpKind::kCpuOptimizer:
+        return tf::sim::Work::async([this, r, id, elems = op.elems](tf::sim::Callback done) {
+          RankState& rs = ranks_[static_cast<size_t>(r)];
+          rs.start_ns[id] = queue_.now();
+          rs.optimizer_pool->start(elems, std::move(done));
+        });
+      case core::OpKind::kD2HGrad:
+      case core::OpKind::kH2DParam: {
+        const Direction dir = op.kind == core::OpKind::kD2HGrad ? Direction::kD2H : Direction::kH2D;
+        return tf::sim::Work::async([this, r, id, dir, bytes = op.bytes](tf::sim::Callback done) {
+          RankState& rs = ranks_[static_cast<size_t>(r)];
+          rs.start_ns[id] = queue_.now();
+          rs.link->start(dir, bytes, std::move(done));
+        });
+      }
+      case core::OpKind::kAllGather:
+      case core::OpKind::kReduceScatter:
+      case core::OpKind::kAllReduce:
+      case core::OpKind::kNormAllReduce:
+        return tf::sim::Work::async([this, r, id, collective_index](tf::sim::Callback done) {
+          arrive(collective_index, r, id, std::move(done));
+        });
+    }
+    throw std::logic_error("sim backend: unknown op kind");
+  }
+
+  // A rank reached collective k on its comm queue; the last to arrive starts it for everyone.
+  void arrive(uint32_t k, int r, uint32_t id, tf::sim::Callback done) {
+    Join& j = joins_[k];
+    j.dones.push_back(std::move(done));
+    j.members.emplace_back(r, id);
+    if (++j.arrived < cost_.world) return;
+    for (const auto& [rank, op] : j.members) ranks_[static_cast<size_t>(rank)].start_ns[op] = queue_.now();
+    queue_.schedule_after(j.duration_ns, [this, k] {
+      std::vector<tf::sim::Callback> dones = std::move(joins_[k].dones);
+      for (tf::sim::Callback& d : dones) d();
+    });
+  }
+
+  void on_end(size_t r, uint32_t id) {
+    RankState& rs = ranks_[r];
+    rs.end_ns[id] = queue_.now();
+    if (record_order_) rs.order[static_cast<size_t>(queue_index(plans_[r].ops[id].queue))].push_back(id);
+  }
+
+  const CostSetup& cost_;
+  const std::vector<core::StepPlan>& plans_;
+  bool record_order_ = false;
+  tf::sim::EventQueue queue_;
+  std::vector<std::unique_ptr<tf::sim::SharedLink>> links_;
+  std::vector<RankState> ranks_;
+  std::vector<Join> joins_;
+};
+
+// Length of the union of intervals.
+struct Interval {
+  TimeNs start_ns, end_ns;
+};
+
+// Time in [0, horizon) covered by some interval of `any` and by none of `none`.
+TimeNs covered_only(const std::vector<Interval>& any, const std::vector<Interval>& none, TimeNs horizon_ns) {
+  struct Edge {
+    TimeNs t;
+    int any, none;
+  };
+  std::vector<Edge> edges;
+  edges.reserve(2 * (any.size() + none.size()));
+  for (const Interval& i : any) {
+    edges.push_back({i.start_ns, +1, 0});
+    edges.push_back({i.end_ns, -1, 0});
+  }
+  for (const Interval& i : none) {
+    edges.push_back({i.start_ns, 0, +1});
+    edges.push_back({i.end_ns, 0, -1});
+  }
+  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.t < b.t; });
+  TimeNs total = 0, prev = 0;
+  int n_any = 0, n_none = 0;
+  for (const Edge& e : edges) {
+    const TimeNs t = std::min(e.t, horizon_ns);
+    if (n_any > 0 && n_none == 0 && t > prev) total += t - prev;
+    prev = std::max(prev, t);
+    n_any += e.any;
+    n_none += e.none;
+  }
+  return total;
+}
+
+}  // namespace
+
+SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& opt) {
+  if (!(ratio >= 0 && ratio <= 1)) throw core::InputError("ratio " + std::to_string(ratio) + " is outside [0, 1]");
+  if (opt.world_override < 0) throw core::InputError("world_override must be >= 0");
+  const int world = opt.world_override > 0 ? opt.world_override : s.cluster.world_size();
+  const CostSetup cost = make_cost_setup(s, world, opt.gemm_max_efficiency);
+
+  const core::ModelDesc model = core::describe_model(s.model);
+  const core::Partition part = core::make_partition(model, {s.zero.stage, world, 2048});
+  const int lp_bytes = lp_bytes_of(s.training.precision);
+
+  core::StepConfig cfg;
+  cfg.micro_batch = s.training.micro_batch;
+  cfg.grad_accum = static_cast<int>(s.training.grad_accum);
+  cfg.lp_bytes = lp_bytes;
+  cfg.optimizer_states = core::state_count(s.optimizer.kind);
+  cfg.checkpointing = s.training.activation_checkpointing;
+  cfg.clip_gradients = s.training.gradient_clipping > 0;
+  cfg.loss_scaling = s.training.precision == core::Precision::kFP16;
+
+  SimPoint p;
+  p.requested_ratio = ratio;
+  p.world = world;
+  std::vector<core::StepPlan> plans(static_cast<size_t>(world));
+  size_t largest = 0;
+  core::TwinFlowSplit largest_split;
+  for (int r = 0; r < world; ++r) {
+    const core::RankShard& shard = part.ranks[static_cast<size_t>(r)];
+    core::TwinFlowSplit split = core::split_shard(shard, ratio, part.opt.align_elems);
+    plans[static_cast<size_t>(r)] = core::plan_step(model, part, split, cfg);
+    if (r == 0 || shard.elems > part.ranks[largest].elems) {
+      largest = static_cast<size_t>(r);
+      largest_split = std::move(split);
+    }
+  }
+  p.ratio = largest_split.actual_ratio;
+  p.pcie_bytes_each_way = plans[largest].pcie_d2h_bytes;
+
+  core::MemoryOptions mo;
+  mo.lp_bytes = lp_bytes;
+  mo.optimizer_states = cfg.optimizer_states;
+  mo.micro_batch = cfg.micro_batch;
+  mo.checkpointing = cfg.checkpointing;
+  mo.prefetch_layers = cfg.prefetch_layers;
+  p.memory = core::rank_memory(model, part, part.ranks[largest], largest_split, mo);
+  try {
+    const core::HardwareProfile& hw = s.cluster.hardware;
+    core::check_ratio_fits(model, part, mo, ratio, hw.gpu.hbm_bytes, hw.host_memory_bytes / cost.ranks_per_node);
+  } catch (const core::InputError& e) {
+    p.oom = true;
+    p.oom_reason = e.what();
+  }
+
+  Simulation sim(cost, plans);
+  sim.run(opt.record_ops);
+
+  p.ranks.resize(static_cast<size_t>(world));
+  for (size_t r = 0; r < p.ranks.size(); ++r) {
+    RankTiming& rt = p.ranks[r];
+    const std::vector<TimeNs>& st = sim.start_ns(r);
+    const std::vector<TimeNs>& en = sim.end_ns(r);
+    const std::vector<core::Op>& ops = plans[r].ops;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      rt.busy_ns[static_cast<size_t>(queue_index(ops[i].queue))] += en[i] - st[i];
+      rt.end_ns = std::max(rt.end_ns, en[i]);
+    }
+    if (opt.record_ops) {
+      rt.ops.reserve(ops.size());
+      for (size_t i = 0; i < ops.size(); ++i) rt.ops.push_back({static_cast<uint32_t>(i), st[i], en[i]});
+      rt.queue_order = sim.order(r);
+    }
+    p.step_ns = std::max(p.step_ns, rt.end_ns);
+  }
+  p.busy_ns = p.ranks[0].busy_ns;
+
+  // Rank 0's phases, from its recorded intervals.
+  std::vector<Interval> compute, gpu_busy, transfer;
+  TimeNs last_backward_end = 0;
+  for (size_t i = 0; i < plans[0].ops.size(); ++i) {
+    const core::Op& op = plans[0].ops[i];
+    const Interval iv{sim.start_ns(0)[i], sim.end_ns(0)[i]};
+    if (op.kind == core::OpKind::kBackward) last_backward_end = std::max(last_backward_end, iv.end_ns);
+    switch (op.queue) {
+      case core::Queue::kCompute:
+        compute.push_back(iv);
+        gpu_busy.push_back(iv);
+        break;
+      case core::Queue::kComm: gpu_busy.push_back(iv); break;
+      case core::Queue::kD2H:
+      case core::Queue::kH2D:
+      case core::Queue::kCpu: transfer.push_back(iv); break;
+    }
+  }
+  p.optimizer_phase_ns = p.step_ns - last_backward_end;
+  p.exposed_ns = covered_only({{0, p.step_ns}}, compute, p.step_ns);
+  p.exposed_transfer_ns = covered_only(transfer, gpu_busy, p.step_ns);
+  if (opt.keep_plans) p.plans = std::move(plans);
+  return p;
+}
+
+QueueOrder plan_queue_order(const core::StepPlan& plan) {
+  QueueOrder order;
+  for (const core::Op& op : plan.ops) order[static_cast<size_t>(queue_index(op.queue))].push_back(op.id);
+  return order;
+}
+
+std::vector<QueueOrder> executed_queue_order(const SimPoint& p) {
+  std::vector<QueueOrder> out;
+  out.reserve(p.ranks.size());
+  for (const RankTiming& r : p.ranks) out.push_back(r.queue_order);
+  return out;
+}
+
+void write_chrome_trace(const SimPoint& p, const std::string& path) {
+  if (p.plans.size() != p.ranks.size())
+    throw std::invalid_argument("write_chrome_trace: the SimPoint has no plans (simulate with keep_plans)");
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t r = 0; r < p.ranks.size(); ++r) {
+    const core::StepPlan& plan = p.plans[r];
+    const RankTiming& rt = p.ranks[r];
+    if (rt.ops.size() != plan.ops.size())
+      throw std::invalid_argument("write_chrome_trace: rank " + std::to_string(r) +
+                                  " has no op timings (simulate with record_ops)");
+    const int pid = static_cast<int>(r);
+    events.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "rank " + std::to_string(r)}}}});
+    events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+    for (int q = 0; q < core::kQueueCount; ++q) {
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", pid},
+                        {"tid", q},
+                        {"args", {{"name", core::queue_name(static_cast<core::Queue>(q))}}}});
+      events.push_back(
+          {{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", q}, {"args", {{"sort_index", q}}}});
+    }
+    for (const OpTiming& t : rt.ops) {
+      const core::Op& op = plan.ops.at(t.op);
+      events.push_back({{"ph", "X"},
+                        {"name", op.label()},
+                        {"cat", core::op_kind_name(op.kind)},
+                        {"pid", pid},
+                        {"tid", queue_index(op.queue)},
+                        {"ts", static_cast<double>(t.start_ns) / 1e3},
+                        {"dur", static_cast<double>(t.end_ns - t.start_ns) / 1e3},
+                        {"args",
+                         {{"op", op.id},
+                          {"label", op.label()},
+                          {"bytes", op.bytes},
+                          {"flops", op.flops},
+                          {"elems", op.elems},
+                          {"start_ns", t.start_ns},
+                          {"end_ns", t.end_ns}}}});
+    }
+  }
+  nlohmann::json doc = {{"traceEvents", std::move(events)},
+                        {"displayTimeUnit", "ns"},
+                        {"otherData",
+                         {{"step_ns", p.step_ns},
+                          {"ratio", p.ratio},
+                          {"requested_ratio", p.requested_ratio},
+                          {"world", p.world},
+                          {"oom", p.oom}}}};
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("write_chrome_trace: cannot open " + path);
+  out << doc.dump() << '\n';
+  if (!out) throw std::runtime_error("write_chrome_trace: cannot write " + path);
+}
+
+}  // namespace tf::backend::sim

@@ -1,0 +1,76 @@
+// The cost-only simulator backend: runs the core's step plan of every rank on simulated resources
+// (tf::sim) and reports step time, per-queue busy time, exposed time and memory.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/memory.h"
+#include "core/scenario.h"
+#include "core/step.h"
+
+namespace tf::backend::sim {
+
+// One op's simulated execution on one rank.
+struct OpTiming {
+  uint32_t op = 0;  // index into the rank's StepPlan::ops
+  int64_t start_ns = 0, end_ns = 0;
+};
+
+// Op ids of one rank per queue (core::Queue order).
+using QueueOrder = std::array<std::vector<uint32_t>, core::kQueueCount>;
+
+struct RankTiming {
+  std::vector<OpTiming> ops;                         // empty unless SimOptions::record_ops; ops[i].op == i
+  QueueOrder queue_order;                            // ids in the order each queue ran them (record_ops)
+  std::array<int64_t, core::kQueueCount> busy_ns{};  // per queue (core::Queue order)
+  int64_t end_ns = 0;                                // when this rank's last op finished
+};
+
+struct SimPoint {
+  double requested_ratio = 0;
+  double ratio = 0;  // actual (element-granular split of the largest shard)
+  int world = 1;
+  bool oom = false;                                  // GPU or host memory does not fit (the step is still simulated)
+  std::string oom_reason;                            // core::check_ratio_fits' message when oom
+  int64_t step_ns = 0;                               // the slowest rank's step
+  std::array<int64_t, core::kQueueCount> busy_ns{};  // rank 0, per queue
+  // Optimizer phase: from the end of the last backward op to the end of the step (rank 0).
+  int64_t optimizer_phase_ns = 0;
+  // Exposed (non-overlapped) time: the part of the step when rank 0's compute queue is idle.
+  int64_t exposed_ns = 0;
+  // Exposed transfer: the part of the step when a PCIe copy or the CPU optimizer runs while the
+  // compute and comm queues are both idle (rank 0).
+  int64_t exposed_transfer_ns = 0;
+  core::RankMemory memory;  // of the largest shard
+  int64_t pcie_bytes_each_way = 0;
+  std::vector<core::StepPlan> plans;  // per rank (only with SimOptions::keep_plans)
+  std::vector<RankTiming> ranks;      // per rank
+};
+
+struct SimOptions {
+  bool record_ops = false;  // keep per-op timings (for traces)
+  bool keep_plans = false;  // keep the per-rank plans (for traces)
+  int world_override = 0;   // > 0: simulate this many ranks instead of the scenario's cluster size
+                            // (ranks then fill nodes of the profile's gpus_per_node)
+  // The best fraction of the profile's dense peak a layer's GEMMs reach (GemmParams::max_efficiency):
+  // our H100 ran a bf16 GEMM at ~790 TFLOP/s against the 989 of the datasheet (DESIGN.md), 0.8.
+  double gemm_max_efficiency = 0.8;
+};
+
+// Simulates one training step of the scenario at `ratio` (the CPU share of every rank's optimizer
+// shard). Throws core::InputError for a ratio outside [0, 1] or a world the profile cannot hold.
+SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& opt = {});
+
+// Writes a Chrome/Perfetto trace (JSON, "traceEvents") of one simulated step: one process per
+// rank, one thread per queue, one complete event per op. Needs record_ops and keep_plans.
+void write_chrome_trace(const SimPoint& p, const std::string& path);
+
+// The plan's op ids per queue, in issue order (the order a FIFO queue must run them).
+QueueOrder plan_queue_order(const core::StepPlan& plan);
+// Per rank, the op ids per queue in the order the simulation ran them (needs record_ops).
+std::vector<QueueOrder> executed_queue_order(const SimPoint& p);
+
+}  // namespace tf::backend::sim

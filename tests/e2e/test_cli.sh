@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# End-to-end checks of the twinflow CLI: each command runs, writes what it says, and exits with the
+# documented code. Usage: test_cli.sh path/to/twinflow SOURCE_DIR
+set -uo pipefail
+tf=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+pass=0
+expect() {  # expect CODE DESCRIPTION -- command...
+  local want=$1 what=$2
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [ "$got" -eq "$want" ]; then
+    pass=$((pass + 1))
+  else
+    fails=$((fails + 1))
+    echo "FAIL: $what: exit $got, expected $want"
+    tail -5 "$tmp/err"
+  fi
+}
+contains() {  # contains FILE TEXT DESCRIPTION
+  if grep -q -- "$2" "$1"; then pass=$((pass + 1)); else fails=$((fails + 1)); echo "FAIL: $3: '$2' not in $1"; fi
+}
+
+expect 0 "help" -- "$tf" --help
+expect 2 "unknown command" -- "$tf" frobnicate
+expect 2 "unknown option" -- "$tf" simulate --no-such-option
+expect 0 "simulate sweep of the default scenario" -- "$tf" simulate --sweep 0:1:0.25 --csv "$tmp/s.csv" \
+  --json "$tmp/s.json" --svg "$tmp/s.svg" --trace "$tmp/t.json"
+contains "$tmp/out" "best feasible ratio" "simulate prints the best ratio"
+contains "$tmp/s.csv" "^ratio,step ms" "simulate CSV header"
+contains "$tmp/s.svg" "<svg" "simulate SVG"
+contains "$tmp/t.json" "traceEvents" "simulate trace"
+python3 - "$tmp/s.json" "$tmp/t.json" <<'PY' && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: JSON outputs"; }
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert len(s["points"]) == 5 and s["best"]["ratio"] >= 0 and s["world"] == 8, s
+t = json.load(open(sys.argv[2]))
+assert any(e.get("ph") == "X" for e in t["traceEvents"])
+PY
+expect 0 "simulate one ratio of a shipped scenario" -- "$tf" simulate "$src/scenarios/toy-zero3-ratio0.4.yaml"
+contains "$tmp/out" "0.4" "toy scenario at its ratio"
+expect 2 "ratio out of range" -- "$tf" simulate --ratio 1.5
+contains "$tmp/err" "ratio must be in \[0, 1\]" "ratio error message"
+expect 2 "bad sweep" -- "$tf" simulate --sweep 1:0:0.1
+printf 'model: {preset: opt-13b}\ncluster: {profile: no-such-profile}\n' >"$tmp/bad.yaml"
+expect 2 "unknown profile" -- "$tf" simulate "$tmp/bad.yaml"
+contains "$tmp/err" "bad.yaml" "error names the file"
+expect 2 "missing scenario file" -- "$tf" simulate "$tmp/missing.yaml"
+expect 0 "verify (small)" -- "$tf" verify --n 3001 --steps 3
+contains "$tmp/out" "all backends bitwise equal" "verify verdict"
+expect 0 "bench (small, CPU only)" -- "$tf" bench --n 20000 --iters 1 --optimizers adamw --grads bf16 --gpu off \
+  --json "$tmp/b.json"
+contains "$tmp/b.json" "same-streams bound" "bench JSON has the bound row"
+expect 2 "bench bad dtype" -- "$tf" bench --grads int8 --gpu off
+
+echo "cli: $pass passed, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,254 @@
+// The cost-only simulator backend: hand-computed timings, joins, queue order, traces, determinism.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "backends/sim/sim_backend.h"
+#include "core/error.h"
+#include "core/scenario.h"
+
+namespace {
+
+using tf::backend::sim::executed_queue_order;
+using tf::backend::sim::plan_queue_order;
+using tf::backend::sim::SimOptions;
+using tf::backend::sim::SimPoint;
+using tf::backend::sim::simulate_step;
+using tf::core::Queue;
+
+constexpr size_t qi(Queue q) { return static_cast<size_t>(q); }
+
+// One linear layer 64 -> 64 with bias: 64*64 + 64 = 4160 params. World 1, align 2048: the layer pads
+// to ceil(4160/2048)*2048 = 6144 elements, all of them rank 0's shard. Clipping is on, so the
+// optimizers wait for the norm all-reduce. 4 CPU threads: 2.89 Gparam/s (the profile's measured point).
+tf::core::Scenario mlp_scenario() {
+  return tf::core::parse_scenario(
+      "model: {type: mlp, dims: [64, 64]}\n"
+      "cluster: {profile: h100-80gb-16core, cpu_cores_per_gpu: 4}\n"
+      "training: {micro_batch: 2, gradient_clipping: 1.0}\n"
+      "optimizer: {type: adamw}\n"
+      "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}\n",
+      {}, "mlp.yaml");
+}
+
+// A small decoder on one DGX-H100 node (NVLink collectives), large enough that compute dominates.
+tf::core::Scenario decoder_scenario(int gpus = 2) {
+  return tf::core::parse_scenario(
+      "model: {type: decoder, layers: 4, hidden: 1024, heads: 16, vocab: 1000, seq: 512}\n"
+      "cluster: {profile: dgx-h100-80gb, gpus_per_node: " +
+          std::to_string(gpus) +
+          ", cpu_cores_per_gpu: 8}\n"
+          "training: {micro_batch: 4, gradient_clipping: 1.0, activation_checkpointing: true}\n"
+          "optimizer: {type: adamw}\n"
+          "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}\n",
+      {}, "decoder.yaml");
+}
+
+TEST(SimBackend, RatioZeroHasNoPcieAndNoCpuWork) {
+  const SimPoint p = simulate_step(mlp_scenario(), 0.0);
+  EXPECT_EQ(p.ratio, 0.0);
+  EXPECT_EQ(p.pcie_bytes_each_way, 0);
+  EXPECT_EQ(p.busy_ns[qi(Queue::kD2H)], 0);
+  EXPECT_EQ(p.busy_ns[qi(Queue::kH2D)], 0);
+  EXPECT_EQ(p.busy_ns[qi(Queue::kCpu)], 0);
+  EXPECT_EQ(p.exposed_transfer_ns, 0);
+  EXPECT_FALSE(p.oom);
+}
+
+TEST(SimBackend, HandComputedMlpStepAtOneThird) {
+  // cpu_elems = round(6144/3 / 2048) * 2048 = 2048, gpu_elems = 4096.
+  const SimPoint p = simulate_step(mlp_scenario(), 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(p.ratio, 2048.0 / 6144.0);
+  EXPECT_EQ(p.pcie_bytes_each_way, 2 * 2048);  // 2 B per CPU element each way
+  // d2h and h2d run alone on the link: 4096 B / 55 GB/s = 74.47 -> 75 ns each.
+  EXPECT_EQ(p.busy_ns[qi(Queue::kD2H)], 75);
+  EXPECT_EQ(p.busy_ns[qi(Queue::kH2D)], 75);
+  // cpu: grad stats 2048 / (146 GB/s / 2 B) = 28.05 -> 29 ns, AdamW 2048 / 2.89 = 708.65 -> 709 ns
+  // (the link is idle during both: stats follow the d2h, the H2D follows the update).
+  EXPECT_EQ(p.busy_ns[qi(Queue::kCpu)], 29 + 709);
+  // After the last backward (world 1: collectives take 0 ns): GPU grad stats 4000 + 8192/3000 -> 4003 ns,
+  // norm 0, GPU AdamW 4000 + 4096*28/3000 = 4038.2 -> 4039 ns; the CPU path (75+29+709+75) hides under them.
+  EXPECT_EQ(p.optimizer_phase_ns, 4003 + 4039);
+  // The compute queue never waits: nothing is exposed and the step is its busy time.
+  EXPECT_EQ(p.exposed_ns, 0);
+  EXPECT_EQ(p.exposed_transfer_ns, 0);
+  EXPECT_EQ(p.step_ns, p.busy_ns[qi(Queue::kCompute)]);
+}
+
+TEST(SimBackend, HandComputedMlpStepAllOnCpuIsExposed) {
+  // ratio 1: 6144 CPU elements, no GPU optimizer or GPU stats. After backward everything is exposed:
+  // d2h 12288/55 = 223.4 -> 224, stats 6144/73 = 84.2 -> 85, AdamW 6144/2.89 = 2125.95 -> 2126, h2d 224.
+  const SimPoint p = simulate_step(mlp_scenario(), 1.0);
+  EXPECT_EQ(p.pcie_bytes_each_way, 2 * 6144);
+  EXPECT_EQ(p.optimizer_phase_ns, 224 + 85 + 2126 + 224);
+  EXPECT_EQ(p.exposed_transfer_ns, p.optimizer_phase_ns);
+  EXPECT_EQ(p.exposed_ns, p.optimizer_phase_ns);
+  EXPECT_EQ(p.step_ns, p.busy_ns[qi(Queue::kCompute)] + p.optimizer_phase_ns);
+}
+
+TEST(SimBackend, PcieBytesAreTwoBytesPerCpuElement) {
+  const tf::core::Scenario s = decoder_scenario();
+  for (double r : {0.0, 0.1, 0.3, 0.77, 1.0}) {
+    const SimPoint p = simulate_step(s, r, {.keep_plans = true});
+    // the actual ratio times the (equal) shard size gives the CPU elements
+    int64_t cpu_elems = 0;
+    for (const auto& op : p.plans[0].ops)
+      if (op.kind == tf::core::OpKind::kCpuOptimizer) cpu_elems += op.elems;
+    EXPECT_EQ(p.pcie_bytes_each_way, 2 * cpu_elems) << r;
+    EXPECT_EQ(p.plans[0].pcie_h2d_bytes, p.pcie_bytes_each_way) << r;
+  }
+}
+
+TEST(SimBackend, CollectivesJoinAndUseTheRingModel) {
+  // World 2 on NVLink (450 GB/s, 30 us per step). The 64x64 layer pads to a multiple of 2*2048:
+  // 8192 elements, 4096 per rank; the all-gather's buffer is 8192 * 2 B = 16384 B.
+  // Ring all-gather: 30000 * (2-1) + 16384 * (1/2) / 450 = 30018.2 -> 30019 ns.
+  tf::core::Scenario s = tf::core::parse_scenario(
+      "model: {type: mlp, dims: [64, 64]}\n"
+      "cluster: {profile: dgx-h100-80gb, gpus_per_node: 2}\n"
+      "training: {micro_batch: 1}\n"
+      "optimizer: {type: adamw}\n"
+      "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}\n",
+      {}, "mlp2.yaml");
+  const SimPoint p = simulate_step(s, 0.5, {.record_ops = true, .keep_plans = true});
+  ASSERT_EQ(p.ranks.size(), 2u);
+  for (const auto& rank : p.ranks) {
+    EXPECT_EQ(p.plans[0].ops[0].kind, tf::core::OpKind::kAllGather);
+    EXPECT_EQ(rank.ops[0].start_ns, 0);
+    EXPECT_EQ(rank.ops[0].end_ns, 30019);
+    EXPECT_EQ(rank.end_ns, p.ranks[0].end_ns);  // symmetric ranks end together
+  }
+}
+
+// With a CPU and PCIe that cost nothing, moving optimizer work to the CPU only removes GPU work:
+// the step does not grow with the ratio (a few ns of ceil rounding forgiven). Not "constant": the GPU
+// segment's AdamW is memory-bound work on the compute queue (26M elements x 28 B / 3350 GB/s ~ 0.2 ms).
+// With HBM free too, the optimizer costs ~nothing wherever it runs, and the ratio changes the step by
+// at most the two GPU kernel launches (8 us of ~1.9 ms): within 1%.
+TEST(SimBackend, HugeCpuAndPcieMakeTheRatioIrrelevant) {
+  tf::core::Scenario s = decoder_scenario();
+  auto& hw = s.cluster.hardware;
+  hw.cpu.optimizer_gparam_s_by_threads.clear();
+  hw.cpu.optimizer_gparam_s_per_core = hw.cpu.optimizer_gparam_s_all_cores = 1e6;
+  hw.cpu.mem_gbps = 1e9;
+  hw.pcie.h2d_gbps = hw.pcie.d2h_gbps = 1e9;
+  hw.pcie.bidir_total_gbps = 2e9;
+  int64_t prev = simulate_step(s, 0.0).step_ns;
+  for (double r : {0.25, 0.5, 0.75, 1.0}) {
+    const int64_t t = simulate_step(s, r).step_ns;
+    EXPECT_LE(t, prev + 10) << r;
+    prev = t;
+  }
+  hw.gpu.hbm_gbps = 1e9;
+  int64_t lo = INT64_MAX, hi = 0;
+  for (double r : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    const int64_t t = simulate_step(s, r).step_ns;
+    lo = std::min(lo, t);
+    hi = std::max(hi, t);
+  }
+  EXPECT_LE(double(hi), 1.01 * double(lo));
+}
+
+TEST(SimBackend, TinyCpuRateMakesTheStepGrowWithTheRatio) {
+  tf::core::Scenario s = decoder_scenario();
+  auto& hw = s.cluster.hardware;
+  hw.cpu.optimizer_gparam_s_by_threads.clear();
+  hw.cpu.optimizer_gparam_s_per_core = hw.cpu.optimizer_gparam_s_all_cores = 1e-3;
+  int64_t prev = 0;
+  for (double r : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    const SimPoint p = simulate_step(s, r);
+    EXPECT_GT(p.step_ns, prev) << r;
+    prev = p.step_ns;
+  }
+}
+
+TEST(SimBackend, QueueOrderIsThePlanOrder) {
+  for (int world : {1, 2, 8}) {
+    const SimPoint p =
+        simulate_step(decoder_scenario(8), 0.4, {.record_ops = true, .keep_plans = true, .world_override = world});
+    const auto executed = executed_queue_order(p);
+    ASSERT_EQ(executed.size(), size_t(world));
+    for (int r = 0; r < world; ++r) EXPECT_EQ(executed[size_t(r)], plan_queue_order(p.plans[size_t(r)])) << r;
+  }
+}
+
+TEST(SimBackend, WorldsOneTwoEightRun) {
+  for (int world : {1, 2, 8}) {
+    const SimPoint p = simulate_step(decoder_scenario(8), 0.3, {.world_override = world});
+    EXPECT_EQ(p.world, world);
+    EXPECT_GT(p.step_ns, 0);
+    ASSERT_EQ(p.ranks.size(), size_t(world));
+    for (const auto& r : p.ranks) EXPECT_EQ(r.end_ns, p.step_ns);
+    EXPECT_GT(p.busy_ns[qi(Queue::kCpu)], 0);
+    EXPECT_LE(p.exposed_transfer_ns, p.exposed_ns);
+    EXPECT_LE(p.optimizer_phase_ns, p.step_ns);
+  }
+}
+
+TEST(SimBackend, DeterministicTwice) {
+  const tf::core::Scenario s = decoder_scenario(8);
+  const SimOptions o{.record_ops = true, .keep_plans = true};
+  const SimPoint a = simulate_step(s, 0.35, o), b = simulate_step(s, 0.35, o);
+  EXPECT_EQ(a.step_ns, b.step_ns);
+  EXPECT_EQ(a.busy_ns, b.busy_ns);
+  EXPECT_EQ(a.exposed_ns, b.exposed_ns);
+  EXPECT_EQ(a.exposed_transfer_ns, b.exposed_transfer_ns);
+  ASSERT_EQ(a.ranks.size(), b.ranks.size());
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    ASSERT_EQ(a.ranks[r].ops.size(), b.ranks[r].ops.size());
+    for (size_t i = 0; i < a.ranks[r].ops.size(); ++i) {
+      EXPECT_EQ(a.ranks[r].ops[i].start_ns, b.ranks[r].ops[i].start_ns);
+      EXPECT_EQ(a.ranks[r].ops[i].end_ns, b.ranks[r].ops[i].end_ns);
+    }
+  }
+}
+
+TEST(SimBackend, ChromeTraceHasOneEventPerOpPerRank) {
+  const SimPoint p = simulate_step(decoder_scenario(2), 0.5, {.record_ops = true, .keep_plans = true});
+  const std::string path = (std::filesystem::path(testing::TempDir()) / "tf_sim_trace.json").string();
+  tf::backend::sim::write_chrome_trace(p, path);
+  std::ifstream in(path);
+  const nlohmann::json doc = nlohmann::json::parse(in);  // throws if not valid JSON
+  size_t complete = 0, thread_names = 0;
+  for (const auto& e : doc.at("traceEvents")) {
+    if (e.at("ph") == "X") {
+      ++complete;
+      EXPECT_GE(e.at("dur").get<double>(), 0.0);
+      EXPECT_LT(e.at("pid").get<int>(), 2);
+      EXPECT_LT(e.at("tid").get<int>(), tf::core::kQueueCount);
+      EXPECT_TRUE(e.at("args").contains("bytes"));
+      EXPECT_TRUE(e.at("args").contains("flops"));
+    } else if (e.at("name") == "thread_name") {
+      ++thread_names;
+    }
+  }
+  EXPECT_EQ(complete, p.plans[0].ops.size() + p.plans[1].ops.size());
+  EXPECT_EQ(thread_names, size_t(2 * tf::core::kQueueCount));
+  std::filesystem::remove(path);
+}
+
+TEST(SimBackend, BadInputsThrow) {
+  const tf::core::Scenario s = mlp_scenario();
+  EXPECT_THROW(simulate_step(s, 1.5), tf::core::InputError);
+  EXPECT_THROW(simulate_step(s, -0.1), tf::core::InputError);
+  // the single-H100 profile has no GPU-to-GPU link (intra and inter node: none, 0 GB/s)
+  EXPECT_THROW(simulate_step(s, 0.5, {.world_override = 2}), tf::core::InputError);
+  // a trace needs record_ops and keep_plans
+  EXPECT_THROW(tf::backend::sim::write_chrome_trace(simulate_step(s, 0.5), "/nonexistent/x.json"),
+               std::invalid_argument);
+}
+
+TEST(SimBackend, DefaultScenarioSweepRuns) {
+  const tf::core::Scenario s = tf::core::load_default_scenario();
+  for (int i = 0; i <= 10; ++i) {
+    const SimPoint p = simulate_step(s, i / 10.0);
+    EXPECT_EQ(p.world, 8);
+    EXPECT_GT(p.step_ns, 0);
+  }
+}
+
+}  // namespace
