@@ -1,0 +1,52 @@
+// Functional simulation: the ZeRO + Twin-Flow optimizer data path run for real on N simulated ranks
+// in one process (in-process collectives, CPU kernels for both segments), and a plain single-process
+// training loop to hold it to. Same workload, same bits, whatever the world size, stage or ratio.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/model.h"
+#include "core/optim/dtype.h"
+#include "core/optim/optimizer.h"
+
+namespace tf::backend::sim {
+
+struct FunctionalConfig {
+  int world = 1;
+  int stage = 3;
+  double ratio = 0;                  // CPU share of every rank's shard
+  int steps = 3;
+  int micro_shards = 8;              // the global batch is always cut into this many micro-shards;
+                                     // world must divide it (batch-invariant reduction)
+  core::DType grad_dtype = core::DType::kBF16;  // bf16 (bf16 training) or fp16 (fp16 training)
+  core::OptimizerKind kind = core::OptimizerKind::kAdamW;
+  core::HyperParams hp = core::default_hyper_params(core::OptimizerKind::kAdamW);
+  double clip = 1.0;                 // max global L2 norm; 0: off
+  double loss_scale = 1.0;           // fp16: initial dynamic loss scale (halved on overflow)
+  int overflow_at_step = -1;         // fp16: this step's gradient holds an Inf (1-based), -1: none
+  uint64_t seed = 1;
+};
+
+struct FunctionalResult {
+  std::vector<float> master;          // final fp32 master weights, model order, real parameters only
+  std::vector<double> grad_norms;     // per step (before clipping, unscaled; inf on overflow)
+  std::vector<int> skipped_steps;     // 1-based steps skipped on overflow
+  std::vector<double> loss_scales;    // loss scale used at each step
+  int64_t d2h_bytes = 0, h2d_bytes = 0;  // what crossed the simulated PCIe (whole run, all ranks)
+};
+
+// The gradient every implementation computes: a counter-based function of (seed, element, step,
+// micro-shard) mixed with the current bf16 weight, times the loss scale, rounded to the grad dtype.
+float workload_gradient(uint64_t seed, int64_t element, int step, int micro_shard, float weight_bf16,
+                        double loss_scale);
+
+// The sharded run: partition, Twin-Flow split, reduce-scatter in micro-shard order, D2H of the CPU
+// segment's gradients, canonical statistics folded over the global tile order, clipping, fp16
+// overflow skip, the fused optimizer on both segments, H2D of the updated bf16 copies, all-gather.
+FunctionalResult run_functional(const core::ModelDesc& model, const FunctionalConfig& cfg);
+
+// The same training written as one loop over whole layers: no ranks, no split, no copies.
+FunctionalResult run_reference_loop(const core::ModelDesc& model, const FunctionalConfig& cfg);
+
+}  // namespace tf::backend::sim
