@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/svg_plot.h"
 #include "apps/twinflow/table.h"
+#include "backends/sim/functional.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
 #include "core/scenario.h"
@@ -55,6 +57,10 @@ int cmd_simulate(const std::vector<std::string>& args) {
   add("json", po::value<std::string>(), "write points, best ratio and assumptions as JSON");
   add("svg", po::value<std::string>(), "plot step time and GPU memory against the ratio");
   add("trace", po::value<std::string>(), "Chrome/Perfetto trace of one step (the --ratio, or the best ratio)");
+  add("functional", po::bool_switch(),
+      "run the math for real on the simulated ranks (small models) and check the final fp32 master weights "
+      "bit for bit against a plain single-process training loop, for each ratio");
+  add("steps", po::value<int>(), "functional mode: training steps (default: the scenario's, at most 20)");
   po::positional_options_description pos;
   pos.add("scenario", 1);
   po::variables_map vm;
@@ -85,6 +91,43 @@ int cmd_simulate(const std::vector<std::string>& args) {
     const double r = vm.count("ratio") ? vm["ratio"].as<double>() : sc.cpu_ratio();
     if (!(r >= 0 && r <= 1)) throw core::InputError("--ratio must be in [0, 1]");
     ratios = {r};
+  }
+
+  if (vm["functional"].as<bool>()) {
+    const core::ModelDesc model = core::describe_model(sc.model);
+    if (model.total_params > 200'000'000)
+      throw core::InputError("--functional runs the math on this machine: " + std::to_string(model.total_params) +
+                             " parameters is too many (at most 2e8); use the cost-only mode for large models");
+    backend::sim::FunctionalConfig fc;
+    fc.world = opt.world_override ? opt.world_override : sc.cluster.world_size();
+    fc.stage = sc.zero.stage;
+    fc.micro_shards = (8 + fc.world - 1) / fc.world * fc.world;
+    fc.steps = vm.count("steps") ? vm["steps"].as<int>() : int(std::min<int64_t>(sc.training.steps, 20));
+    fc.grad_dtype = sc.training.precision == core::Precision::kFP16 ? core::DType::kF16 : core::DType::kBF16;
+    fc.loss_scale = sc.training.precision == core::Precision::kFP16 ? sc.training.loss_scaling.initial_loss_scale() : 1;
+    fc.kind = sc.optimizer.kind;
+    fc.hp = sc.optimizer.hp;
+    fc.clip = sc.training.gradient_clipping;
+    std::cerr << "functional: reference loop, " << fc.steps << " steps over " << model.total_params << " parameters\n";
+    const auto ref = backend::sim::run_reference_loop(model, fc);
+    Table ft({"ratio", "world", "stage", "steps", "skipped", "last grad norm", "PCIe MB each way", "master vs loop"});
+    bool all_equal = true;
+    for (double r : ratios) {
+      fc.ratio = r;
+      const auto got = backend::sim::run_functional(model, fc);
+      size_t diff = 0;
+      for (size_t i = 0; i < got.master.size(); ++i) diff += std::memcmp(&got.master[i], &ref.master[i], 4) != 0;
+      all_equal = all_equal && diff == 0;
+      ft.add({fmt(r, 3), std::to_string(fc.world), std::to_string(fc.stage), std::to_string(fc.steps),
+              std::to_string(got.skipped_steps.size()), fmt(got.grad_norms.back(), 6),
+              fmt(double(got.d2h_bytes) / 1e6, 2), diff ? std::to_string(diff) + " differ" : "bit-identical"});
+    }
+    ft.print(std::cout);
+    if (vm.count("csv")) ft.write_csv(vm["csv"].as<std::string>());
+    if (vm.count("json")) ft.write_json(vm["json"].as<std::string>());
+    std::cout << (all_equal ? "functional: every ratio bit-identical to the single-process loop\n"
+                            : "functional: MISMATCH against the single-process loop\n");
+    return all_equal ? kExitOk : kExitCheckFailed;
   }
 
   const auto t0 = std::chrono::steady_clock::now();

@@ -50,6 +50,16 @@ printf 'model: {preset: opt-13b}\ncluster: {profile: no-such-profile}\n' >"$tmp/
 expect 2 "unknown profile" -- "$tf" simulate "$tmp/bad.yaml"
 contains "$tmp/err" "bad.yaml" "error names the file"
 expect 2 "missing scenario file" -- "$tf" simulate "$tmp/missing.yaml"
+cat >"$tmp/tiny.yaml" <<'YAML'
+name: tiny-functional
+model: {type: mlp, dims: [256, 512, 256]}
+cluster: {profile: h200x2-32core, gpus_per_node: 2}
+training: {micro_batch: 1, steps: 3, precision: bf16, gradient_clipping: 1.0}
+optimizer: {type: adamw, params: {lr: 0.001}}
+zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}
+YAML
+expect 0 "functional simulation of a tiny scenario" -- "$tf" simulate "$tmp/tiny.yaml" --functional --sweep 0:1:0.5
+contains "$tmp/out" "every ratio bit-identical" "functional verdict"
 expect 0 "verify (small)" -- "$tf" verify --n 3001 --steps 3
 contains "$tmp/out" "all backends bitwise equal" "verify verdict"
 expect 0 "bench (small, CPU only)" -- "$tf" bench --n 20000 --iters 1 --optimizers adamw --grads bf16 --gpu off \
