@@ -151,10 +151,25 @@ StepPlan plan_step(const ModelDesc& model, const Partition& part, const TwinFlow
     // backward order: the layers whose gradients landed first are updated first
     for (auto it = d2h.rbegin(); it != d2h.rend(); ++it) cpu_update(it->first, {norm, it->second});
   }
+  int64_t gpu_opt = -1;
   if (split.gpu_elems > 0) {
-    b.add(OpKind::kGpuOptimizer, Queue::kCompute, -1, -1, gpu_deps);
+    gpu_opt = b.add(OpKind::kGpuOptimizer, Queue::kCompute, -1, -1, gpu_deps);
     b.last().elems = split.gpu_elems;
     b.last().bytes = split.gpu_elems * (2 * 4 * (1 + cfg.optimizer_states) + 2 * cfg.lp_bytes);
+  }
+  if (stage < 3) {
+    // Stages 1/2 keep the whole bf16 model on every GPU: each rank's updated slice of every layer is
+    // all-gathered once the updates have landed (ZeRO-3 gathers on demand in the next step instead).
+    std::map<int, uint32_t> h2d;
+    for (const Op& o : b.plan.ops)
+      if (o.kind == OpKind::kH2DParam) h2d[o.layer] = o.id;
+    for (int l = 0; l < L; ++l) {
+      std::vector<uint32_t> deps;
+      if (gpu_opt >= 0) deps.push_back(uint32_t(gpu_opt));
+      if (auto it = h2d.find(l); it != h2d.end()) deps.push_back(it->second);
+      b.add(OpKind::kAllGather, Queue::kComm, l, -1, std::move(deps));
+      b.last().bytes = part.layer_slice[size_t(l)] * W * cfg.lp_bytes;
+    }
   }
   return std::move(b.plan);
 }

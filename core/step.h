@@ -17,7 +17,8 @@ constexpr int kQueueCount = 5;
 const char* queue_name(Queue q);
 
 enum class OpKind : uint8_t {
-  kAllGather,      // comm: gather a layer's bf16 parameters (ZeRO-3), forward or backward
+  kAllGather,      // comm: gather a layer's bf16 parameters (ZeRO-3: forward and backward; stages
+                   // 1/2: once, after the optimizers, to refresh the replicated model)
   kForward,        // compute: one layer, one micro-batch
   kBackward,       // compute: one layer, one micro-batch (recompute included with checkpointing)
   kReduceScatter,  // comm: a layer's bf16 gradients -> each rank's slice (stages 2, 3)

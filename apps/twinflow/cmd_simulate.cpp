@@ -144,8 +144,8 @@ int cmd_simulate(const std::vector<std::string>& args) {
   for (size_t i = 0; i < pts.size(); ++i)
     if (!pts[i].oom && (best == pts.size() || pts[i].step_ns < pts[best].step_ns)) best = i;
 
-  Table t({"ratio", "step ms", "compute", "comm", "d2h", "h2d", "cpu", "exposed", "optim", "GPU GB", "host GB",
-           "fits", "x vs r=1"});
+  Table t({"ratio", "step ms", "compute", "comm", "d2h", "h2d", "cpu", "exposed", "optim", "GPU GB", "host GB", "fits",
+           "x vs r=1"});
   using core::Queue;
   for (const auto& p : pts) {
     auto q = [&](Queue x) { return fmt(ms(p.busy_ns[size_t(x)]), 1); };
@@ -158,10 +158,10 @@ int cmd_simulate(const std::vector<std::string>& args) {
   const int world = opt.world_override ? opt.world_override : sc.cluster.world_size();
   const double params = double(core::parameter_count(sc.model));
   const std::string psize = params >= 1e9 ? fmt(params / 1e9, 2) + "B" : fmt(params / 1e6, 1) + "M";
-  std::cout << "scenario " << sc.name << ": " << psize << " params, ZeRO-"
-            << sc.zero.stage << ", " << world << " ranks on " << hw.name << ", micro-batch "
-            << sc.training.micro_batch << " x accumulation " << sc.training.grad_accum << ", "
-            << core::precision_name(sc.training.precision) << ", " << core::optimizer_name(sc.optimizer.kind) << "\n\n";
+  std::cout << "scenario " << sc.name << ": " << psize << " params, ZeRO-" << sc.zero.stage << ", " << world
+            << " ranks on " << hw.name << ", micro-batch " << sc.training.micro_batch << " x accumulation "
+            << sc.training.grad_accum << ", " << core::precision_name(sc.training.precision) << ", "
+            << core::optimizer_name(sc.optimizer.kind) << "\n\n";
   t.print(std::cout);
   std::cout << "\n" << pts.size() << " point(s) simulated in " << fmt(wall_s, 3) << " s\n";
   for (const auto& p : pts)
@@ -194,8 +194,9 @@ int cmd_simulate(const std::vector<std::string>& args) {
     j["points"] = nlohmann::json::parse(t.to_json());
     j["best"] = best_json;
     j["step_ms_at_ratio_1"] = ms(full.step_ns);
-    if (sc.reference) j["published"] = {{"speedup_vs_full_offload", sc.reference->speedup_vs_full_offload},
-                                        {"source", sc.reference->source}};
+    if (sc.reference)
+      j["published"] = {{"speedup_vs_full_offload", sc.reference->speedup_vs_full_offload},
+                        {"source", sc.reference->source}};
     std::ofstream f(vm["json"].as<std::string>());
     if (!f) throw core::RuntimeFailure("cannot write '" + vm["json"].as<std::string>() + "'");
     f << j.dump(2) << "\n";
@@ -216,8 +217,8 @@ int cmd_simulate(const std::vector<std::string>& args) {
       mem.marked.push_back(p.oom);
     }
     spec.series = {step, mem};
-    spec.note = "hollow red points: out of memory on " + hw.name + " (" +
-                fmt(double(hw.gpu.hbm_bytes) / 1e9, 0) + " GB per GPU)";
+    spec.note = "hollow red points: out of memory on " + hw.name + " (" + fmt(double(hw.gpu.hbm_bytes) / 1e9, 0) +
+                " GB per GPU)";
     write_svg(spec, vm["svg"].as<std::string>());
   }
   if (vm.count("trace")) {

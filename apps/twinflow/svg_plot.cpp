@@ -16,10 +16,14 @@ namespace {
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else
+      o += c;
   }
   return o;
 }
@@ -64,9 +68,11 @@ std::string render_svg(const PlotSpec& spec) {
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << esc(spec.title) << "</text>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << esc(spec.title)
+    << "</text>\n";
   // axes and ticks
-  o << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
+  o << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B
+    << "\" stroke=\"black\"/>\n";
   o << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
   if (has_right)
     o << "<line x1=\"" << W - R << "\" y1=\"" << T << "\" x2=\"" << W - R << "\" y2=\"" << H - B
@@ -87,13 +93,13 @@ std::string render_svg(const PlotSpec& spec) {
   o << "<text transform=\"translate(22," << (T + H - B) / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
     << esc(spec.left_label) << "</text>\n";
   if (has_right)
-    o << "<text transform=\"translate(" << W - 18 << "," << (T + H - B) / 2
-      << ") rotate(90)\" text-anchor=\"middle\">" << esc(spec.right_label) << "</text>\n";
+    o << "<text transform=\"translate(" << W - 18 << "," << (T + H - B) / 2 << ") rotate(90)\" text-anchor=\"middle\">"
+      << esc(spec.right_label) << "</text>\n";
   // series
   int legend = 0;
   for (const Series& s : spec.series) {
-    o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2\"" << (s.right_axis ? " stroke-dasharray=\"6,4\"" : "")
-      << " points=\"";
+    o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2\""
+      << (s.right_axis ? " stroke-dasharray=\"6,4\"" : "") << " points=\"";
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
       if (std::isfinite(s.y[i])) o << X(s.x[i]) << "," << Y(s.y[i], s.right_axis) << " ";
     o << "\"/>\n";
@@ -104,12 +110,13 @@ std::string render_svg(const PlotSpec& spec) {
         << (mark ? "white" : s.color) << "\" stroke=\"" << (mark ? "red" : s.color) << "\"/>\n";
     }
     const double lx = L + 10 + 230 * legend++, ly = T - 10;
-    o << "<line x1=\"" << lx << "\" y1=\"" << ly << "\" x2=\"" << lx + 24 << "\" y2=\"" << ly << "\" stroke=\"" << s.color
-      << "\" stroke-width=\"2\"" << (s.right_axis ? " stroke-dasharray=\"6,4\"" : "") << "/>\n";
+    o << "<line x1=\"" << lx << "\" y1=\"" << ly << "\" x2=\"" << lx + 24 << "\" y2=\"" << ly << "\" stroke=\""
+      << s.color << "\" stroke-width=\"2\"" << (s.right_axis ? " stroke-dasharray=\"6,4\"" : "") << "/>\n";
     o << "<text x=\"" << lx + 30 << "\" y=\"" << ly + 4 << "\">" << esc(s.name) << "</text>\n";
   }
   if (!spec.note.empty())
-    o << "<text x=\"" << L << "\" y=\"" << H - 10 << "\" font-size=\"11\" fill=\"#555\">" << esc(spec.note) << "</text>\n";
+    o << "<text x=\"" << L << "\" y=\"" << H - 10 << "\" font-size=\"11\" fill=\"#555\">" << esc(spec.note)
+      << "</text>\n";
   o << "</svg>\n";
   return o.str();
 }

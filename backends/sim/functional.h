@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/sim/sim_backend.h"
 #include "core/model.h"
 #include "core/optim/dtype.h"
 #include "core/optim/optimizer.h"
@@ -15,25 +16,28 @@ namespace tf::backend::sim {
 struct FunctionalConfig {
   int world = 1;
   int stage = 3;
-  double ratio = 0;                  // CPU share of every rank's shard
+  double ratio = 0;  // CPU share of every rank's shard
   int steps = 3;
-  int micro_shards = 8;              // the global batch is always cut into this many micro-shards;
-                                     // world must divide it (batch-invariant reduction)
+  int micro_shards = 8;                         // the global batch is always cut into this many micro-shards;
+                                                // world must divide it (batch-invariant reduction)
   core::DType grad_dtype = core::DType::kBF16;  // bf16 (bf16 training) or fp16 (fp16 training)
   core::OptimizerKind kind = core::OptimizerKind::kAdamW;
   core::HyperParams hp = core::default_hyper_params(core::OptimizerKind::kAdamW);
-  double clip = 1.0;                 // max global L2 norm; 0: off
-  double loss_scale = 1.0;           // fp16: initial dynamic loss scale (halved on overflow)
-  int overflow_at_step = -1;         // fp16: this step's gradient holds an Inf (1-based), -1: none
+  double clip = 1.0;          // max global L2 norm; 0: off
+  double loss_scale = 1.0;    // fp16: initial dynamic loss scale (halved on overflow)
+  int overflow_at_step = -1;  // fp16: this step's gradient holds an Inf (1-based), -1: none
   uint64_t seed = 1;
 };
 
 struct FunctionalResult {
-  std::vector<float> master;          // final fp32 master weights, model order, real parameters only
-  std::vector<double> grad_norms;     // per step (before clipping, unscaled; inf on overflow)
-  std::vector<int> skipped_steps;     // 1-based steps skipped on overflow
-  std::vector<double> loss_scales;    // loss scale used at each step
+  std::vector<float> master;             // final fp32 master weights, model order, real parameters only
+  std::vector<double> grad_norms;        // per step (before clipping, unscaled; inf on overflow)
+  std::vector<int> skipped_steps;        // 1-based steps skipped on overflow
+  std::vector<double> loss_scales;       // loss scale used at each step
   int64_t d2h_bytes = 0, h2d_bytes = 0;  // what crossed the simulated PCIe (whole run, all ranks)
+  // The ops each queue executed in the last step, per rank (run_functional only): the same
+  // vocabulary as the cost-only simulator's executed_queue_order().
+  std::vector<QueueOrder> queue_order;
 };
 
 // The gradient every implementation computes: a counter-based function of (seed, element, step,
@@ -41,9 +45,11 @@ struct FunctionalResult {
 float workload_gradient(uint64_t seed, int64_t element, int step, int micro_shard, float weight_bf16,
                         double loss_scale);
 
-// The sharded run: partition, Twin-Flow split, reduce-scatter in micro-shard order, D2H of the CPU
-// segment's gradients, canonical statistics folded over the global tile order, clipping, fp16
-// overflow skip, the fused optimizer on both segments, H2D of the updated bf16 copies, all-gather.
+// The sharded run, driven op by op by the core's step plan (core::plan_step, one micro-batch per
+// micro-shard a rank owns): all-gather, backward (the workload's per-micro-shard gradients),
+// reduce-scatter (fp32 accumulation in micro-shard order k = micro_step * world + rank), D2H of the
+// CPU segment's gradients, canonical statistics folded over the global tile order, clipping, fp16
+// overflow skip, the fused optimizer on both segments, and H2D of the updated bf16 copies.
 FunctionalResult run_functional(const core::ModelDesc& model, const FunctionalConfig& cfg);
 
 // The same training written as one loop over whole layers: no ranks, no split, no copies.
