@@ -203,7 +203,8 @@ int cmd_simulate(const std::vector<std::string>& args) {
   }
   if (vm.count("svg")) {
     PlotSpec spec;
-    spec.title = sc.name + ": step time and GPU memory vs Twin-Flow ratio (" + std::to_string(world) + " ranks)";
+    spec.title = sc.name + ": step time and GPU memory vs Twin-Flow ratio (" + std::to_string(world) +
+               (world == 1 ? " rank)" : " ranks)");
     spec.x_label = "ratio (CPU share of the optimizer)";
     spec.left_label = "step time (ms)";
     spec.right_label = "GPU memory per rank (GB)";
@@ -227,6 +228,11 @@ int cmd_simulate(const std::vector<std::string>& args) {
     const double r = vm.count("ratio") || best >= pts.size() ? pts.front().requested_ratio : pts[best].requested_ratio;
     backend::sim::write_chrome_trace(backend::sim::simulate_step(sc, r, o), vm["trace"].as<std::string>());
     std::cout << "trace of ratio " << fmt(r, 3) << " written to " << vm["trace"].as<std::string>() << "\n";
+  }
+  // One requested ratio that does not fit is refused (the table above shows what it would cost).
+  if (!vm.count("sweep") && pts.front().oom) {
+    std::cerr << "twinflow simulate: error: " << pts.front().oom_reason << "\n";
+    return kExitBadInput;
   }
   return kExitOk;
 }

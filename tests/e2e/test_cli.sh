@@ -45,6 +45,8 @@ expect 0 "simulate one ratio of a shipped scenario" -- "$tf" simulate "$src/scen
 contains "$tmp/out" "0.4" "toy scenario at its ratio"
 expect 2 "ratio out of range" -- "$tf" simulate --ratio 1.5
 contains "$tmp/err" "ratio must be in \[0, 1\]" "ratio error message"
+expect 2 "infeasible single ratio is refused" -- "$tf" simulate "$src/scenarios/h100-single.yaml" --ratio 0.1
+contains "$tmp/err" "the ratios that fit are" "infeasible ratio names the feasible range"
 expect 2 "bad sweep" -- "$tf" simulate --sweep 1:0:0.1
 printf 'model: {preset: opt-13b}\ncluster: {profile: no-such-profile}\n' >"$tmp/bad.yaml"
 expect 2 "unknown profile" -- "$tf" simulate "$tmp/bad.yaml"
