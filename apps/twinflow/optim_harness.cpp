@@ -12,17 +12,12 @@
 #include "backends/reference/reference_optim.h"
 #include "core/error.h"
 #include "core/optim/grad_stats.h"
+#include "core/random.h"
 
 namespace tf::harness {
 
 namespace {
 
-uint64_t splitmix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 double unit(uint64_t bits) { return double(bits >> 11) * 0x1.0p-53; }
 
 // Chunk boundaries: p.chunks pieces with random sizes (some may be tiny), summing to n.
@@ -30,7 +25,7 @@ std::vector<size_t> chunk_bounds(const Problem& p) {
   std::vector<size_t> b = {0};
   const int c = std::max(1, std::min<int>(p.chunks, int(std::max<size_t>(p.n, 1))));
   std::vector<size_t> cuts;
-  for (int i = 1; i < c; ++i) cuts.push_back(splitmix(p.seed * 31 + size_t(i)) % (p.n + 1));
+  for (int i = 1; i < c; ++i) cuts.push_back(core::splitmix64(p.seed * 31 + size_t(i)) % (p.n + 1));
   std::sort(cuts.begin(), cuts.end());
   for (size_t x : cuts) b.push_back(x);
   b.push_back(p.n);
@@ -38,8 +33,8 @@ std::vector<size_t> chunk_bounds(const Problem& p) {
 }
 
 float grad_value(const Problem& p, int step, size_t i) {
-  const uint64_t r = splitmix(p.seed ^ (uint64_t(step) << 44) ^ (i * 0x2545F4914F6CDD1Dull));
-  const double mag = std::pow(10.0, -4.0 + 4.0 * unit(splitmix(r)));
+  const uint64_t r = core::splitmix64(p.seed ^ (uint64_t(step) << 44) ^ (i * 0x2545F4914F6CDD1Dull));
+  const double mag = std::pow(10.0, -4.0 + 4.0 * unit(core::splitmix64(r)));
   const double v = (r & 1) ? -mag : mag;
   if (p.nonfinite_every > 0 && step == 2 && i % size_t(p.nonfinite_every) == 0) {
     switch ((i / size_t(p.nonfinite_every)) % 3) {
@@ -103,7 +98,7 @@ Problem random_problem(uint64_t seed, OptimizerKind k, DType grad, DType copy, s
 std::vector<float> initial_params(const Problem& p) {
   std::vector<float> v(p.n);
   for (size_t i = 0; i < p.n; ++i) {
-    const uint64_t r = splitmix(p.seed * 7919 + i);
+    const uint64_t r = core::splitmix64(p.seed * 7919 + i);
     v[i] = (i % 97 == 5) ? 0.0f : float(unit(r) - 0.5);
   }
   return v;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/optim/grad_stats.h"
 #include "core/partition.h"
+#include "core/random.h"
 #include "core/step.h"
 #include "core/twinflow.h"
 
@@ -18,15 +19,8 @@ namespace tf::backend::sim {
 
 namespace {
 
-uint64_t splitmix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 float initial_weight(uint64_t seed, int64_t element) {
-  const uint64_t r = splitmix(seed * 0x632BE59BD9B4E019ull + uint64_t(element));
+  const uint64_t r = core::splitmix64(seed * 0x632BE59BD9B4E019ull + uint64_t(element));
   return (float(r >> 40) * 0x1.0p-24f - 0.5f) * 0.2f;
 }
 
@@ -100,8 +94,8 @@ BufferView lp(std::vector<uint16_t>& v, size_t off, size_t n, core::DType t) { r
 
 float workload_gradient(uint64_t seed, int64_t element, int step, int micro_shard, float weight_bf16,
                         double loss_scale) {
-  const uint64_t r = splitmix(seed ^ (uint64_t(element) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(step) << 40) ^
-                              (uint64_t(micro_shard) << 56));
+  const uint64_t r = core::splitmix64(seed ^ (uint64_t(element) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(step) << 40) ^
+                                      (uint64_t(micro_shard) << 56));
   const float u = float(r >> 40) * 0x1.0p-24f;  // [0, 1)
   const float g = (u - 0.5f) * 0.0625f + weight_bf16 * 0.015625f;
   return g * float(loss_scale);

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/optim/dtype.h"
 #include "core/optim/optimizer.h"
+#include "core/random.h"
 
 namespace {
 
@@ -30,12 +31,6 @@ using tf::backend::OptimizerBackend;
 using tf::core::DType;
 using tf::core::OptimizerKind;
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 double unit(uint64_t h) { return double(h >> 11) * 0x1.0p-53; }
 uint32_t bits(float f) { return tf::core::f32_bits(f); }
 uint64_t bits(double d) {
@@ -47,7 +42,7 @@ uint64_t bits(double d) {
 // A gradient value for (chunk seed, step, element): mostly moderate, some tiny (subnormal after
 // scaling), some huge (the scaled value or its square overflows), and NaN (several encodings) / Inf.
 float grad_value(uint64_t seed, int step, size_t i, size_t n) {
-  const uint64_t h = mix64(seed * 0x100000001B3ull ^ (uint64_t(step) << 48) ^ i);
+  const uint64_t h = tf::core::splitmix64(seed * 0x100000001B3ull ^ (uint64_t(step) << 48) ^ i);
   const uint32_t sel = uint32_t(h % 4099);
   const float sign = (h >> 63) ? -1.f : 1.f;
   if (sel == 1) return tf::core::f32_from_bits(0x7FC00000u);  // canonical quiet NaN
@@ -77,10 +72,11 @@ HostChunk make_host_chunk(OptimizerKind k, DType g, DType c, size_t n, uint64_t 
   h.s1.resize(n);
   if (tf::core::state_count(k) == 2) h.s2.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    const uint64_t r = mix64(seed ^ (i * 3));
+    const uint64_t r = tf::core::splitmix64(seed ^ (i * 3));
     h.p[i] = float(2.0 * unit(r) - 1.0);
-    h.s1[i] = k == OptimizerKind::kAdagrad ? float(unit(mix64(r)) * 1e-2) : float((unit(mix64(r)) - 0.5) * 1e-3);
-    if (!h.s2.empty()) h.s2[i] = float(unit(mix64(r + 1)) * 1e-6);
+    h.s1[i] = k == OptimizerKind::kAdagrad ? float(unit(tf::core::splitmix64(r)) * 1e-2)
+                                           : float((unit(tf::core::splitmix64(r)) - 0.5) * 1e-3);
+    if (!h.s2.empty()) h.s2[i] = float(unit(tf::core::splitmix64(r + 1)) * 1e-6);
   }
   if (c != DType::kNone) {
     h.c16.resize(n);
