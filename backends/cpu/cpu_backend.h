@@ -28,6 +28,8 @@ struct CpuOptions {
   KernelTuning tuning;              // memory-access knobs (bits do not depend on them)
 };
 
+// One call at a time per backend object (the pool and the tile-sum scratch are shared by its calls);
+// use one CpuBackend per issuing thread.
 class CpuBackend final : public OptimizerBackend {
  public:
   explicit CpuBackend(const CpuOptions& opt = {});
