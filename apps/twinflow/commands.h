@@ -16,5 +16,6 @@ enum ExitCode : int {
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_verify(const std::vector<std::string>& args);
 int cmd_simulate(const std::vector<std::string>& args);
+int cmd_launch(const std::vector<std::string>& args);
 
 }  // namespace tf::app

@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"bench", "time the optimizer kernels (CPU SIMD, CUDA) against the memory bound and peers", tf::app::cmd_bench},
     {"verify", "check every backend bit for bit and against the double reference", tf::app::cmd_verify},
     {"simulate", "simulate a scenario's step at one ratio or over a sweep, without GPUs", tf::app::cmd_simulate},
+    {"launch", "start N ranks of a command on this node (torchrun-style variables)", tf::app::cmd_launch},
 };
 
 void usage(std::ostream& os) {

@@ -1,0 +1,467 @@
+// TCP rendezvous (Boost.Asio): rank 0 hands every rank a blob (e.g. the NCCL unique id), then barriers and a liveness
+// watch.
+#include "backends/launch/rendezvous.h"
+
+#include <array>
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cstdio>
+#include <stdexcept>
+#include <thread>
+#include <utility>  // before Boost 1.74 Asio, which uses std::exchange without it
+
+#include "core/error.h"
+
+namespace tf::backend::launch {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+using ErrorCode = boost::system::error_code;
+
+namespace {
+
+// Wire format: a 12-byte header (magic, version, type, payload length; big-endian), then the payload.
+constexpr uint32_t kMagic = 0x54465256;  // "TFRV"
+constexpr uint16_t kVersion = 1;
+constexpr size_t kHeaderBytes = 12;
+constexpr uint32_t kMaxPayloadBytes = 16u << 20;
+constexpr auto kErrorNoticeMs = std::chrono::milliseconds(200);  // best effort to tell peers why
+
+enum MsgType : uint16_t { kHello = 1, kBlob = 2, kArrive = 3, kRelease = 4, kError = 5 };
+
+const char* type_name(uint16_t t) {
+  switch (t) {
+    case kHello: return "hello";
+    case kBlob: return "blob";
+    case kArrive: return "barrier-arrive";
+    case kRelease: return "barrier-release";
+    case kError: return "error";
+  }
+  return "unknown";
+}
+
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (24 - 8 * i));
+}
+void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+uint32_t get_u32(const uint8_t* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
+}
+uint16_t get_u16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
+
+struct Msg {
+  uint16_t type = 0;
+  std::vector<uint8_t> payload;
+};
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+// Runs `start(handler)` on io until the handler ran or the deadline passed; on a timeout `cancel()`
+// aborts the operation and the handler is drained, so nothing refers to this frame afterwards.
+template <class Start, class Cancel>
+ErrorCode run_until(asio::io_context& io, Deadline deadline, Start start, Cancel cancel) {
+  ErrorCode result;
+  bool done = false;
+  start([&](const ErrorCode& ec, auto&&...) {
+    result = ec;
+    done = true;
+  });
+  io.restart();
+  while (!done && Clock::now() < deadline) {
+    if (io.run_one_until(deadline) == 0 && io.stopped()) io.restart();
+  }
+  if (!done) {
+    cancel();
+    io.restart();
+    for (int i = 0; !done && i < 1000; ++i)
+      if (io.run_one_for(std::chrono::milliseconds(10)) == 0 && io.stopped()) io.restart();
+    return asio::error::timed_out;
+  }
+  return result;
+}
+
+void close_socket(tcp::socket& s) {
+  ErrorCode ignored;
+  s.shutdown(tcp::socket::shutdown_both, ignored);
+  s.close(ignored);
+}
+
+}  // namespace
+
+struct Rendezvous::Impl {
+  RendezvousOptions opt;
+  asio::io_context io;
+  std::vector<std::unique_ptr<tcp::socket>> sockets;  // rank 0: one per rank (index 0 unused); else [0] = rank 0
+  std::vector<uint8_t> blob;
+  std::optional<std::string> failure;  // set once a peer is lost; later calls rethrow it
+  std::vector<bool> arrived;           // rank 0: barrier arrivals read early by the liveness watch
+  std::thread watcher;
+  std::atomic<bool> stop_watching{false};
+
+  explicit Impl(const RendezvousOptions& o) : opt(o) {}
+  ~Impl() {
+    stop_watch();
+    close_all();
+  }
+
+  std::string me() const {
+    return "rendezvous rank " + std::to_string(opt.rank) + "/" + std::to_string(opt.world_size);
+  }
+  std::string peer_name(int r) const { return "rank " + std::to_string(r); }
+  std::string timeout_text() const { return std::to_string(opt.timeout_ms.count()) + " ms"; }
+
+  [[noreturn]] void fail(const std::string& what) const { throw core::RuntimeFailure(me() + ": " + what); }
+
+  void close_all() {
+    for (auto& s : sockets)
+      if (s) close_socket(*s);
+  }
+
+  void stop_watch() {
+    stop_watching = true;
+    if (watcher.joinable()) watcher.join();
+    stop_watching = false;
+  }
+
+  // ---- framed I/O, each with a deadline ----
+  ErrorCode write_raw(tcp::socket& s, const std::vector<uint8_t>& bytes, Deadline d) {
+    return run_until(
+        io, d, [&](auto h) { asio::async_write(s, asio::buffer(bytes), h); }, [&] { s.cancel(); });
+  }
+  ErrorCode read_raw(tcp::socket& s, uint8_t* p, size_t n, Deadline d) {
+    return run_until(
+        io, d, [&](auto h) { asio::async_read(s, asio::buffer(p, n), h); }, [&] { s.cancel(); });
+  }
+
+  static std::vector<uint8_t> frame(uint16_t type, const std::vector<uint8_t>& payload) {
+    std::vector<uint8_t> out(kHeaderBytes + payload.size());
+    put_u32(out.data(), kMagic);
+    put_u16(out.data() + 4, kVersion);
+    put_u16(out.data() + 6, type);
+    put_u32(out.data() + 8, uint32_t(payload.size()));
+    std::copy(payload.begin(), payload.end(), out.begin() + kHeaderBytes);
+    return out;
+  }
+
+  void send(tcp::socket& s, uint16_t type, const std::vector<uint8_t>& payload, Deadline d, const std::string& who) {
+    const ErrorCode ec = write_raw(s, frame(type, payload), d);
+    if (ec == asio::error::timed_out)
+      fail("timed out after " + timeout_text() + " sending " + type_name(type) + " to " + who);
+    if (ec) fail("lost the connection to " + who + " while sending " + type_name(type) + ": " + ec.message());
+  }
+
+  // Reads one message; throws on a timeout, a closed connection or bytes that are not a message.
+  Msg receive(tcp::socket& s, Deadline d, const std::string& who, const char* waiting_for) {
+    std::array<uint8_t, kHeaderBytes> h{};
+    ErrorCode ec = read_raw(s, h.data(), h.size(), d);
+    check_read(ec, who, waiting_for);
+    return parse_rest(s, h, d, who, waiting_for);
+  }
+
+  void check_read(const ErrorCode& ec, const std::string& who, const char* waiting_for) const {
+    if (ec == asio::error::timed_out)
+      fail("timed out after " + timeout_text() + " waiting for " + waiting_for + " from " + who);
+    if (ec == asio::error::eof || ec == asio::error::connection_reset)
+      fail(who + " closed the connection (exited or died) while we waited for " + waiting_for);
+    if (ec) fail("connection to " + who + " failed while waiting for " + waiting_for + ": " + ec.message());
+  }
+
+  Msg parse_rest(tcp::socket& s, const std::array<uint8_t, kHeaderBytes>& h, Deadline d, const std::string& who,
+                 const char* waiting_for) {
+    const uint32_t magic = get_u32(h.data());
+    if (magic != kMagic)
+      fail(who + " sent bytes that are not a Twin-Flow rendezvous message (magic " + hex32(magic) + ", expected " +
+           hex32(kMagic) + "); is another program using port " + std::to_string(opt.master_port) + "?");
+    const uint16_t version = get_u16(h.data() + 4);
+    if (version != kVersion)
+      fail(who + " speaks rendezvous protocol version " + std::to_string(version) + ", this build speaks " +
+           std::to_string(kVersion) + ": run the same twinflow build on every rank");
+    Msg m;
+    m.type = get_u16(h.data() + 6);
+    const uint32_t n = get_u32(h.data() + 8);
+    if (n > kMaxPayloadBytes)
+      fail(who + " announced a " + std::to_string(n) + "-byte message; at most " + std::to_string(kMaxPayloadBytes) +
+           " bytes are accepted");
+    m.payload.resize(n);
+    if (n > 0) check_read(read_raw(s, m.payload.data(), n, d), who, waiting_for);
+    if (m.type == kError) fail(who + " aborted the rendezvous: " + std::string(m.payload.begin(), m.payload.end()));
+    return m;
+  }
+
+  Msg expect(tcp::socket& s, uint16_t type, Deadline d, const std::string& who) {
+    Msg m = receive(s, d, who, type_name(type));
+    if (m.type != type)
+      fail(who + " sent a " + type_name(m.type) + " message (type " + std::to_string(m.type) + ") where " +
+           type_name(type) + " was expected");
+    return m;
+  }
+
+  // Rank 0: tell every connected peer why we stop (best effort), then close everything.
+  void abort_all(const std::string& reason) {
+    const std::string text = reason;
+    const std::vector<uint8_t> payload(text.begin(), text.end());
+    const Deadline d = Clock::now() + kErrorNoticeMs;
+    for (auto& s : sockets)
+      if (s && s->is_open()) write_raw(*s, frame(kError, payload), d);
+    close_all();
+  }
+
+  tcp::endpoint resolve() {
+    tcp::resolver resolver(io);
+    ErrorCode ec;
+    auto results =
+        resolver.resolve(opt.master_addr, std::to_string(opt.master_port), tcp::resolver::numeric_service, ec);
+    if (ec || results.empty())
+      throw core::InputError(me() + ": cannot resolve MASTER_ADDR '" + opt.master_addr + "': " + ec.message());
+    return results.begin()->endpoint();
+  }
+
+  // ---- rank 0 ----
+  void serve(Deadline d) {
+    const tcp::endpoint ep = resolve();
+    tcp::acceptor acceptor(io);
+    ErrorCode ec;
+    acceptor.open(ep.protocol(), ec);
+    if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor.bind(ep, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) fail("cannot listen on " + opt.master_addr + ":" + std::to_string(opt.master_port) + ": " + ec.message());
+    sockets.resize(size_t(opt.world_size));
+    arrived.assign(size_t(opt.world_size), false);
+    for (int joined = 1; joined < opt.world_size;) {
+      auto s = std::make_unique<tcp::socket>(io);
+      ec = run_until(
+          io, d, [&](auto h) { acceptor.async_accept(*s, h); }, [&] { acceptor.cancel(); });
+      if (ec == asio::error::timed_out) fail("timed out after " + timeout_text() + ": " + missing_ranks());
+      if (ec) fail("accept failed: " + ec.message());
+      const std::string who = "a connection from " + s->remote_endpoint(ec).address().to_string();
+      Msg m = expect(*s, kHello, d, who);
+      if (m.payload.size() != 8) fail(who + " sent a " + std::to_string(m.payload.size()) + "-byte hello; expected 8");
+      const int64_t r = get_u32(m.payload.data());
+      const int64_t w = get_u32(m.payload.data() + 4);
+      std::string refusal;
+      if (w != opt.world_size)
+        refusal = "rank " + std::to_string(r) + " has WORLD_SIZE=" + std::to_string(w) + " but rank 0 has " +
+                  std::to_string(opt.world_size);
+      else if (r <= 0 || r >= opt.world_size)
+        refusal = "a peer announced rank " + std::to_string(r) + "; expected 1.." + std::to_string(opt.world_size - 1);
+      else if (sockets[size_t(r)])
+        refusal = "rank " + std::to_string(r) + " joined twice (duplicate RANK)";
+      if (!refusal.empty()) {
+        const std::vector<uint8_t> text(refusal.begin(), refusal.end());
+        write_raw(*s, frame(kError, text), Clock::now() + kErrorNoticeMs);
+        close_socket(*s);
+        fail(refusal);
+      }
+      sockets[size_t(r)] = std::move(s);
+      ++joined;
+    }
+    for (int r = 1; r < opt.world_size; ++r) send(*sockets[size_t(r)], kBlob, blob, d, peer_name(r));
+  }
+
+  std::string missing_ranks() const {
+    std::string joined, missing;
+    for (int r = 1; r < opt.world_size; ++r) {
+      std::string& list = sockets[size_t(r)] ? joined : missing;
+      list += (list.empty() ? "" : ",") + std::to_string(r);
+    }
+    return "ranks {" + (joined.empty() ? std::string() : joined) + "} of " + std::to_string(opt.world_size) +
+           " joined rank 0; missing ranks {" + missing + "}";
+  }
+
+  // ---- ranks > 0 ----
+  void join(Deadline d) {
+    const tcp::endpoint ep = resolve();
+    auto s = std::make_unique<tcp::socket>(io);
+    ErrorCode ec;
+    for (int attempt = 0;; ++attempt) {
+      const Deadline attempt_end = std::min(d, Clock::now() + std::chrono::seconds(2));
+      ec = run_until(
+          io, attempt_end, [&](auto h) { s->async_connect(ep, h); }, [&] { s->cancel(); });
+      if (!ec) break;
+      close_socket(*s);
+      if (Clock::now() + std::chrono::milliseconds(50) >= d)
+        fail("could not connect to rank 0 at " + opt.master_addr + ":" + std::to_string(opt.master_port) + " within " +
+             timeout_text() + " (" + std::to_string(attempt + 1) + " attempts; last: " + ec.message() + ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::vector<uint8_t> hello(8);
+    put_u32(hello.data(), uint32_t(opt.rank));
+    put_u32(hello.data() + 4, uint32_t(opt.world_size));
+    sockets.push_back(std::move(s));
+    send(*sockets[0], kHello, hello, d, "rank 0");
+    blob = expect(*sockets[0], kBlob, d, "rank 0").payload;
+  }
+
+  void barrier(Deadline d) {
+    if (failure) fail("earlier failure: " + *failure);
+    if (watcher.joinable()) throw std::logic_error("Rendezvous::barrier() while a background watch runs");
+    try {
+      if (opt.rank == 0) {
+        for (int r = 1; r < opt.world_size; ++r)
+          if (!arrived[size_t(r)]) expect(*sockets[size_t(r)], kArrive, d, peer_name(r));
+        arrived.assign(size_t(opt.world_size), false);
+        for (int r = 1; r < opt.world_size; ++r) send(*sockets[size_t(r)], kRelease, {}, d, peer_name(r));
+      } else {
+        send(*sockets[0], kArrive, {}, d, "rank 0");
+        expect(*sockets[0], kRelease, d, "rank 0");
+      }
+    } catch (const core::RuntimeFailure& e) {
+      failure = e.what();
+      if (opt.rank == 0) abort_all(e.what());
+      close_all();
+      throw;
+    }
+  }
+
+  std::optional<std::string> watch_for(std::chrono::milliseconds timeout_ms) {
+    if (failure) return failure;
+    struct Pending {
+      size_t index = 0;  // into sockets
+      std::array<uint8_t, kHeaderBytes> header{};
+      bool armed = false;
+      bool done = false;
+      ErrorCode ec;
+    };
+    std::vector<Pending> pending;
+    for (size_t i = 0; i < sockets.size(); ++i)
+      if (sockets[i] && sockets[i]->is_open()) pending.push_back({i, {}, false, false, {}});
+    if (pending.empty()) return std::nullopt;
+    auto arm = [&] {
+      for (Pending& p : pending) {
+        if (p.armed) continue;
+        p.armed = true;
+        p.done = false;
+        Pending* pp = &p;
+        asio::async_read(*sockets[p.index], asio::buffer(p.header), [pp](const ErrorCode& ec, size_t) {
+          pp->ec = ec;
+          pp->done = true;
+        });
+      }
+    };
+    auto count_done = [&] {
+      size_t n = 0;
+      for (const Pending& p : pending) n += p.armed && p.done;
+      return n;
+    };
+    auto cancel_and_drain = [&] {
+      for (Pending& p : pending)
+        if (p.armed && !p.done) sockets[p.index]->cancel();
+      io.restart();
+      for (int i = 0; i < 1000; ++i) {
+        size_t armed_not_done = 0;
+        for (const Pending& p : pending) armed_not_done += p.armed && !p.done;
+        if (armed_not_done == 0) break;
+        if (io.run_one_for(std::chrono::milliseconds(10)) == 0 && io.stopped()) io.restart();
+      }
+    };
+    const Deadline d = Clock::now() + timeout_ms;
+    std::optional<std::string> what;
+    while (!what && Clock::now() < d) {
+      arm();
+      io.restart();
+      while (count_done() == 0 && Clock::now() < d)
+        if (io.run_one_until(d) == 0 && io.stopped()) io.restart();
+      for (Pending& p : pending) {
+        if (!p.armed || !p.done || what) continue;
+        p.armed = false;
+        const int peer = opt.rank == 0 ? int(p.index) : 0;
+        const std::string who = peer_name(peer);
+        try {
+          check_read(p.ec, who, "nothing (liveness watch)");
+          Msg m = parse_rest(*sockets[p.index], p.header, Clock::now() + kErrorNoticeMs, who, "the rest of a message");
+          if (opt.rank == 0 && m.type == kArrive && !arrived[size_t(peer)]) {
+            arrived[size_t(peer)] = true;  // an early barrier arrival: the barrier will count it
+            continue;
+          }
+          what = me() + ": " + who + " sent an unexpected " + type_name(m.type) + " message during the liveness watch";
+        } catch (const core::RuntimeFailure& e) {
+          what = e.what();
+        }
+      }
+    }
+    cancel_and_drain();
+    if (!what) return std::nullopt;
+    failure = what;
+    if (opt.rank == 0) abort_all(*what);
+    close_all();
+    return failure;
+  }
+};
+
+Rendezvous::Rendezvous(const RendezvousOptions& options, std::vector<uint8_t> blob)
+    : impl_(std::make_unique<Impl>(options)) {
+  const RendezvousOptions& o = options;
+  if (o.world_size < 1)
+    throw core::InputError("rendezvous: world_size " + std::to_string(o.world_size) + ": expected >= 1");
+  if (o.rank < 0 || o.rank >= o.world_size)
+    throw core::InputError("rendezvous: rank " + std::to_string(o.rank) + ": expected 0.." +
+                           std::to_string(o.world_size - 1));
+  if (o.timeout_ms.count() <= 0)
+    throw core::InputError("rendezvous: timeout_ms " + std::to_string(o.timeout_ms.count()) + ": expected > 0");
+  if (o.rank == 0 && blob.size() > kMaxPayloadBytes)
+    throw core::InputError("rendezvous: blob of " + std::to_string(blob.size()) + " bytes; at most " +
+                           std::to_string(kMaxPayloadBytes));
+  if (o.world_size == 1) {
+    impl_->blob = std::move(blob);
+    return;
+  }
+  const Deadline d = Clock::now() + o.timeout_ms;
+  try {
+    if (o.rank == 0) {
+      impl_->blob = std::move(blob);
+      impl_->serve(d);
+    } else {
+      impl_->join(d);
+    }
+  } catch (const core::RuntimeFailure& e) {
+    if (o.rank == 0) impl_->abort_all(e.what());
+    impl_->close_all();
+    throw;
+  }
+  impl_->barrier(d);
+}
+
+Rendezvous::~Rendezvous() = default;
+
+const std::vector<uint8_t>& Rendezvous::blob() const { return impl_->blob; }
+int Rendezvous::rank() const { return impl_->opt.rank; }
+int Rendezvous::world_size() const { return impl_->opt.world_size; }
+
+void Rendezvous::barrier() { barrier(impl_->opt.timeout_ms); }
+void Rendezvous::barrier(std::chrono::milliseconds timeout_ms) { impl_->barrier(Clock::now() + timeout_ms); }
+
+std::optional<std::string> Rendezvous::watch_for(std::chrono::milliseconds timeout_ms) {
+  if (impl_->watcher.joinable()) throw std::logic_error("Rendezvous::watch_for() while a background watch runs");
+  return impl_->watch_for(timeout_ms);
+}
+
+void Rendezvous::start_watch(std::function<void(const std::string&)> on_failure) {
+  if (impl_->watcher.joinable()) throw std::logic_error("Rendezvous::start_watch(): a watch already runs");
+  Impl* impl = impl_.get();
+  impl->stop_watching = false;
+  impl->watcher = std::thread([impl, cb = std::move(on_failure)] {
+    while (!impl->stop_watching) {
+      if (auto what = impl->watch_for(std::chrono::milliseconds(100))) {
+        if (cb) cb(*what);
+        return;
+      }
+    }
+  });
+}
+
+void Rendezvous::stop_watch() { impl_->stop_watch(); }
+
+}  // namespace tf::backend::launch

@@ -1,0 +1,58 @@
+// TCP rendezvous (Boost.Asio): rank 0 hands every rank a blob (e.g. the NCCL unique id), then barriers and a liveness
+// watch.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tf::backend::launch {
+
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";  // rank 0 listens here, the others connect here
+  uint16_t master_port = 29500;
+  int rank = 0;
+  int world_size = 1;
+  std::chrono::milliseconds timeout_ms{60000};  // every phase (join, barrier) completes or fails by then
+};
+
+// One rank's end of the rendezvous. Rank 0 keeps a connection to every other rank; the others keep one
+// to rank 0. Every wait has a deadline: a rank that never shows up, dies or sends garbage makes the
+// others throw core::RuntimeFailure within the timeout. Rank 0 closes every connection when it fails or
+// sees a peer drop, so the failure reaches every rank. Calls are not thread-safe; while a background
+// watch runs (start_watch), barrier() is refused.
+class Rendezvous {
+ public:
+  // Blocks until every rank holds rank 0's blob (and has passed one barrier), or throws
+  // core::RuntimeFailure. `blob` is used on rank 0 only; core::InputError for bad options.
+  Rendezvous(const RendezvousOptions& options, std::vector<uint8_t> blob);
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  const std::vector<uint8_t>& blob() const;
+  int rank() const;
+  int world_size() const;
+
+  // Every rank waits until all have arrived; core::RuntimeFailure on a timeout or a lost peer.
+  void barrier();
+  void barrier(std::chrono::milliseconds timeout_ms);
+
+  // Watches the connections for up to timeout_ms. Returns what went wrong when a peer's connection
+  // dropped (rank 0 then closes every connection, so all other ranks learn it), nullopt when all stayed up.
+  std::optional<std::string> watch_for(std::chrono::milliseconds timeout_ms);
+  // Runs watch_for in a background thread until stop_watch() (or destruction); on_failure is called
+  // once, from that thread, with the description.
+  void start_watch(std::function<void(const std::string&)> on_failure);
+  void stop_watch();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tf::backend::launch

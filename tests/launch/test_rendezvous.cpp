@@ -1,0 +1,219 @@
+// The TCP rendezvous on loopback: ranks as threads, the blob reaches all, and missing, dropped or garbage peers fail
+// fast.
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <future>
+#include <thread>
+#include <utility>
+
+#include "backends/launch/rendezvous.h"
+#include "core/error.h"
+
+namespace tf::backend::launch {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace asio = boost::asio;
+
+// An ephemeral loopback port: bound, read and released (rank 0 rebinds it with SO_REUSEADDR).
+uint16_t free_port() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  return a.local_endpoint().port();
+}
+
+RendezvousOptions options(uint16_t port, int rank, int world, std::chrono::milliseconds timeout_ms = 2000ms) {
+  RendezvousOptions o;
+  o.master_addr = "127.0.0.1";
+  o.master_port = port;
+  o.rank = rank;
+  o.world_size = world;
+  o.timeout_ms = timeout_ms;
+  return o;
+}
+
+std::vector<uint8_t> unique_id() {
+  std::vector<uint8_t> b(128);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(i * 37 + 11);
+  return b;
+}
+
+// What one rank's thread saw: the blob, or the error text.
+struct Outcome {
+  std::vector<uint8_t> blob;
+  std::string error;
+  double seconds = 0;
+};
+
+Outcome run_rank(const RendezvousOptions& o, std::vector<uint8_t> blob) {
+  Outcome out;
+  const auto t0 = Clock::now();
+  try {
+    Rendezvous rv(o, std::move(blob));
+    out.blob = rv.blob();
+    rv.barrier();
+  } catch (const core::RuntimeFailure& e) {
+    out.error = e.what();
+  }
+  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return out;
+}
+
+TEST(Rendezvous, FourRanksGetTheBlob) {
+  const uint16_t port = free_port();
+  std::vector<std::future<Outcome>> ranks;
+  for (int r = 3; r >= 0; --r)  // peers first: they retry until rank 0 listens
+    ranks.push_back(std::async(std::launch::async, run_rank, options(port, r, 4),
+                               r == 0 ? unique_id() : std::vector<uint8_t>{1, 2, 3}));
+  for (auto& f : ranks) {
+    const Outcome o = f.get();
+    EXPECT_EQ(o.error, "");
+    EXPECT_EQ(o.blob, unique_id());
+  }
+}
+
+TEST(Rendezvous, SingleRankNeedsNoNetwork) {
+  Rendezvous rv(options(1, 0, 1), {7, 8});
+  EXPECT_EQ(rv.blob(), (std::vector<uint8_t>{7, 8}));
+  rv.barrier();
+  EXPECT_EQ(rv.watch_for(10ms), std::nullopt);
+}
+
+TEST(Rendezvous, MissingRankFailsEveryoneWithinTheDeadline) {
+  const uint16_t port = free_port();
+  std::vector<std::future<Outcome>> ranks;
+  for (int r : {0, 1, 3})  // rank 2 never shows up
+    ranks.push_back(std::async(std::launch::async, run_rank, options(port, r, 4), unique_id()));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const Outcome o = ranks[i].get();
+    EXPECT_NE(o.error, "") << "rank index " << i;
+    EXPECT_LT(o.seconds, 3.0);
+    if (i == 0) {
+      EXPECT_NE(o.error.find("missing ranks {2}"), std::string::npos) << o.error;
+    }
+  }
+}
+
+TEST(Rendezvous, NoRankZeroFailsWithinTheDeadline) {
+  const Outcome o = run_rank(options(free_port(), 1, 2, 500ms), {});
+  EXPECT_NE(o.error.find("could not connect to rank 0"), std::string::npos) << o.error;
+  EXPECT_LT(o.seconds, 2.0);
+}
+
+TEST(Rendezvous, MismatchedWorldSizeIsRefused) {
+  const uint16_t port = free_port();
+  auto r0 = std::async(std::launch::async, run_rank, options(port, 0, 2), unique_id());
+  auto r1 = std::async(std::launch::async, run_rank, options(port, 1, 3), std::vector<uint8_t>{});
+  const Outcome o0 = r0.get(), o1 = r1.get();
+  EXPECT_NE(o0.error.find("WORLD_SIZE=3 but rank 0 has 2"), std::string::npos) << o0.error;
+  EXPECT_NE(o1.error.find("WORLD_SIZE=3 but rank 0 has 2"), std::string::npos) << o1.error;
+}
+
+TEST(Rendezvous, DuplicateRankIsRefused) {
+  const uint16_t port = free_port();
+  std::vector<std::future<Outcome>> ranks;
+  for (int r : {0, 1, 1}) ranks.push_back(std::async(std::launch::async, run_rank, options(port, r, 3), unique_id()));
+  const Outcome o0 = ranks[0].get();
+  EXPECT_NE(o0.error.find("rank 1 joined twice"), std::string::npos) << o0.error;
+  for (size_t i = 1; i < ranks.size(); ++i) {
+    const Outcome o = ranks[i].get();
+    EXPECT_NE(o.error, "");
+    EXPECT_LT(o.seconds, 3.0);
+  }
+}
+
+TEST(Rendezvous, GarbageBytesAreAClearError) {
+  const uint16_t port = free_port();
+  auto r0 = std::async(std::launch::async, run_rank, options(port, 0, 3), unique_id());
+  auto r1 = std::async(std::launch::async, run_rank, options(port, 1, 3), std::vector<uint8_t>{});
+  // A stranger connects as the third peer and speaks HTTP.
+  {
+    asio::io_context io;
+    asio::ip::tcp::socket s(io);
+    boost::system::error_code ec;
+    for (int i = 0; i < 100; ++i) {
+      s.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+      if (!ec) break;
+      s.close();
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_FALSE(ec) << ec.message();
+    const std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    asio::write(s, asio::buffer(junk), ec);
+    const Outcome o0 = r0.get();
+    EXPECT_NE(o0.error.find("not a Twin-Flow rendezvous message"), std::string::npos) << o0.error;
+  }
+  const Outcome o1 = r1.get();
+  EXPECT_NE(o1.error, "");
+  EXPECT_LT(o1.seconds, 3.0);
+}
+
+TEST(Rendezvous, DroppedPeerAfterRendezvousIsReportedByTheWatch) {
+  const uint16_t port = free_port();
+  constexpr int kWorld = 3;
+  std::promise<void> done_with_rv;
+  std::shared_future<void> drop_now = done_with_rv.get_future().share();
+  // rank 2 joins, then "dies" (its Rendezvous is destroyed, closing the socket)
+  auto dropper = std::async(std::launch::async, [&] {
+    Rendezvous rv(options(port, 2, kWorld), {});
+    drop_now.wait_for(5s);
+  });
+  std::vector<std::future<std::optional<std::string>>> watchers;
+  std::atomic<int> ready{0};
+  for (int r : {0, 1}) {
+    watchers.push_back(std::async(std::launch::async, [&, r]() -> std::optional<std::string> {
+      Rendezvous rv(options(port, r, kWorld), unique_id());
+      EXPECT_EQ(rv.blob(), unique_id());
+      ++ready;
+      const auto t0 = Clock::now();
+      while (Clock::now() - t0 < 3s)  // bounded
+        if (auto what = rv.watch_for(100ms)) return what;
+      return std::nullopt;
+    }));
+  }
+  for (int i = 0; i < 200 && ready < 2; ++i) std::this_thread::sleep_for(10ms);
+  done_with_rv.set_value();
+  dropper.get();
+  const auto w0 = watchers[0].get();
+  const auto w1 = watchers[1].get();
+  ASSERT_TRUE(w0.has_value());
+  ASSERT_TRUE(w1.has_value());
+  EXPECT_NE(w0->find("rank 2 closed the connection"), std::string::npos) << *w0;
+  EXPECT_NE(w1->find("rank 2 closed the connection"), std::string::npos) << *w1;  // told by rank 0
+}
+
+TEST(Rendezvous, BackgroundWatchCallsBack) {
+  const uint16_t port = free_port();
+  std::promise<std::string> reported;
+  auto peer = std::async(std::launch::async, [&] { Rendezvous rv(options(port, 1, 2), {}); });
+  Rendezvous rv0(options(port, 0, 2), unique_id());
+  peer.get();  // rank 1 is gone
+  rv0.start_watch([&](const std::string& what) { reported.set_value(what); });
+  auto f = reported.get_future();
+  ASSERT_EQ(f.wait_for(2s), std::future_status::ready);
+  EXPECT_NE(f.get().find("rank 1"), std::string::npos);
+  rv0.stop_watch();
+  EXPECT_THROW(rv0.barrier(), core::RuntimeFailure);
+}
+
+TEST(Rendezvous, BarrierAfterRendezvous) {
+  const uint16_t port = free_port();
+  std::vector<std::future<int>> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      Rendezvous rv(options(port, r, 3), unique_id());
+      for (int i = 0; i < 5; ++i) rv.barrier();
+      EXPECT_EQ(rv.watch_for(50ms), std::nullopt);
+      rv.barrier();
+      return rv.rank();
+    }));
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[size_t(r)].get(), r);
+}
+
+}  // namespace
+}  // namespace tf::backend::launch
