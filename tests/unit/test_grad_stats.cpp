@@ -9,14 +9,6 @@
 
 using namespace tf::core;
 
-namespace {
-double pairwise(const double* s, size_t lo, size_t len_pow2, size_t live) {
-  if (len_pow2 == 1) return lo < live ? s[lo] : 0.0;
-  const size_t h = len_pow2 / 2;
-  return pairwise(s, lo, h, live) + pairwise(s, lo + h, h, live);
-}
-}  // namespace
-
 TEST(GradStats, TileSumFoldEqualsStridedPairwiseTree) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> u(0, 1);
@@ -34,7 +26,6 @@ TEST(GradStats, TileSumFoldEqualsStridedPairwiseTree) {
     for (size_t h = p / 2; h >= 1; h /= 2)
       for (size_t j = 0; j < h; ++j) lvl[j] = lvl[j] + lvl[j + h];
     EXPECT_EQ(got, tiles ? lvl[0] : 0.0) << tiles;
-    (void)pairwise;
   }
 }
 
