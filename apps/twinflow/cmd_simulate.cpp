@@ -1,14 +1,17 @@
 // `twinflow simulate`: one ratio or a sweep of a scenario on the cost-only simulator: a table, CSV,
-// JSON, an SVG plot of step time and memory against the ratio, and a Chrome trace of one step.
+// JSON, an SVG plot of step time and memory against the ratio, a Chrome trace of one step, and a replay of
+// the simulated steps as Prometheus metrics (--metrics-port).
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/svg_plot.h"
@@ -17,6 +20,8 @@
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
 #include "core/scenario.h"
+#include "metrics/http_server.h"
+#include "metrics/sim_samples.h"
 
 namespace po = boost::program_options;
 
@@ -43,6 +48,97 @@ std::vector<double> parse_sweep(const std::string& s) {
 
 double ms(int64_t ns) { return double(ns) / 1e6; }
 
+// ---- --metrics-port: the simulated steps replayed as Prometheus metrics ----
+struct ReplayOptions {
+  metrics::ServerOptions server;
+  double pace = 1;      // wall seconds per simulated second
+  double linger_s = 0;  // serve this long after the replay; < 0: until SIGINT/SIGTERM
+  int64_t steps = 1;    // per replayed ratio
+  int ranks = 8;        // ranks published
+};
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// SIGINT/SIGTERM end the replay (and the linger) cleanly while it lives; the previous handlers come back after.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    old_int_ = std::signal(SIGINT, on_stop_signal);
+    old_term_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, old_int_);
+    std::signal(SIGTERM, old_term_);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void (*old_int_)(int) = SIG_DFL;
+  void (*old_term_)(int) = SIG_DFL;
+};
+
+// Sleeps `seconds` of wall time (forever if negative); false when a stop signal arrived.
+bool sleep_unless_stopped(double seconds) {
+  using Clock = std::chrono::steady_clock;
+  const bool forever = seconds < 0;
+  const auto end = Clock::now() +
+                   std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(forever ? 0.0 : seconds));
+  while (!g_stop_signal) {
+    const auto now = Clock::now();
+    if (!forever && now >= end) return true;
+    std::this_thread::sleep_for(forever ? std::chrono::milliseconds(50)
+                                        : std::min<Clock::duration>(end - now, std::chrono::milliseconds(50)));
+  }
+  return false;
+}
+
+void replay_metrics(const core::Scenario& sc, const std::vector<backend::sim::SimPoint>& pts, const ReplayOptions& ro) {
+  std::vector<const backend::sim::SimPoint*> feasible;
+  for (const auto& p : pts)
+    if (!p.oom) feasible.push_back(&p);
+  if (feasible.empty())
+    throw core::InputError("--metrics-port: no simulated ratio fits in memory, so there is no step to replay");
+  metrics::Registry registry;
+  StopSignals signals;
+  metrics::MetricsServer server(registry, ro.server);
+  std::cout << "metrics: serving " << server.url() << " (health: /healthz)" << std::endl;
+  int64_t step = 0;
+  bool stopped = false;
+  for (const backend::sim::SimPoint* p : feasible) {
+    const std::vector<metrics::StepSample> samples = metrics::sim_step_samples(*p, sc, ro.ranks);
+    const double step_s = double(p->step_ns) * 1e-9;
+    std::cout << "metrics: replaying " << ro.steps << " step(s) at ratio " << fmt(p->ratio, 3) << " for "
+              << samples.size() << " rank(s): " << fmt(step_s * 1e3, 1) << " ms simulated, "
+              << fmt(step_s * ro.pace * 1e3, 1) << " ms wall per step (pace " << ro.pace << ")" << std::endl;
+    for (int64_t i = 0; i < ro.steps && !stopped; ++i) {
+      stopped = !sleep_unless_stopped(step_s * ro.pace);  // the step runs, then its metrics appear
+      if (stopped) break;
+      ++step;
+      for (size_t r = 0; r < samples.size(); ++r) {
+        metrics::StepSample s = samples[r];
+        s.step = step;
+        metrics::publish(registry, s, {int(r), sc.name, "sim"});
+      }
+    }
+    if (stopped) break;
+  }
+  if (!stopped) {
+    std::cout << "metrics: replay done (" << step << " steps); "
+              << (ro.linger_s < 0 ? std::string("serving until interrupted (Ctrl-C)")
+                                  : "serving for " + fmt(ro.linger_s, 1) + " s more")
+              << std::endl;
+    stopped = !sleep_unless_stopped(ro.linger_s);
+  }
+  if (stopped)
+    std::cout << "metrics: stopped by signal " << int(g_stop_signal) << " after " << step << " steps" << std::endl;
+  const metrics::ServerStats st = server.stats();
+  server.stop();
+  std::cout << "metrics: served " << st.scrapes << " scrape(s)" << std::endl;
+}
+
 }  // namespace
 
 int cmd_simulate(const std::vector<std::string>& args) {
@@ -60,7 +156,19 @@ int cmd_simulate(const std::vector<std::string>& args) {
   add("functional", po::bool_switch(),
       "run the math for real on the simulated ranks (small models) and check the final fp32 master weights "
       "bit for bit against a plain single-process training loop, for each ratio");
-  add("steps", po::value<int>(), "functional mode: training steps (default: the scenario's, at most 20)");
+  add("steps", po::value<int>(),
+      "functional mode: training steps (default: the scenario's, at most 20); with --metrics-port: steps "
+      "replayed per ratio (default: the scenario's training.steps)");
+  add("metrics-port", po::value<int>(),
+      "serve Prometheus metrics on this port (0: a free one, printed) and replay the simulated steps in "
+      "simulated time");
+  add("metrics-addr", po::value<std::string>()->default_value("127.0.0.1"),
+      "address to serve metrics on (numeric; 0.0.0.0 exposes it to the network)");
+  add("pace", po::value<double>()->default_value(1.0),
+      "replay pace: wall seconds per simulated second (1: real time, 10: ten times slower, 0: at once)");
+  add("metrics-linger", po::value<double>()->default_value(0.0),
+      "seconds to keep serving after the replay, so a scraper gets the last step (-1: until Ctrl-C)");
+  add("metrics-ranks", po::value<int>()->default_value(8), "publish ranks 0..N-1 of the simulated ranks");
   po::positional_options_description pos;
   pos.add("scenario", 1);
   po::variables_map vm;
@@ -75,6 +183,28 @@ int cmd_simulate(const std::vector<std::string>& args) {
   }
   po::notify(vm);
   if (vm.count("ratio") && vm.count("sweep")) throw core::InputError("give --ratio or --sweep, not both");
+  const bool serve_metrics = vm.count("metrics-port") > 0;
+  ReplayOptions replay;
+  if (!serve_metrics) {
+    for (const char* o : {"metrics-addr", "pace", "metrics-linger", "metrics-ranks"})
+      if (!vm[o].defaulted())
+        throw core::InputError(std::string("--") + o + " needs --metrics-port (e.g. --metrics-port 9464, or 0)");
+  } else {
+    const int port = vm["metrics-port"].as<int>();
+    if (port < 0 || port > 65535) throw core::InputError("--metrics-port must be in [0, 65535] (0: a free port)");
+    if (vm["functional"].as<bool>())
+      throw core::InputError("--metrics-port replays the cost-only simulation; drop --functional");
+    replay.server.port = uint16_t(port);
+    replay.server.address = vm["metrics-addr"].as<std::string>();
+    replay.pace = vm["pace"].as<double>();
+    if (!(replay.pace >= 0 && std::isfinite(replay.pace)))
+      throw core::InputError("--pace must be a finite number >= 0 (wall seconds per simulated second)");
+    replay.linger_s = vm["metrics-linger"].as<double>();
+    if (!(replay.linger_s >= 0 || replay.linger_s == -1) || !std::isfinite(replay.linger_s))
+      throw core::InputError("--metrics-linger must be >= 0 seconds, or -1 to serve until interrupted");
+    replay.ranks = vm["metrics-ranks"].as<int>();
+    if (replay.ranks < 1) throw core::InputError("--metrics-ranks must be >= 1");
+  }
 
   const core::Scenario sc =
       vm.count("scenario") ? core::load_scenario(vm["scenario"].as<std::string>()) : core::load_default_scenario();
@@ -83,6 +213,11 @@ int cmd_simulate(const std::vector<std::string>& args) {
   if (vm.count("world")) {
     opt.world_override = vm["world"].as<int>();
     if (opt.world_override < 1) throw core::InputError("--world must be >= 1");
+  }
+  if (serve_metrics) {
+    opt.record_ops = opt.keep_plans = true;  // per-op timings give the phase durations
+    replay.steps = vm.count("steps") ? vm["steps"].as<int>() : sc.training.steps;
+    if (replay.steps < 1) throw core::InputError("--steps must be >= 1");
   }
   std::vector<double> ratios;
   if (vm.count("sweep")) {
@@ -204,7 +339,7 @@ int cmd_simulate(const std::vector<std::string>& args) {
   if (vm.count("svg")) {
     PlotSpec spec;
     spec.title = sc.name + ": step time and GPU memory vs Twin-Flow ratio (" + std::to_string(world) +
-               (world == 1 ? " rank)" : " ranks)");
+                 (world == 1 ? " rank)" : " ranks)");
     spec.x_label = "ratio (CPU share of the optimizer)";
     spec.left_label = "step time (ms)";
     spec.right_label = "GPU memory per rank (GB)";
@@ -234,6 +369,7 @@ int cmd_simulate(const std::vector<std::string>& args) {
     std::cerr << "twinflow simulate: error: " << pts.front().oom_reason << "\n";
     return kExitBadInput;
   }
+  if (serve_metrics) replay_metrics(sc, pts, replay);
   return kExitOk;
 }
 

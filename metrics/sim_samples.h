@@ -1,0 +1,29 @@
+// The simulator's timeline as step metrics: one StepSample per simulated rank from a SimPoint, for
+// `twinflow simulate --metrics-port` (durations in simulated time).
+#pragma once
+
+#include <vector>
+
+#include "backends/sim/sim_backend.h"
+#include "core/scenario.h"
+#include "metrics/step_metrics.h"
+
+namespace tf::metrics {
+
+// Samples of ranks 0 .. min(world, max_ranks) - 1 of one simulated step (StepSample::step left 0).
+//  - step_seconds: the step (the slowest rank's; every rank waits for it);
+//  - phase seconds: the time during which at least one op of the phase ran on that rank (OpTiming), with
+//    the gradient-statistics passes counted in the optimizer of their segment (compute queue: GPU, cpu
+//    queue: CPU) and ZeRO-1's gradient all-reduce as reduce_scatter; the norm all-reduce is in no phase;
+//  - queue busy: that rank's busy time per queue over the step;
+//  - memory: core::RankMemory of the largest shard (device gpu: params, grads, optimizer, activations, comm,
+//    workspace; host: optimizer, staging), the same for every rank;
+//  - PCIe bytes: the rank's plan totals; tokens: micro-batch x accumulation x tokens per sample;
+//  - loss NaN (the cost-only simulator computes none); loss scale: the fp16 initial scale (no overflow is
+//    simulated, so it never halves; DeepSpeed's doubling every loss_scale_window steps is not modelled), 1
+//    for bf16/fp32; skipped false.
+// Needs SimOptions::record_ops and keep_plans (std::invalid_argument otherwise).
+std::vector<StepSample> sim_step_samples(const backend::sim::SimPoint& point, const core::Scenario& scenario,
+                                         int max_ranks);
+
+}  // namespace tf::metrics

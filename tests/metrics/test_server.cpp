@@ -1,0 +1,358 @@
+// The /metrics endpoint over real loopback sockets: what it serves, what it refuses, and that it survives
+// malformed requests, slow clients, connection floods and 100 concurrent scrapes.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "metrics/http_server.h"
+#include "metrics/step_metrics.h"
+
+namespace tf::metrics {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// A blocking loopback client socket.
+class Client {
+ public:
+  explicit Client(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~Client() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  bool connected() const { return connected_; }
+
+  bool send(const std::string& s) {
+    for (size_t off = 0; off < s.size();) {
+      const ssize_t n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += size_t(n);
+    }
+    return true;
+  }
+  // Reads until the server closes the connection or `timeout` passes; closed() says which.
+  std::string read_all(milliseconds timeout) {
+    std::string out;
+    const auto end = Clock::now() + timeout;
+    closed_ = false;
+    while (Clock::now() < end) {
+      pollfd p{fd_, POLLIN, 0};
+      const int left = int(std::chrono::duration_cast<milliseconds>(end - Clock::now()).count());
+      if (::poll(&p, 1, std::max(left, 1)) <= 0) continue;
+      char buf[65536];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_ = true;
+        break;
+      }
+      out.append(buf, size_t(n));
+    }
+    return out;
+  }
+  // Reads one response whose length is given by Content-Length (keep-alive connections).
+  std::string read_response(milliseconds timeout) {
+    const auto end = Clock::now() + timeout;
+    while (Clock::now() < end) {
+      const size_t head = pending_.find("\r\n\r\n");
+      if (head != std::string::npos) {
+        const size_t cl = pending_.find("Content-Length: ");
+        const size_t len = cl < head ? std::stoul(pending_.substr(cl + 16)) : 0;
+        if (pending_.size() >= head + 4 + len) {
+          std::string r = pending_.substr(0, head + 4 + len);
+          pending_.erase(0, head + 4 + len);
+          return r;
+        }
+      }
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 10) <= 0) continue;
+      char buf[65536];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      pending_.append(buf, size_t(n));
+    }
+    return {};
+  }
+  bool closed() const { return closed_; }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false, closed_ = false;
+  std::string pending_;
+};
+
+int status_of(const std::string& response) {
+  return response.starts_with("HTTP/1.") && response.size() > 12 ? std::stoi(response.substr(9, 3)) : -1;
+}
+std::string body_of(const std::string& response) {
+  const size_t p = response.find("\r\n\r\n");
+  return p == std::string::npos ? "" : response.substr(p + 4);
+}
+
+std::string get(uint16_t port, const std::string& target, milliseconds timeout = milliseconds(5000)) {
+  Client c(port);
+  if (!c.connected()) return "connect failed";
+  c.send("GET " + target + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+  return c.read_all(timeout);
+}
+
+// A registry the size of a simulated 8-rank run.
+void fill(Registry& r) {
+  StepSample s;
+  s.step = 1;
+  s.step_seconds = 3.4;
+  s.phase_seconds.fill(0.2);
+  s.queue_busy.fill(0.5);
+  s.offload_ratio = 0.3;
+  s.memory = {{"gpu", "params", 1 << 30}, {"host", "optimizer", 1 << 30}};
+  for (int rank = 0; rank < 8; ++rank) publish(r, s, {rank, "opt-30b-dgx-h100", "sim"});
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { fill(registry); }
+  Registry registry;
+};
+
+TEST_F(ServerTest, ServesMetricsAndHealthOnAnEphemeralPort) {
+  MetricsServer server(registry, {});
+  ASSERT_NE(server.port(), 0);
+  EXPECT_EQ(server.url(), "http://127.0.0.1:" + std::to_string(server.port()) + "/metrics");
+  const std::string r = get(server.port(), "/metrics");
+  EXPECT_EQ(status_of(r), 200) << r.substr(0, 200);
+  EXPECT_NE(r.find("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"), std::string::npos);
+  EXPECT_EQ(body_of(r), registry.expose());
+  EXPECT_EQ(status_of(get(server.port(), "/metrics?name[]=x")), 200);  // query strings are ignored
+  const std::string h = get(server.port(), "/healthz");
+  EXPECT_EQ(status_of(h), 200);
+  EXPECT_EQ(body_of(h), "ok\n");
+  EXPECT_EQ(server.stats().scrapes, 2u);
+}
+
+TEST_F(ServerTest, WrongPathIs404AndWrongMethodIs405) {
+  MetricsServer server(registry, {});
+  for (const char* path : {"/", "/metrics/", "/metricsx", "/../metrics", "/favicon.ico", "*"})
+    EXPECT_EQ(status_of(get(server.port(), path)), 404) << path;
+  for (const char* method : {"POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"}) {
+    Client c(server.port());
+    c.send(std::string(method) + " /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    const std::string r = c.read_all(milliseconds(5000));
+    EXPECT_EQ(status_of(r), 405) << method;
+    EXPECT_NE(r.find("Allow: GET\r\n"), std::string::npos) << r;
+  }
+  EXPECT_EQ(status_of(get(server.port(), "/metrics")), 200);
+}
+
+TEST_F(ServerTest, MalformedRequestsAreAnsweredAndTheServerKeepsServing) {
+  ServerOptions o;
+  o.read_timeout = milliseconds(2000);
+  MetricsServer server(registry, o);
+  const std::vector<std::string> garbage = {
+      "GARBAGE\r\n\r\n",
+      "GET\r\n\r\n",
+      "GET /metrics HTTP/9.9\r\n\r\n",  // only HTTP/1.0 and 1.1
+      "GET /metrics HTTP/2.0\r\nHost: x\r\n\r\n",
+      "GET /metrics HTTP/1.1\r\nHost x\r\n\r\n",                                // header without colon
+      "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",                // a body on GET
+      "GET /metrics HTTP/1.1\r\nContent-Length: -1\r\n\r\n",                    // bad length
+      "GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n",  // bad chunk
+      std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11) + std::string(300, '\xAB') + "\r\n\r\n",  // TLS
+      std::string(4000, '\0') + "\r\n\r\n",
+  };
+  for (const std::string& g : garbage) {
+    Client c(server.port());
+    c.send(g);
+    const std::string r = c.read_all(milliseconds(5000));
+    EXPECT_EQ(status_of(r), 400) << "request " << ::testing::PrintToString(g.substr(0, 40)) << " got " << r;
+    EXPECT_TRUE(c.closed());
+  }
+  {  // headers beyond the limit: 431
+    Client c(server.port());
+    c.send("GET /metrics HTTP/1.1\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n");
+    EXPECT_EQ(status_of(c.read_all(milliseconds(5000))), 431);
+  }
+  {  // a client that gives up mid-request
+    Client c(server.port());
+    c.send("GET /met");
+  }
+  EXPECT_EQ(server.stats().bad_requests, garbage.size() + 1);
+  EXPECT_EQ(status_of(get(server.port(), "/metrics")), 200);
+}
+
+TEST_F(ServerTest, SlowClientsAreCutOffByTheReadDeadlineWithoutBlockingOthers) {
+  ServerOptions o;
+  o.read_timeout = milliseconds(400);
+  o.threads = 1;  // even a single I/O thread is not held by a slow client
+  MetricsServer server(registry, o);
+  Client silent(server.port());  // connects and sends nothing
+  Client partial(server.port());
+  partial.send("GET /metrics HTTP/1.1\r\nHost: x\r\n");  // never finishes its headers
+  std::thread drip([&] {                                 // one byte every 50 ms: never complete within the deadline
+    Client c(server.port());
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(100, 'a') + "\r\n\r\n";
+    for (char ch : req) {
+      if (!c.send(std::string(1, ch))) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  });
+  const auto t0 = Clock::now();
+  EXPECT_EQ(status_of(get(server.port(), "/metrics")), 200);  // served while three slow clients hold connections
+  EXPECT_LT(Clock::now() - t0, milliseconds(400));
+  // The slow ones are closed by the deadline: each read sees EOF well before 5 s.
+  EXPECT_TRUE(silent.read_all(milliseconds(5000)).empty());
+  EXPECT_TRUE(silent.closed());
+  EXPECT_TRUE(partial.read_all(milliseconds(5000)).empty());
+  EXPECT_TRUE(partial.closed());
+  EXPECT_LT(Clock::now() - t0, milliseconds(3000));
+  drip.join();  // its sends fail once the server closed it (the request takes 7 s to drip)
+  EXPECT_LT(Clock::now() - t0, milliseconds(6000));
+  EXPECT_GE(server.stats().timeouts, 3u);
+  EXPECT_EQ(status_of(get(server.port(), "/metrics")), 200);
+}
+
+TEST_F(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  MetricsServer server(registry, {});
+  Client c(server.port());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_EQ(body_of(c.read_response(milliseconds(5000))), "ok\n");
+  }
+  ASSERT_TRUE(c.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(body_of(c.read_response(milliseconds(5000))), registry.expose());
+  EXPECT_EQ(server.stats().connections, 1u);
+}
+
+TEST_F(ServerTest, HundredConcurrentScrapes) {
+  ServerOptions o;
+  MetricsServer server(registry, o);
+  const std::string want = registry.expose();
+  constexpr int kClients = 100;
+  std::vector<double> ms(kClients, -1);
+  std::vector<int> status(kClients, -1);
+  std::vector<bool> same(kClients, false);
+  std::barrier start(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.emplace_back([&, i] {
+      Client c(server.port());  // all connected before anyone sends
+      start.arrive_and_wait();
+      const auto t0 = Clock::now();
+      c.send("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+      const std::string r = c.read_all(milliseconds(20000));
+      ms[size_t(i)] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      status[size_t(i)] = status_of(r);
+      same[size_t(i)] = body_of(r) == want;
+    });
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(status[size_t(i)], 200) << "client " << i;
+    EXPECT_TRUE(same[size_t(i)]) << "client " << i;
+  }
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf("100 concurrent scrapes of %zu bytes: latency p50 %.1f ms, p95 %.1f ms, max %.1f ms\n", want.size(),
+              sorted[49], sorted[94], sorted[99]);
+  EXPECT_EQ(server.stats().scrapes, uint64_t(kClients));
+  EXPECT_LT(sorted[99], 10000.0);
+}
+
+TEST_F(ServerTest, ConnectionsBeyondTheLimitAreClosedAndServiceResumes) {
+  ServerOptions o;
+  o.max_connections = 2;
+  MetricsServer server(registry, o);
+  auto a = std::make_unique<Client>(server.port());
+  auto b = std::make_unique<Client>(server.port());
+  a->send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");  // make sure both are accepted and open
+  b->send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(status_of(a->read_response(milliseconds(5000))), 200);
+  EXPECT_EQ(status_of(b->read_response(milliseconds(5000))), 200);
+  Client third(server.port());
+  third.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(third.read_all(milliseconds(5000)), "");
+  EXPECT_TRUE(third.closed());
+  EXPECT_EQ(server.stats().rejected, 1u);
+  a.reset();
+  b.reset();
+  std::string r;
+  for (int i = 0; i < 100 && status_of(r) != 200; ++i) {  // the server notices the closed connections
+    std::this_thread::sleep_for(milliseconds(20));
+    r = get(server.port(), "/metrics");
+  }
+  EXPECT_EQ(status_of(r), 200);
+}
+
+TEST_F(ServerTest, BindErrorsSayWhatToDo) {
+  MetricsServer first(registry, {});
+  ServerOptions o;
+  o.port = first.port();
+  try {
+    MetricsServer second(registry, o);
+    FAIL() << "bound the same port twice";
+  } catch (const core::RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("pick another port, or 0 for a free one"), std::string::npos) << e.what();
+  }
+  o.address = "localhost:80";
+  EXPECT_THROW(MetricsServer(registry, o), core::InputError);
+  o.address = "::1";
+  o.port = 0;
+  try {
+    MetricsServer v6(registry, o);
+    EXPECT_EQ(v6.url(), "http://[::1]:" + std::to_string(v6.port()) + "/metrics");
+  } catch (const core::RuntimeFailure&) {
+    GTEST_SKIP() << "no IPv6 loopback on this machine";
+  }
+}
+
+TEST_F(ServerTest, StopClosesEverythingAndIsIdempotent) {
+  auto server = std::make_unique<MetricsServer>(registry, ServerOptions{});
+  const uint16_t port = server->port();
+  Client idle(port);
+  idle.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(status_of(idle.read_response(milliseconds(5000))), 200);
+  server->stop();
+  server->stop();
+  idle.read_all(milliseconds(2000));
+  EXPECT_TRUE(idle.closed());
+  EXPECT_FALSE(Client(port).connected());
+  server.reset();
+}
+
+TEST_F(ServerTest, ScrapesWhilePublishing) {
+  MetricsServer server(registry, {});
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    StepSample s;
+    s.step_seconds = 0.1;
+    for (int i = 0; !done; ++i) {
+      s.step = i;
+      publish(registry, s, {i % 4, "live", "sim"});
+    }
+  });
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(status_of(get(server.port(), "/metrics")), 200);
+  done = true;
+  writer.join();
+}
+
+}  // namespace
+}  // namespace tf::metrics
