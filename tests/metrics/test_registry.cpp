@@ -178,7 +178,7 @@ TEST(Registry, ConflictsAndBadNamesAreRefusedWithTheReason) {
 
 TEST(Registry, ConcurrentUpdatesAndScrapesAreExact) {
   Registry r;
-  constexpr int kThreads = 8, kIters = 20000;
+  constexpr int kThreads = 8, kIters = 5000;
   std::atomic<bool> done{false};
   std::thread scraper([&] {
     while (!done) {
