@@ -2,7 +2,10 @@
 #include "core/hardware.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <stdexcept>
 
 #include "core/config_node.h"
 #include "core/error.h"
@@ -34,6 +37,27 @@ double fig_num(MapReader& m, std::string_view key, HardwareProfile& p, double lo
 }
 int64_t fig_int(MapReader& m, std::string_view key, HardwareProfile& p, int64_t lo, int64_t hi) {
   return config::read_int(figure(m, key, p), lo, hi);
+}
+
+std::vector<GemmPoint> read_gemm_points(const Node& v) {
+  if (!v.is_seq() || v.children.empty())
+    config::fail(v, "expected a list of [m, n, k, tflops] entries, got " + v.describe());
+  std::vector<GemmPoint> pts;
+  for (const Node& e : v.children) {
+    if (!e.is_seq() || e.children.size() != 4)
+      config::fail(e, "expected an entry [m, n, k, tflops], got " + e.describe());
+    GemmPoint g;
+    g.m = config::read_int(e.children[0], 1, int64_t(1) << 31);
+    g.n = config::read_int(e.children[1], 1, int64_t(1) << 31);
+    g.k = config::read_int(e.children[2], 1, int64_t(1) << 31);
+    g.tflops = config::read_number(e.children[3], 0, 1e5, true);
+    for (const GemmPoint& o : pts)
+      if (o.m == g.m && o.n == g.n && o.k == g.k)
+        config::fail(e, "shape [" + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " + std::to_string(g.k) +
+                            "] is listed twice");
+    pts.push_back(g);
+  }
+  return pts;
 }
 
 std::vector<BusPoint> read_bus_points(const Node& v) {
@@ -107,6 +131,11 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
     p.gpu.fp16_tflops = fig_num(g, "fp16_tflops", p, 0, 1e5, true);
     p.gpu.fp32_tflops = fig_num(g, "fp32_tflops", p, 0, 1e5, true);
     p.gpu.kernel_launch_ns = fig_num(g, "kernel_launch_ns", p, 0, 1e9);
+    if (g.has("hbm_copy_gbps")) p.gpu.hbm_copy_gbps = fig_num(g, "hbm_copy_gbps", p, 0, 1e6, true);
+    if (g.has("event_record_ns")) p.gpu.event_record_ns = fig_num(g, "event_record_ns", p, 0, 1e9);
+    if (g.has("event_sync_ns")) p.gpu.event_sync_ns = fig_num(g, "event_sync_ns", p, 0, 1e9);
+    if (g.has("bf16_gemm_tflops_by_shape"))
+      p.gpu.bf16_gemm_tflops_by_shape = read_gemm_points(figure(g, "bf16_gemm_tflops_by_shape", p));
     g.warn_unknown();
   }
   {
@@ -120,6 +149,8 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
                    config::format_number(p.pcie.bidir_total_gbps) + " exceeds h2d_gbps + d2h_gbps = " +
                        config::format_number(p.pcie.h2d_gbps + p.pcie.d2h_gbps) + "; allowed (0, h2d_gbps + d2h_gbps]");
     p.pcie.gpus_per_link = int(fig_int(pc, "gpus_per_link", p, 1, p.gpus_per_node));
+    if (pc.has("pageable_h2d_gbps")) p.pcie.pageable_h2d_gbps = fig_num(pc, "pageable_h2d_gbps", p, 0, 1e4, true);
+    if (pc.has("copy_latency_ns")) p.pcie.copy_latency_ns = fig_num(pc, "copy_latency_ns", p, 0, 1e9);
     pc.warn_unknown();
   }
   {
@@ -130,6 +161,12 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
     p.intra_node.latency_ns = fig_num(in, "latency_ns", p, 0, 1e9);
     if (in.has("bus_gbps_by_message_bytes"))
       p.intra_node.bus_gbps_by_message_bytes = read_bus_points(figure(in, "bus_gbps_by_message_bytes", p));
+    if (in.has("all_gather_bus_gbps_by_message_bytes"))
+      p.intra_node.all_gather_bus_gbps_by_message_bytes =
+          read_bus_points(figure(in, "all_gather_bus_gbps_by_message_bytes", p));
+    if (in.has("reduce_scatter_bus_gbps_by_message_bytes"))
+      p.intra_node.reduce_scatter_bus_gbps_by_message_bytes =
+          read_bus_points(figure(in, "reduce_scatter_bus_gbps_by_message_bytes", p));
     if (p.gpus_per_node > 1 && p.intra_node.gbps <= 0)
       config::fail(*in.find("bus_gbps"),
                    "is 0 but the node has " + std::to_string(p.gpus_per_node) + " GPUs; allowed (0, 1e+05]");
@@ -189,6 +226,170 @@ HardwareProfile load_hardware_profile(const std::filesystem::path& file) {
   HardwareProfile p = parse_hardware_profile(text, file.string());
   p.file = file;
   return p;
+}
+
+namespace {
+
+// The shortest text that reads back to the same double (std::to_chars' round-trip guarantee).
+std::string number_text(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// A YAML double-quoted scalar: quotes, backslashes and control bytes escaped.
+std::string yaml_quoted(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      out += b;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+class ProfileWriter {
+ public:
+  explicit ProfileWriter(const HardwareProfile& p) : p_(p) {}
+  std::string& out() { return out_; }
+
+  void text(int indent, std::string_view key, const std::string& value) {
+    if (value.empty()) throw std::invalid_argument("format_hardware_profile: " + std::string(key) + " is empty");
+    line(indent, std::string(key) + ": " + yaml_quoted(value));
+  }
+  void open(std::string_view section) {
+    section_ = std::string(section);
+    line(0, section_ + ":");
+  }
+  // key: {value: V, source: "..."} in the current section (or at the top when indent is 0).
+  void figure(int indent, std::string_view key, const std::string& value) {
+    line(indent, std::string(key) + ": {value: " + value + ", source: " + yaml_quoted(source(indent, key)) + "}");
+  }
+  // key:\n  value:\n    - [a, b, ...]\n  source: "..."
+  void list_figure(int indent, std::string_view key, const std::vector<std::string>& rows) {
+    line(indent, std::string(key) + ":");
+    line(indent + 2, "value:");
+    for (const std::string& r : rows) line(indent + 4, "- [" + r + "]");
+    line(indent + 2, "source: " + yaml_quoted(source(indent, key)));
+  }
+
+ private:
+  const std::string& source(int indent, std::string_view key) const {
+    const std::string path = indent == 0 ? std::string(key) : section_ + "." + std::string(key);
+    const auto it = p_.sources.find(path);
+    if (it == p_.sources.end() || it->second.empty())
+      throw std::invalid_argument("format_hardware_profile: figure " + path + " has no source");
+    return it->second;
+  }
+  void line(int indent, const std::string& s) { out_ += std::string(size_t(indent), ' ') + s + "\n"; }
+
+  const HardwareProfile& p_;
+  std::string section_;
+  std::string out_;
+};
+
+std::vector<std::string> bus_rows(const std::vector<BusPoint>& pts) {
+  std::vector<std::string> rows;
+  for (const BusPoint& b : pts) rows.push_back(std::to_string(b.message_bytes) + ", " + number_text(b.bus_gbps));
+  return rows;
+}
+
+}  // namespace
+
+std::string format_hardware_profile(const HardwareProfile& p, std::string_view header) {
+  ProfileWriter w(p);
+  std::string& out = w.out();
+  while (!header.empty()) {
+    const size_t nl = header.find('\n');
+    const std::string_view l = header.substr(0, nl);
+    out += l.empty() ? "#\n" : "# " + std::string(l) + "\n";
+    header = nl == std::string_view::npos ? std::string_view{} : header.substr(nl + 1);
+  }
+  const auto num = number_text;
+  const auto integer = [](int64_t v) { return std::to_string(v); };
+  w.text(0, "name", p.name);
+  if (!p.description.empty()) w.text(0, "description", p.description);
+  w.figure(0, "gpus_per_node", integer(p.gpus_per_node));
+
+  const GpuProfile& g = p.gpu;
+  w.open("gpu");
+  w.text(2, "name", g.name);
+  w.figure(2, "hbm_bytes", integer(g.hbm_bytes));
+  w.figure(2, "hbm_gbps", num(g.hbm_gbps));
+  w.figure(2, "bf16_tflops", num(g.bf16_tflops));
+  w.figure(2, "fp16_tflops", num(g.fp16_tflops));
+  w.figure(2, "fp32_tflops", num(g.fp32_tflops));
+  w.figure(2, "kernel_launch_ns", num(g.kernel_launch_ns));
+  // An optional figure is written when it was measured: non-zero, or zero with a source.
+  const auto measured = [&](double v, const char* key) { return v != 0 || p.sources.count(key) > 0; };
+  if (measured(g.hbm_copy_gbps, "gpu.hbm_copy_gbps")) w.figure(2, "hbm_copy_gbps", num(g.hbm_copy_gbps));
+  if (measured(g.event_record_ns, "gpu.event_record_ns")) w.figure(2, "event_record_ns", num(g.event_record_ns));
+  if (measured(g.event_sync_ns, "gpu.event_sync_ns")) w.figure(2, "event_sync_ns", num(g.event_sync_ns));
+  if (!g.bf16_gemm_tflops_by_shape.empty()) {
+    std::vector<std::string> rows;
+    for (const GemmPoint& e : g.bf16_gemm_tflops_by_shape)
+      rows.push_back(integer(e.m) + ", " + integer(e.n) + ", " + integer(e.k) + ", " + num(e.tflops));
+    w.list_figure(2, "bf16_gemm_tflops_by_shape", rows);
+  }
+
+  const PcieProfile& pc = p.pcie;
+  w.open("pcie");
+  w.figure(2, "h2d_gbps", num(pc.h2d_gbps));
+  w.figure(2, "d2h_gbps", num(pc.d2h_gbps));
+  w.figure(2, "bidir_total_gbps", num(pc.bidir_total_gbps));
+  w.figure(2, "gpus_per_link", integer(pc.gpus_per_link));
+  if (measured(pc.pageable_h2d_gbps, "pcie.pageable_h2d_gbps"))
+    w.figure(2, "pageable_h2d_gbps", num(pc.pageable_h2d_gbps));
+  if (measured(pc.copy_latency_ns, "pcie.copy_latency_ns")) w.figure(2, "copy_latency_ns", num(pc.copy_latency_ns));
+
+  const LinkProfile& in = p.intra_node;
+  w.open("intra_node");
+  w.text(2, "kind", in.kind);
+  w.figure(2, "bus_gbps", num(in.gbps));
+  w.figure(2, "latency_ns", num(in.latency_ns));
+  if (!in.bus_gbps_by_message_bytes.empty())
+    w.list_figure(2, "bus_gbps_by_message_bytes", bus_rows(in.bus_gbps_by_message_bytes));
+  if (!in.all_gather_bus_gbps_by_message_bytes.empty())
+    w.list_figure(2, "all_gather_bus_gbps_by_message_bytes", bus_rows(in.all_gather_bus_gbps_by_message_bytes));
+  if (!in.reduce_scatter_bus_gbps_by_message_bytes.empty())
+    w.list_figure(2, "reduce_scatter_bus_gbps_by_message_bytes", bus_rows(in.reduce_scatter_bus_gbps_by_message_bytes));
+
+  const LinkProfile& net = p.inter_node;
+  w.open("inter_node");
+  w.text(2, "kind", net.kind);
+  w.figure(2, "gbps", num(net.gbps));
+  w.figure(2, "latency_ns", num(net.latency_ns));
+
+  const CpuProfile& c = p.cpu;
+  w.open("cpu");
+  w.text(2, "name", c.name);
+  w.figure(2, "cores", integer(c.cores));
+  w.figure(2, "mem_gbps", num(c.mem_gbps));
+  w.figure(2, "optimizer_gparam_s_per_core", num(c.optimizer_gparam_s_per_core));
+  w.figure(2, "optimizer_gparam_s_all_cores", num(c.optimizer_gparam_s_all_cores));
+  if (!c.optimizer_gparam_s_by_threads.empty()) {
+    std::vector<std::string> rows;
+    for (const auto& [threads, rate] : c.optimizer_gparam_s_by_threads)
+      rows.push_back(std::to_string(threads) + ", " + num(rate));
+    w.list_figure(2, "optimizer_gparam_s_by_threads", rows);
+  }
+  w.figure(2, "dma_slowdown_factor", num(c.dma_slowdown_factor));
+
+  w.open("host");
+  w.figure(2, "memory_bytes", integer(p.host_memory_bytes));
+  return out;
 }
 
 std::vector<std::string_view> builtin_hardware_profile_names() {

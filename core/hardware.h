@@ -13,14 +13,30 @@
 namespace tf::core {
 
 // Units are in the names; GB = 1e9 B and TFLOP = 1e12 FLOP everywhere; "gparam_s" = 1e9 elements/s.
+// Fields marked "optional" may be absent from a profile (0 or empty then); the rest are required.
+
+// A GEMM rate measured at one shape: C (m, n) = A (m, k) x B (k, n), bf16 in and out, fp32 accumulation.
+struct GemmPoint {
+  int64_t m = 0, n = 0, k = 0;
+  double tflops = 0;
+  bool operator==(const GemmPoint&) const = default;
+};
+
 struct GpuProfile {
   std::string name;
   int64_t hbm_bytes = 0;
   double hbm_gbps = 0;     // device memory bandwidth (a copy moves 2x its size through it)
   double bf16_tflops = 0;  // dense tensor-core peak; 0: no bf16 support
   double fp16_tflops = 0;
-  double fp32_tflops = 0;  // non-tensor-core fp32
-  double kernel_launch_ns = 0;
+  double fp32_tflops = 0;       // non-tensor-core fp32
+  double kernel_launch_ns = 0;  // per kernel: empty kernels launched back to back on one stream
+  // Optional measurements (twinflow calibrate):
+  double hbm_copy_gbps = 0;    // cudaMemcpy device-to-device, read + written (hbm_gbps: a streaming kernel's)
+  double event_record_ns = 0;  // host cost of one cudaEventRecord
+  double event_sync_ns = 0;    // a host thread waiting on the device: event recorded on an idle stream,
+                               // then cudaEventSynchronize, host round trip
+  std::vector<GemmPoint> bf16_gemm_tflops_by_shape;  // cuBLAS bf16 GEMM rates, in measurement order
+  bool operator==(const GpuProfile&) const = default;
 };
 
 struct PcieProfile {
@@ -28,12 +44,17 @@ struct PcieProfile {
   double d2h_gbps = 0;
   double bidir_total_gbps = 0;  // both directions at once, the two added
   int gpus_per_link = 1;        // GPUs sharing one host uplink (through a PCIe switch)
+  // Optional measurements (twinflow calibrate):
+  double pageable_h2d_gbps = 0;  // cudaMemcpy from pageable (malloc'd) host memory
+  double copy_latency_ns = 0;    // fixed cost per pinned copy: t(bytes) = latency + bytes / rate
+  bool operator==(const PcieProfile&) const = default;
 };
 
 // A collective bus bandwidth measured at one message size (nccl-tests "busbw").
 struct BusPoint {
   int64_t message_bytes = 0;
   double bus_gbps = 0;
+  bool operator==(const BusPoint&) const = default;
 };
 
 struct LinkProfile {
@@ -41,9 +62,14 @@ struct LinkProfile {
   double gbps = 0;   // intra-node: collective bus bandwidth; inter-node: per GPU, per direction; 0: none
   double latency_ns = 0;
   std::vector<BusPoint> bus_gbps_by_message_bytes;  // optional measurements, ascending sizes
+  // Optional measurements per collective (intra-node; ascending sizes). Each overrides
+  // bus_gbps_by_message_bytes for its own kind.
+  std::vector<BusPoint> all_gather_bus_gbps_by_message_bytes;
+  std::vector<BusPoint> reduce_scatter_bus_gbps_by_message_bytes;
   // Bus bandwidth for a message: interpolated linearly in log(size) between measured points and
   // clamped at the ends; `gbps` when nothing was measured.
   double bus_gbps_at(int64_t message_bytes) const;
+  bool operator==(const LinkProfile&) const = default;
 };
 
 struct CpuProfile {
@@ -59,6 +85,7 @@ struct CpuProfile {
   // proportional to threads; above the last, that rate), capped by the all-core rate. Without:
   // min(threads x per-core rate, all-core rate).
   double optimizer_gparam_s(int threads) const;
+  bool operator==(const CpuProfile&) const = default;
 };
 
 struct HardwareProfile {
@@ -74,12 +101,20 @@ struct HardwareProfile {
   int64_t host_memory_bytes = 0;
   std::map<std::string, std::string> sources;  // "gpu.hbm_gbps" -> its source
   std::vector<std::string> warnings;           // unknown keys
+  bool operator==(const HardwareProfile&) const = default;
 };
 
 // Parses a profile. Every figure is written {value: V, source: "..."}; errors throw InputError
 // "FILE:LINE:COL: key.path: what; allowed ...".
 HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::string& display_name);
 HardwareProfile load_hardware_profile(const std::filesystem::path& file);
+
+// The profile as YAML that parse_hardware_profile reads back to the same figures and sources
+// (numbers in their shortest round-trip form). Every figure written needs its source in p.sources
+// under its key path ("gpu.hbm_gbps"); an optional figure is written when measured (non-empty, or
+// non-zero, or zero with a source). `header` becomes leading "# " comment lines. Throws
+// std::invalid_argument naming a figure without a source.
+std::string format_hardware_profile(const HardwareProfile& p, std::string_view header = {});
 
 // The profiles shipped in scenarios/hardware/, compiled in (the files are the source of truth).
 std::vector<std::string_view> builtin_hardware_profile_names();

@@ -96,6 +96,49 @@ TimeNs gemm_ns(const GemmParams& p, GemmShape s) {
   return ceil_ns(p.launch_ns + gemm_flops(s) / (p.peak_tflops * 1e3 * efficiency));
 }
 
+GemmRateTable::GemmRateTable(std::vector<GemmRatePoint> points) : points_(std::move(points)) {
+  for (std::size_t i = 0; i < points_.size(); ++i) {
+    const std::string at = "GemmRateTable: point " + std::to_string(i);
+    const GemmShape s = points_[i].shape;
+    require_positive(s.m, at.c_str(), "m");
+    require_positive(s.n, at.c_str(), "n");
+    require_positive(s.k, at.c_str(), "k");
+    require_positive(points_[i].tflops, at.c_str(), "tflops");
+    for (std::size_t j = 0; j < i; ++j) {
+      const GemmShape o = points_[j].shape;
+      if (o.m == s.m && o.n == s.n && o.k == s.k)
+        throw std::invalid_argument(at + ": shape (" + std::to_string(s.m) + ", " + std::to_string(s.n) + ", " +
+                                    std::to_string(s.k) + ") is also point " + std::to_string(j));
+    }
+  }
+}
+
+double GemmRateTable::tflops_at(const GemmParams& shape_model, GemmShape s) const {
+  constexpr const char* kWhere = "GemmRateTable::tflops_at";
+  if (points_.empty()) throw std::logic_error(std::string(kWhere) + ": the table has no points");
+  require_positive(s.m, kWhere, "m");
+  require_positive(s.n, kWhere, "n");
+  require_positive(s.k, kWhere, "k");
+  const auto log_ratio = [](int64_t a, int64_t b) {
+    return std::abs(std::log(static_cast<double>(a) / static_cast<double>(b)));
+  };
+  const GemmRatePoint* best = nullptr;
+  double best_d = 0;
+  for (const GemmRatePoint& pt : points_) {
+    const double d = log_ratio(s.m, pt.shape.m) + log_ratio(s.n, pt.shape.n) + log_ratio(s.k, pt.shape.k);
+    if (best == nullptr || d < best_d) best = &pt, best_d = d;
+  }
+  if (best_d == 0) return best->tflops;
+  return best->tflops * gemm_efficiency(shape_model, s) / gemm_efficiency(shape_model, best->shape);
+}
+
+TimeNs gemm_ns(const GemmParams& p, const GemmRateTable& table, GemmShape s) {
+  check_shape(s, "gemm_ns");
+  require_non_negative(p.launch_ns, "gemm_ns", "launch_ns");
+  if (s.m == 0 || s.n == 0 || s.k == 0) return ceil_ns(p.launch_ns);
+  return ceil_ns(p.launch_ns + gemm_flops(s) / (table.tflops_at(p, s) * 1e3));
+}
+
 // ---- memory-bound kernels -------------------------------------------------------------------------
 
 TimeNs memory_kernel_ns(const MemoryKernelParams& p, int64_t bytes) {
@@ -206,6 +249,31 @@ double collective_wire_factor(CollectiveKind kind, CollectiveAlgorithm algo, int
   return kind == CollectiveKind::kAllReduce ? 2 * (n - 1) / n : (n - 1) / n;
 }
 
+namespace {
+// The curve for one kind: its own, else the shared one (possibly empty: the flat figure then).
+const BusBandwidthCurve& collective_curve(const CollectiveParams& p, CollectiveKind kind) {
+  if (kind == CollectiveKind::kAllGather && !p.all_gather_curve.empty()) return p.all_gather_curve;
+  if (kind == CollectiveKind::kReduceScatter && !p.reduce_scatter_curve.empty()) return p.reduce_scatter_curve;
+  return p.curve;
+}
+
+// Unrounded ns of one collective. Below a curve's smallest measured message the time is that
+// message's: small collectives are latency-bound, their time stops shrinking with their size.
+double collective_raw_ns(const CollectiveParams& p, CollectiveKind kind, CollectiveAlgorithm algo, int ranks,
+                         int64_t message_bytes) {
+  const BusBandwidthCurve& curve = collective_curve(p, kind);
+  double bus_gbps = p.bus_gbps;
+  if (curve.empty()) {
+    require_positive(p.bus_gbps, "collective_ns", "bus_gbps");
+  } else {
+    message_bytes = std::max(message_bytes, curve.points().front().message_bytes);
+    bus_gbps = curve.bus_gbps_at(message_bytes);
+  }
+  const double wire_bytes = static_cast<double>(message_bytes) * collective_wire_factor(kind, algo, ranks);
+  return p.latency_ns * collective_steps(kind, algo, ranks) + wire_bytes / bus_gbps;
+}
+}  // namespace
+
 TimeNs collective_ns(const CollectiveParams& p, CollectiveKind kind, CollectiveAlgorithm algo, int ranks,
                      int64_t message_bytes) {
   constexpr const char* kWhere = "collective_ns";
@@ -213,15 +281,11 @@ TimeNs collective_ns(const CollectiveParams& p, CollectiveKind kind, CollectiveA
   require_non_negative(message_bytes, kWhere, "message_bytes");
   require_non_negative(p.latency_ns, kWhere, "latency_ns");
   if (ranks == 1 || message_bytes == 0) return 0;
-  double bus_gbps = 0;
-  if (p.curve.empty()) {
-    require_positive(p.bus_gbps, kWhere, "bus_gbps");
-    bus_gbps = p.bus_gbps;
-  } else {
-    bus_gbps = p.curve.bus_gbps_at(message_bytes);
-  }
-  const double wire_bytes = static_cast<double>(message_bytes) * collective_wire_factor(kind, algo, ranks);
-  return ceil_ns(p.latency_ns * collective_steps(kind, algo, ranks) + wire_bytes / bus_gbps);
+  if (kind == CollectiveKind::kAllReduce && algo == CollectiveAlgorithm::kRing &&
+      (!p.all_gather_curve.empty() || !p.reduce_scatter_curve.empty()))
+    return ceil_ns(collective_raw_ns(p, CollectiveKind::kReduceScatter, algo, ranks, message_bytes) +
+                   collective_raw_ns(p, CollectiveKind::kAllGather, algo, ranks, message_bytes));
+  return ceil_ns(collective_raw_ns(p, kind, algo, ranks, message_bytes));
 }
 
 // ---- CPU optimizer --------------------------------------------------------------------------------

@@ -53,6 +53,36 @@ double gemm_efficiency(const GemmParams& p, GemmShape s);
 // launch_ns + gemm_flops / (peak_tflops * 1e3 FLOP/ns * gemm_efficiency).
 TimeNs gemm_ns(const GemmParams& p, GemmShape s);
 
+// A GEMM rate measured at one shape (twinflow calibrate: cuBLAS, median of repetitions).
+struct GemmRatePoint {
+  GemmShape shape;
+  double tflops = 0;
+};
+
+// Achieved GEMM rates from measurements. A measured shape runs at its measurement. Any other shape
+// takes the measurement of the nearest measured shape (L1 distance in log m, log n, log k; the first
+// listed wins a tie) scaled by the shape model's ratio gemm_efficiency(p, shape) /
+// gemm_efficiency(p, nearest): the measurements set the level, the roofline-and-tiles model only
+// carries it to shapes nobody measured (max_efficiency cancels in that ratio).
+class GemmRateTable {
+ public:
+  GemmRateTable() = default;
+  // Throws std::invalid_argument unless every dimension is > 0, every rate finite and > 0, and no
+  // shape is listed twice.
+  explicit GemmRateTable(std::vector<GemmRatePoint> points);
+  bool empty() const noexcept { return points_.empty(); }
+  std::span<const GemmRatePoint> points() const noexcept { return points_; }
+  // TFLOP/s of shape s. Requires a non-empty table (std::logic_error) and s without a zero dimension.
+  double tflops_at(const GemmParams& shape_model, GemmShape s) const;
+
+ private:
+  std::vector<GemmRatePoint> points_;
+};
+
+// launch_ns + gemm_flops / (table.tflops_at(p, s) * 1e3 FLOP/ns); launch_ns alone for a shape with a zero
+// dimension.
+TimeNs gemm_ns(const GemmParams& p, const GemmRateTable& table, GemmShape s);
+
 // ---- memory-bound kernels -------------------------------------------------------------------------
 
 struct MemoryKernelParams {
@@ -114,6 +144,11 @@ struct CollectiveParams {
   double latency_ns = 0;    // per algorithm step (NCCL's per-hop latency)
   double bus_gbps = 0;      // bus bandwidth when `curve` is empty
   BusBandwidthCurve curve;  // measured bus bandwidth by message size; overrides bus_gbps
+  // Measured per collective (optional); each overrides `curve` for its own kind. With either one, a
+  // ring all-reduce is timed as a reduce-scatter plus an all-gather of the same buffer, which is
+  // what NCCL's ring all-reduce does (steps 2(N-1), wire factor 2(N-1)/N, as the two phases added).
+  BusBandwidthCurve all_gather_curve;
+  BusBandwidthCurve reduce_scatter_curve;
 };
 
 // NCCL's cost model (src/graph/tuning.cc): time = latency * steps + message_bytes / algorithm bandwidth,
@@ -126,7 +161,8 @@ struct CollectiveParams {
 //                                    the tree then down, depth of a binary tree over N ranks)
 // Tree is defined for all-reduce only (NCCL has no tree all-gather or reduce-scatter): other kinds
 // throw std::invalid_argument. One rank costs 0. A measured curve (nccl-tests busbw) already contains
-// the latency; set latency_ns = 0 with one unless it was fitted separately.
+// the latency; set latency_ns = 0 with one unless it was fitted separately. A message smaller than a
+// curve's smallest measured one takes that one's time (latency-bound: the time no longer shrinks).
 int collective_steps(CollectiveKind kind, CollectiveAlgorithm algo, int ranks);
 double collective_wire_factor(CollectiveKind kind, CollectiveAlgorithm algo, int ranks);
 TimeNs collective_ns(const CollectiveParams& p, CollectiveKind kind, CollectiveAlgorithm algo, int ranks,

@@ -32,9 +32,12 @@ struct CostSetup {
   int world = 1;
   int ranks_per_node = 1;
   int gpus_per_link = 1;
-  double peak_tflops = 0;
-  double gemm_efficiency = 1;  // of the representative layer GEMM (tokens x hidden x hidden)
-  double launch_ns = 0;
+  double launch_ns = 0;  // per kernel
+  // Per layer (model order): the GEMM time of one micro-batch's forward and backward (the backward
+  // includes the recomputed forward with activation checkpointing), and how many kernels each launches.
+  std::vector<double> fwd_gemm_ns, bwd_gemm_ns;
+  std::vector<int> fwd_kernels, bwd_kernels;
+  double event_sync_ns = 0;  // a host (cpu-queue) op that waits on a device op learns of its end this late
   tf::sim::MemoryKernelParams hbm;
   tf::sim::PcieParams pcie;
   tf::sim::CollectiveParams collective;
@@ -45,55 +48,132 @@ struct CostSetup {
 
 int lp_bytes_of(core::Precision p) { return p == core::Precision::kFP32 ? 4 : 2; }
 
-CostSetup make_cost_setup(const core::Scenario& s, int world, double gemm_max_efficiency) {
+// One GEMM of a layer: `batch` independent products C (m, n) = A (m, k) x B (k, n).
+struct LayerGemm {
+  tf::sim::GemmShape shape;
+  int64_t batch = 1;
+};
+
+// The forward GEMMs of one layer for one micro-batch; their FLOPs add up to core/model.cpp's count.
+std::vector<LayerGemm> forward_gemms(const core::ModelDesc& m, const core::LayerDesc& l, int64_t micro_batch) {
+  const core::DecoderShape& d = m.spec.decoder;
+  switch (l.kind) {
+    case core::LayerKind::kEmbedding: return {};  // a gather
+    case core::LayerKind::kLinear: {
+      const std::vector<int64_t>& w = m.tensors[l.first_tensor].shape;  // (out, in)
+      return {{{micro_batch, w[0], w[1]}}};                             // Y (B, out) = X (B, in) Wt
+    }
+    case core::LayerKind::kHead: return {{{micro_batch * d.seq, d.vocab, d.hidden}}};
+    case core::LayerKind::kBlock: {
+      const int64_t t = micro_batch * d.seq, h = d.hidden, f = d.ffn;
+      // Attention per (sample, head): scores (s, s) = Q (s, dh) Kt, then (s, dh) = P (s, s) V.
+      const bool split = d.heads > 0 && h % d.heads == 0;
+      const int64_t dh = split ? h / d.heads : h, heads = split ? d.heads : 1;
+      return {{{t, 3 * h, h}},
+              {{d.seq, d.seq, dh}, micro_batch * heads},
+              {{d.seq, dh, d.seq}, micro_batch * heads},
+              {{t, h, h}},
+              {{t, f, h}},
+              {{t, h, f}}};
+    }
+  }
+  return {};
+}
+
+// The backward of C = A x B: the input gradient dA (m, k) = dC Bt, and the weight gradient as the
+// workload computes it, dBt (n, k) = dCt A (cublas_gemm.cuh's weight-gradient GEMM).
+std::vector<LayerGemm> backward_gemms(const std::vector<LayerGemm>& fwd) {
+  std::vector<LayerGemm> out;
+  for (const LayerGemm& g : fwd) {
+    out.push_back({{g.shape.m, g.shape.k, g.shape.n}, g.batch});
+    out.push_back({{g.shape.n, g.shape.k, g.shape.m}, g.batch});
+  }
+  return out;
+}
+
+// ns of a layer's GEMMs. A batch of products runs at the rate of the one GEMM with the same tiles,
+// (batch x m, n, k): a strided-batched kernel fills the GPU with the batch's tiles the same way.
+// With a measured table (bf16 only) rates come from it; otherwise the roofline-and-tiles model.
+double gemms_ns(const std::vector<LayerGemm>& gemms, const tf::sim::GemmParams& gp,
+                const tf::sim::GemmRateTable* table) {
+  double ns = 0;
+  for (const LayerGemm& g : gemms) {
+    const tf::sim::GemmShape eq{g.shape.m * g.batch, g.shape.n, g.shape.k};
+    const double tflops = table ? table->tflops_at(gp, eq) : gp.peak_tflops * tf::sim::gemm_efficiency(gp, eq);
+    ns += tf::sim::gemm_flops(eq) / (tflops * 1e3);  // 1 TFLOP/s = 1e3 FLOP/ns
+  }
+  return ns;
+}
+
+tf::sim::BusBandwidthCurve curve_of(const std::vector<core::BusPoint>& pts) {
+  std::vector<tf::sim::BusBandwidthPoint> out;
+  for (const core::BusPoint& p : pts) out.push_back({p.message_bytes, p.bus_gbps});
+  return tf::sim::BusBandwidthCurve(std::move(out));
+}
+
+CostSetup make_cost_setup(const core::Scenario& s, const core::ModelDesc& model, int world,
+                          double gemm_max_efficiency) {
   const core::HardwareProfile& hw = s.cluster.hardware;
   CostSetup c;
   c.world = world;
   c.ranks_per_node = std::max(1, world == s.cluster.world_size() ? s.cluster.gpus_per_node : hw.gpus_per_node);
   c.gpus_per_link = std::max(1, hw.pcie.gpus_per_link);
 
+  double peak_tflops = 0;
   switch (s.training.precision) {
-    case core::Precision::kBF16: c.peak_tflops = hw.gpu.bf16_tflops; break;
-    case core::Precision::kFP16: c.peak_tflops = hw.gpu.fp16_tflops; break;
-    case core::Precision::kFP32: c.peak_tflops = hw.gpu.fp32_tflops; break;
+    case core::Precision::kBF16: peak_tflops = hw.gpu.bf16_tflops; break;
+    case core::Precision::kFP16: peak_tflops = hw.gpu.fp16_tflops; break;
+    case core::Precision::kFP32: peak_tflops = hw.gpu.fp32_tflops; break;
   }
-  if (!(c.peak_tflops > 0))
+  if (!(peak_tflops > 0))
     throw core::InputError("profile " + hw.name + ": the GPU has no " +
                            std::string(core::precision_name(s.training.precision)) + " peak (0 TFLOP/s)");
   if (!(hw.gpu.hbm_gbps > 0)) throw core::InputError("profile " + hw.name + ": gpu.hbm_gbps must be > 0");
   c.launch_ns = hw.gpu.kernel_launch_ns;
+  c.event_sync_ns = hw.gpu.event_sync_ns;
 
-  // A representative GEMM of one layer: (tokens of a micro-batch) x hidden x hidden.
-  const core::ModelSpec& m = s.model;
-  int64_t hidden = m.decoder.hidden;
-  int64_t tokens = s.training.micro_batch * (m.type == core::ModelType::kDecoder ? m.decoder.seq : 1);
-  if (m.type == core::ModelType::kMlp) hidden = *std::max_element(m.mlp_dims.begin(), m.mlp_dims.end());
+  // Every layer's GEMMs, one kernel each (at least one kernel per op: an embedding's gather).
   tf::sim::GemmParams gp;
-  gp.peak_tflops = c.peak_tflops;
+  gp.peak_tflops = peak_tflops;
   gp.hbm_gbps = hw.gpu.hbm_gbps;
-  gp.launch_ns = c.launch_ns;
   gp.max_efficiency = gemm_max_efficiency;
   gp.bytes_per_element = lp_bytes_of(s.training.precision);
-  c.gemm_efficiency = tf::sim::gemm_efficiency(gp, {tokens, hidden, hidden});
+  std::vector<tf::sim::GemmRatePoint> measured_gemms;
+  if (s.training.precision == core::Precision::kBF16)
+    for (const core::GemmPoint& e : hw.gpu.bf16_gemm_tflops_by_shape)
+      measured_gemms.push_back({{e.m, e.n, e.k}, e.tflops});
+  const tf::sim::GemmRateTable table(std::move(measured_gemms));
+  for (const core::LayerDesc& l : model.layers) {
+    const std::vector<LayerGemm> fwd = forward_gemms(model, l, s.training.micro_batch), bwd = backward_gemms(fwd);
+    const bool recompute = s.training.activation_checkpointing && l.kind == core::LayerKind::kBlock;
+    const double f = gemms_ns(fwd, gp, table.empty() ? nullptr : &table);
+    c.fwd_gemm_ns.push_back(f);
+    c.bwd_gemm_ns.push_back(gemms_ns(bwd, gp, table.empty() ? nullptr : &table) + (recompute ? f : 0.0));
+    c.fwd_kernels.push_back(std::max<int>(1, static_cast<int>(fwd.size())));
+    c.bwd_kernels.push_back(std::max<int>(1, static_cast<int>(bwd.size() + (recompute ? fwd.size() : 0))));
+  }
 
   c.hbm = {hw.gpu.hbm_gbps, c.launch_ns};
-  c.pcie = {hw.pcie.h2d_gbps, hw.pcie.d2h_gbps, hw.pcie.bidir_total_gbps, 0.0};
+  c.pcie = {hw.pcie.h2d_gbps, hw.pcie.d2h_gbps, hw.pcie.bidir_total_gbps, hw.pcie.copy_latency_ns};
 
   if (world > 1) {
     const bool one_node = world <= c.ranks_per_node;
     const core::LinkProfile& link = one_node ? hw.intra_node : hw.inter_node;
-    const bool measured = one_node && !link.bus_gbps_by_message_bytes.empty();
+    if (one_node) {  // measured curves are of one node's link
+      c.collective.curve = curve_of(link.bus_gbps_by_message_bytes);
+      c.collective.all_gather_curve = curve_of(link.all_gather_bus_gbps_by_message_bytes);
+      c.collective.reduce_scatter_curve = curve_of(link.reduce_scatter_bus_gbps_by_message_bytes);
+    }
+    const bool measured = !c.collective.curve.empty() || !c.collective.all_gather_curve.empty() ||
+                          !c.collective.reduce_scatter_curve.empty();
     if (!measured && !(link.gbps > 0))
       throw core::InputError("world " + std::to_string(world) + ": profile " + hw.name + " has no " +
                              (one_node ? "intra-node" : "inter-node") + " GPU link (" + link.kind +
                              ", 0 GB/s) for the collectives");
-    c.collective.latency_ns = link.latency_ns;
+    // A measured bus bandwidth already contains NCCL's latency (the whole call was timed): adding the
+    // profile's latency on top would count it twice.
+    c.collective.latency_ns = measured ? 0.0 : link.latency_ns;
     c.collective.bus_gbps = link.gbps;
-    if (measured) {
-      std::vector<tf::sim::BusBandwidthPoint> pts;
-      for (const core::BusPoint& p : link.bus_gbps_by_message_bytes) pts.push_back({p.message_bytes, p.bus_gbps});
-      c.collective.curve = tf::sim::BusBandwidthCurve(std::move(pts));
-    }
   }
 
   const core::CpuProfile& cpu = hw.cpu;
@@ -224,8 +304,29 @@ class Simulation {
     }
   }
 
+  // A layer's forward or backward on one micro-batch: its GEMMs, plus one launch per kernel.
   TimeNs compute_ns(const core::Op& op) const {
-    return tf::sim::ceil_ns(cost_.launch_ns + op.flops / (cost_.peak_tflops * 1e3 * cost_.gemm_efficiency));
+    const auto l = static_cast<size_t>(op.layer);
+    if (op.kind == core::OpKind::kForward)
+      return tf::sim::ceil_ns(cost_.launch_ns * cost_.fwd_kernels.at(l) + cost_.fwd_gemm_ns.at(l));
+    return tf::sim::ceil_ns(cost_.launch_ns * cost_.bwd_kernels.at(l) + cost_.bwd_gemm_ns.at(l));
+  }
+
+  // How long a host op waits before it starts: a host thread learns of a device op's end through an
+  // event (gpu.event_sync_ns), so a cpu-queue op that depends on a device-queue op pays it once.
+  TimeNs host_wait_ns(int r, const core::Op& op) const {
+    if (op.queue != core::Queue::kCpu || !(cost_.event_sync_ns > 0)) return 0;
+    for (uint32_t d : op.deps)
+      if (plans_[static_cast<size_t>(r)].ops[d].queue != core::Queue::kCpu)
+        return tf::sim::ceil_ns(cost_.event_sync_ns);
+    return 0;
+  }
+
+  // Starts `elems` on a CPU pool of rank r, after `wait_ns`.
+  void start_cpu(tf::sim::CpuPool& pool, TimeNs wait_ns, int64_t elems, tf::sim::Callback done) {
+    if (wait_ns <= 0) return pool.start(elems, std::move(done));
+    queue_.schedule_after(wait_ns,
+                          [&pool, elems, cb = std::move(done)]() mutable { pool.start(elems, std::move(cb)); });
   }
 
   tf::sim::Work fixed(int r, uint32_t id, TimeNs ns) {
@@ -243,17 +344,19 @@ class Simulation {
       case core::OpKind::kGpuOptimizer: return fixed(r, id, tf::sim::memory_kernel_ns(cost_.hbm, op.bytes));
       case core::OpKind::kGradStats:
         if (op.queue != core::Queue::kCpu) return fixed(r, id, tf::sim::memory_kernel_ns(cost_.hbm, op.bytes));
-        return tf::sim::Work::async([this, r, id, elems = op.elems](tf::sim::Callback done) {
-          RankState& rs = ranks_[static_cast<size_t>(r)];
-          rs.start_ns[id] = queue_.now();
-          rs.stats_pool->start(elems, std::move(done));
-        });
+        return tf::sim::Work::async(
+            [this, r, id, elems = op.elems, wait = host_wait_ns(r, op)](tf::sim::Callback done) {
+              RankState& rs = ranks_[static_cast<size_t>(r)];
+              rs.start_ns[id] = queue_.now();
+              start_cpu(*rs.stats_pool, wait, elems, std::move(done));
+            });
       case core::OpKind::kCpuOptimizer:
-        return tf::sim::Work::async([this, r, id, elems = op.elems](tf::sim::Callback done) {
-          RankState& rs = ranks_[static_cast<size_t>(r)];
-          rs.start_ns[id] = queue_.now();
-          rs.optimizer_pool->start(elems, std::move(done));
-        });
+        return tf::sim::Work::async(
+            [this, r, id, elems = op.elems, wait = host_wait_ns(r, op)](tf::sim::Callback done) {
+              RankState& rs = ranks_[static_cast<size_t>(r)];
+              rs.start_ns[id] = queue_.now();
+              start_cpu(*rs.optimizer_pool, wait, elems, std::move(done));
+            });
       case core::OpKind::kD2HGrad:
       case core::OpKind::kH2DParam: {
         const Direction dir = op.kind == core::OpKind::kD2HGrad ? Direction::kD2H : Direction::kH2D;
@@ -342,9 +445,9 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   if (!(ratio >= 0 && ratio <= 1)) throw core::InputError("ratio " + std::to_string(ratio) + " is outside [0, 1]");
   if (opt.world_override < 0) throw core::InputError("world_override must be >= 0");
   const int world = opt.world_override > 0 ? opt.world_override : s.cluster.world_size();
-  const CostSetup cost = make_cost_setup(s, world, opt.gemm_max_efficiency);
-
   const core::ModelDesc model = core::describe_model(s.model);
+  const CostSetup cost = make_cost_setup(s, model, world, opt.gemm_max_efficiency);
+
   const core::Partition part = core::make_partition(model, {s.zero.stage, world, 2048});
   const int lp_bytes = lp_bytes_of(s.training.precision);
 

@@ -57,6 +57,8 @@ struct SimOptions {
                             // (ranks then fill nodes of the profile's gpus_per_node)
   // The best fraction of the profile's dense peak a layer's GEMMs reach (GemmParams::max_efficiency):
   // our H100 ran a bf16 GEMM at ~790 TFLOP/s against the 989 of the datasheet (DESIGN.md), 0.8.
+  // Unused when the profile has measured GEMM rates (gpu.bf16_gemm_tflops_by_shape, bf16 training):
+  // those set the level themselves.
   double gemm_max_efficiency = 0.8;
 };
 

@@ -16,6 +16,7 @@ using tf::sim::CollectiveParams;
 using tf::sim::CpuOptimizerParams;
 using tf::sim::Direction;
 using tf::sim::GemmParams;
+using tf::sim::GemmRateTable;
 using tf::sim::GemmShape;
 using tf::sim::MemoryKernelParams;
 using tf::sim::PcieParams;
@@ -227,6 +228,9 @@ TEST(CollectiveCost, TimesFromTheMeasuredCurve) {
   // 4 ranks, reduce-scatter of 256 MiB: busbw 180 + 70 * log(8)/log(16) = 232.5;
   // 268435456 * 3/4 / 232.5 = 865920.826 ns -> 865921.
   EXPECT_EQ(tf::sim::collective_ns(p, kReduceScatter, kRing, 4, 256 * kMiB), 865921);
+  // Below the smallest measured message (2 MiB) the time is 2 MiB's: 16 B and 1 MiB take 37450 ns.
+  EXPECT_EQ(tf::sim::collective_ns(p, kAllGather, kRing, 2, 16), 37450);
+  EXPECT_EQ(tf::sim::collective_ns(p, kAllGather, kRing, 2, kMiB), 37450);
 }
 
 TEST(CollectiveCost, CurveValidation) {
@@ -239,6 +243,69 @@ TEST(CollectiveCost, CurveValidation) {
   const BusBandwidthCurve one({{kMiB, 42.0}});
   EXPECT_DOUBLE_EQ(one.bus_gbps_at(1), 42.0);
   EXPECT_DOUBLE_EQ(one.bus_gbps_at(kMiB * 1024), 42.0);
+}
+
+TEST(CollectiveCost, PerKindCurvesAndAllReduceAsTheirSum) {
+  using enum CollectiveKind;
+  using enum CollectiveAlgorithm;
+  CollectiveParams p;
+  p.all_gather_curve = BusBandwidthCurve({{kMiB, 20.0}, {512 * kMiB, 250.0}});
+  p.reduce_scatter_curve = BusBandwidthCurve({{kMiB, 18.0}, {512 * kMiB, 240.0}});
+  p.curve = BusBandwidthCurve({{kMiB, 1.0}});  // overridden for both kinds: never used below
+  // 2 ranks, 512 MiB: all-gather 536870912 * 1/2 / 250 = 1073741.824 -> 1073742;
+  // reduce-scatter 536870912 * 1/2 / 240 = 1118481.067 -> 1118482.
+  EXPECT_EQ(tf::sim::collective_ns(p, kAllGather, kRing, 2, 512 * kMiB), 1073742);
+  EXPECT_EQ(tf::sim::collective_ns(p, kReduceScatter, kRing, 2, 512 * kMiB), 1118482);
+  // Ring all-reduce = reduce-scatter + all-gather of the same buffer, rounded once: 2192222.891 -> 2192223.
+  EXPECT_EQ(tf::sim::collective_ns(p, kAllReduce, kRing, 2, 512 * kMiB), 2192223);
+  // With 1 us per step, each phase adds 1 step: 2192222.891 + 2000 -> 2194223.
+  p.latency_ns = 1000;
+  EXPECT_EQ(tf::sim::collective_ns(p, kAllReduce, kRing, 2, 512 * kMiB), 2194223);
+  // A kind without its own curve falls back to the shared curve, then to the flat figure:
+  // reduce-scatter on 1 GB/s: 1048576 * 1/2 / 1 + 1000 = 525288.
+  p.reduce_scatter_curve = BusBandwidthCurve();
+  EXPECT_EQ(tf::sim::collective_ns(p, kReduceScatter, kRing, 2, kMiB), 525288);
+  p.curve = BusBandwidthCurve();
+  p.bus_gbps = 100;
+  // 536870912 * 1/2 / 100 + 1000 = 2685354.56 -> 2685355.
+  EXPECT_EQ(tf::sim::collective_ns(p, kReduceScatter, kRing, 2, 512 * kMiB), 2685355);
+}
+
+// ---- measured GEMM rates ----------------------------------------------------------------------------
+
+TEST(GemmRateTableCost, MeasuredShapesHoldAndOthersFollowTheShapeModel) {
+  const GemmParams model = h100_gemm();  // the shape model: ridge 263.33 FLOP/B, tiles 128 x 128 x 64
+  const GemmRateTable t({{{8192, 8192, 8192}, 780.0}, {{1024, 4096, 4096}, 600.0}, {{16, 4096, 4096}, 50.0}});
+  // Measured shapes: their measurements.
+  EXPECT_DOUBLE_EQ(t.tflops_at(model, {8192, 8192, 8192}), 780.0);
+  EXPECT_DOUBLE_EQ(t.tflops_at(model, {16, 4096, 4096}), 50.0);
+  // (2048, 4096, 4096): nearest is (1024, 4096, 4096) (log distance ln 2; (8192)^3 is ln 4 + 2 ln 2
+  // away). Both are whole tiles and compute-bound (intensity 1024 and 682.7 FLOP/B > 263.3): the
+  // model's ratio is 1, so 600.
+  EXPECT_DOUBLE_EQ(t.tflops_at(model, {2048, 4096, 4096}), 600.0);
+  // (32, 4096, 4096): nearest (16, 4096, 4096). Both memory-bound: intensity 32*4096/4160 = 31.508
+  // and 16*4096/4128 = 15.876 FLOP/B, below their tile factors 0.25 and 0.125 x ridge. Ratio
+  // (31.508 / 15.876) = 2 * 4128 / 4160 = 1.984615, so 50 * 1.984615 = 99.2308 TFLOP/s.
+  EXPECT_NEAR(t.tflops_at(model, {32, 4096, 4096}), 50.0 * 2 * 4128 / 4160, 1e-9);
+  // Its time: 2*32*4096*4096 = 1073741824 FLOP / 99230.77 FLOP/ns = 10820.65 -> 10821 ns (no launch).
+  EXPECT_EQ(tf::sim::gemm_ns(model, t, {32, 4096, 4096}), 10821);
+  GemmParams with_launch = model;
+  with_launch.launch_ns = 2000;
+  // 2*8192^3 / 780e3 = 1409630.292 + 2000 -> 1411631; a zero dimension costs the launch only.
+  EXPECT_EQ(tf::sim::gemm_ns(with_launch, t, {8192, 8192, 8192}), 1411631);
+  EXPECT_EQ(tf::sim::gemm_ns(with_launch, t, {0, 8192, 8192}), 2000);
+  // max_efficiency cancels in the ratio: the table alone sets the level.
+  GemmParams derated = model;
+  derated.max_efficiency = 0.5;
+  EXPECT_NEAR(t.tflops_at(derated, {32, 4096, 4096}), 50.0 * 2 * 4128 / 4160, 1e-9);
+}
+
+TEST(GemmRateTableCost, Validation) {
+  EXPECT_THROW(GemmRateTable({{{0, 1, 1}, 1.0}}), std::invalid_argument);
+  EXPECT_THROW(GemmRateTable({{{1, 1, 1}, 0.0}}), std::invalid_argument);
+  EXPECT_THROW(GemmRateTable({{{1, 2, 3}, 1.0}, {{1, 2, 3}, 2.0}}), std::invalid_argument);
+  EXPECT_THROW((void)GemmRateTable().tflops_at(h100_gemm(), {1, 1, 1}), std::logic_error);
+  EXPECT_THROW((void)GemmRateTable({{{1, 1, 1}, 1.0}}).tflops_at(h100_gemm(), {0, 1, 1}), std::invalid_argument);
 }
 
 // ---- CPU optimizer --------------------------------------------------------------------------------

@@ -231,6 +231,76 @@ TEST(SimBackend, ChromeTraceHasOneEventPerOpPerRank) {
   std::filesystem::remove(path);
 }
 
+// ---- terms fed by `twinflow calibrate` ---------------------------------------------------------------
+
+TEST(SimBackend, MeasuredGemmRatesAndOneLaunchPerGemm) {
+  // The 64x64 layer, micro-batch 2. Forward Y (2, 64) = X (2, 64) Wt: shape (2, 64, 64), 16384 FLOP.
+  // Backward: input gradient (m, k, n) = (2, 64, 64) and weight gradient (n, k, m) = (64, 64, 2).
+  tf::core::Scenario s = mlp_scenario();
+  s.cluster.hardware.gpu.bf16_gemm_tflops_by_shape = {{2, 64, 64, 1.0}, {64, 64, 2, 0.5}};
+  const SimPoint p = simulate_step(s, 1.0 / 3.0, {.record_ops = true, .keep_plans = true});
+  // forward: one kernel, 4000 + 16384 / 1e3 FLOP/ns = 4016.384 -> 4017;
+  // backward: two kernels, 8000 + 16.384 + 16384 / 0.5e3 = 8049.152 -> 8050.
+  // The compute queue also runs the GPU grad stats (4003) and AdamW (4039) of HandComputedMlpStepAtOneThird.
+  EXPECT_EQ(p.busy_ns[qi(Queue::kCompute)], 4017 + 8050 + 4003 + 4039);
+  for (size_t i = 0; i < p.plans[0].ops.size(); ++i) {
+    const auto& op = p.plans[0].ops[i];
+    const int64_t ns = p.ranks[0].ops[i].end_ns - p.ranks[0].ops[i].start_ns;
+    if (op.kind == tf::core::OpKind::kForward) {
+      EXPECT_EQ(ns, 4017);
+    } else if (op.kind == tf::core::OpKind::kBackward) {
+      EXPECT_EQ(ns, 8050);
+    }
+  }
+  // fp16 training does not use the bf16 table: the same step as without one.
+  tf::core::Scenario fp16 = mlp_scenario();
+  fp16.training.precision = tf::core::Precision::kFP16;
+  const int64_t plain = simulate_step(fp16, 1.0 / 3.0).step_ns;
+  fp16.cluster.hardware.gpu.bf16_gemm_tflops_by_shape = s.cluster.hardware.gpu.bf16_gemm_tflops_by_shape;
+  EXPECT_EQ(simulate_step(fp16, 1.0 / 3.0).step_ns, plain);
+  EXPECT_NE(simulate_step(s, 1.0 / 3.0).step_ns, simulate_step(mlp_scenario(), 1.0 / 3.0).step_ns);
+}
+
+TEST(SimBackend, HostWaitsOnDeviceEventsAndCopiesPayTheirLatency) {
+  // HandComputedMlpStepAllOnCpuIsExposed with gpu.event_sync_ns = 5000 and pcie.copy_latency_ns = 1000:
+  // d2h 1000 + 224; the CPU stats wait on the d2h (a device op): 5000 + 85; the CPU AdamW waits on
+  // the norm all-reduce (world 1: 0 ns) and the d2h: 5000 + 2126; the h2d 1000 + 224.
+  tf::core::Scenario s = mlp_scenario();
+  s.cluster.hardware.gpu.event_sync_ns = 5000;
+  s.cluster.hardware.pcie.copy_latency_ns = 1000;
+  const SimPoint p = simulate_step(s, 1.0);
+  EXPECT_EQ(p.optimizer_phase_ns, (1000 + 224) + (5000 + 85) + (5000 + 2126) + (1000 + 224));
+  EXPECT_EQ(p.busy_ns[qi(Queue::kCpu)], (5000 + 85) + (5000 + 2126));
+  EXPECT_EQ(p.busy_ns[qi(Queue::kD2H)], 1000 + 224);
+}
+
+TEST(SimBackend, MeasuredCollectiveCurvesCarryTheirOwnLatency) {
+  // World 2 on the measured 2x H200 link. The 64x64 layer's all-gather moves 16384 B, below the
+  // smallest measured message (2 MiB at 28 GB/s): it takes 2 MiB's time, 2097152 * 1/2 / 28 =
+  // 37449.14 -> 37450 ns, and the profile's fitted 30 us latency is not added on top (the measured
+  // bus bandwidth already contains it).
+  tf::core::Scenario s = tf::core::parse_scenario(
+      "model: {type: mlp, dims: [64, 64]}\n"
+      "cluster: {profile: h200x2-32core, gpus_per_node: 2}\n"
+      "training: {micro_batch: 1}\n"
+      "optimizer: {type: adamw}\n"
+      "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}\n",
+      {}, "mlp2.yaml");
+  SimPoint p = simulate_step(s, 0.5, {.record_ops = true, .keep_plans = true});
+  ASSERT_EQ(p.plans[0].ops[0].kind, tf::core::OpKind::kAllGather);
+  EXPECT_EQ(p.ranks[0].ops[0].end_ns, 37450);
+  // Per-collective curves override the shared one: all-gather 1048576 * 1/2 / 20 = 26214.4 -> 26215.
+  s.cluster.hardware.intra_node.all_gather_bus_gbps_by_message_bytes = {{1 << 20, 20.0}};
+  p = simulate_step(s, 0.5, {.record_ops = true, .keep_plans = true});
+  EXPECT_EQ(p.ranks[0].ops[0].end_ns, 26215);
+  // The reduce-scatters keep the shared curve: 37450 ns each.
+  for (size_t i = 0; i < p.plans[0].ops.size(); ++i) {
+    if (p.plans[0].ops[i].kind == tf::core::OpKind::kReduceScatter) {
+      EXPECT_EQ(p.ranks[0].ops[i].end_ns - p.ranks[0].ops[i].start_ns, 37450);
+    }
+  }
+}
+
 TEST(SimBackend, BadInputsThrow) {
   const tf::core::Scenario s = mlp_scenario();
   EXPECT_THROW(simulate_step(s, 1.5), tf::core::InputError);

@@ -1,0 +1,224 @@
+// Hardware profiles written by format_hardware_profile (what `twinflow calibrate` writes) read back
+// to the same figures and sources; the optional calibrate fields parse and are checked.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+#include "core/error.h"
+#include "core/hardware.h"
+
+#ifndef TWINFLOW_SOURCE_DIR
+#error "TWINFLOW_SOURCE_DIR (the repository's absolute path) must be defined by the build"
+#endif
+
+using namespace tf::core;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kHardware = fs::path(TWINFLOW_SOURCE_DIR) / "scenarios" / "hardware";
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Every field set, every optional figure present, awkward strings and numbers.
+HardwareProfile full_profile() {
+  HardwareProfile p;
+  p.name = "calibrated-box";
+  p.description = "two \"GPUs\": a\\b, #not a comment, tab\there, line\nbreak, unicode \xC3\xA9";
+  p.gpus_per_node = 2;
+  p.gpu.name = "NVIDIA H200";
+  p.gpu.hbm_bytes = 150754820096;
+  p.gpu.hbm_gbps = 4012.3456789012345;
+  p.gpu.bf16_tflops = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
+  p.gpu.fp16_tflops = 1.0 / 3.0;
+  p.gpu.fp32_tflops = 51.25;
+  p.gpu.kernel_launch_ns = 2140.5;
+  p.gpu.hbm_copy_gbps = 3890;
+  p.gpu.event_record_ns = 1234.5;
+  p.gpu.event_sync_ns = 9876.25;
+  p.gpu.bf16_gemm_tflops_by_shape = {{1024, 4096, 4096, 612.75}, {8192, 8192, 8192, 781.0625}, {16, 4096, 4096, 55.5}};
+  p.pcie.h2d_gbps = 53.7;
+  p.pcie.d2h_gbps = 54.1;
+  p.pcie.bidir_total_gbps = 83.2;
+  p.pcie.gpus_per_link = 2;
+  p.pcie.pageable_h2d_gbps = 12.5;
+  p.pcie.copy_latency_ns = 2500.125;
+  p.intra_node.kind = "nvlink";
+  p.intra_node.gbps = 251.5;
+  p.intra_node.latency_ns = 29000;
+  p.intra_node.bus_gbps_by_message_bytes = {{2097152, 28}, {536870912, 250}};
+  p.intra_node.all_gather_bus_gbps_by_message_bytes = {{1048576, 19.5}, {33554432, 181.25}, {536870912, 251.5}};
+  p.intra_node.reduce_scatter_bus_gbps_by_message_bytes = {{1048576, 18.25}, {536870912, 248}};
+  p.inter_node.kind = "infiniband";
+  p.inter_node.gbps = 50;
+  p.inter_node.latency_ns = 5000;
+  p.cpu.name = "Intel(R) Xeon(R) Platinum 8480+";
+  p.cpu.cores = 32;
+  p.cpu.mem_gbps = 146.25;
+  p.cpu.optimizer_gparam_s_per_core = 1.04;
+  p.cpu.optimizer_gparam_s_all_cores = 5.2;
+  p.cpu.dma_slowdown_factor = 1.6834;
+  p.cpu.optimizer_gparam_s_by_threads = {{1, 1.04}, {2, 1.66}, {4, 2.89}, {32, 5.2}};
+  p.host_memory_bytes = 274877906944;
+  for (const char* key : {"gpus_per_node",
+                          "gpu.hbm_bytes",
+                          "gpu.hbm_gbps",
+                          "gpu.bf16_tflops",
+                          "gpu.fp16_tflops",
+                          "gpu.fp32_tflops",
+                          "gpu.kernel_launch_ns",
+                          "gpu.hbm_copy_gbps",
+                          "gpu.event_record_ns",
+                          "gpu.event_sync_ns",
+                          "gpu.bf16_gemm_tflops_by_shape",
+                          "pcie.h2d_gbps",
+                          "pcie.d2h_gbps",
+                          "pcie.bidir_total_gbps",
+                          "pcie.gpus_per_link",
+                          "pcie.pageable_h2d_gbps",
+                          "pcie.copy_latency_ns",
+                          "intra_node.bus_gbps",
+                          "intra_node.latency_ns",
+                          "intra_node.bus_gbps_by_message_bytes",
+                          "intra_node.all_gather_bus_gbps_by_message_bytes",
+                          "intra_node.reduce_scatter_bus_gbps_by_message_bytes",
+                          "inter_node.gbps",
+                          "inter_node.latency_ns",
+                          "cpu.cores",
+                          "cpu.mem_gbps",
+                          "cpu.optimizer_gparam_s_per_core",
+                          "cpu.optimizer_gparam_s_all_cores",
+                          "cpu.optimizer_gparam_s_by_threads",
+                          "cpu.dma_slowdown_factor",
+                          "host.memory_bytes"})
+    p.sources[key] = std::string("twinflow calibrate 2026-11-22 (twinflow calibrate --out x.yaml): ") + key +
+                     ", median of 20, spread 1.2%; \"quoted\" \\ back";
+  return p;
+}
+
+}  // namespace
+
+TEST(HardwareWriter, EveryFieldRoundTrips) {
+  const HardwareProfile p = full_profile();
+  const std::string text = format_hardware_profile(p, "written by a test\n\nsecond line");
+  const HardwareProfile q = parse_hardware_profile(text, "full.yaml");
+  EXPECT_TRUE(q.warnings.empty());
+  // Field by field first, so that a failure names the field; then the whole struct (every field).
+  EXPECT_EQ(q.name, p.name);
+  EXPECT_EQ(q.description, p.description);
+  EXPECT_EQ(q.gpus_per_node, p.gpus_per_node);
+  EXPECT_EQ(q.gpu, p.gpu);
+  EXPECT_EQ(q.gpu.bf16_tflops, 0.1 + 0.2);  // bit-exact, not approximately
+  EXPECT_EQ(q.gpu.fp16_tflops, 1.0 / 3.0);
+  EXPECT_EQ(q.gpu.bf16_gemm_tflops_by_shape, p.gpu.bf16_gemm_tflops_by_shape);
+  EXPECT_EQ(q.pcie, p.pcie);
+  EXPECT_EQ(q.intra_node, p.intra_node);
+  EXPECT_EQ(q.inter_node, p.inter_node);
+  EXPECT_EQ(q.cpu, p.cpu);
+  EXPECT_EQ(q.host_memory_bytes, p.host_memory_bytes);
+  EXPECT_EQ(q.sources, p.sources);
+  EXPECT_EQ(q, p);
+  // the header is comment lines
+  EXPECT_EQ(text.rfind("# written by a test\n#\n# second line\nname: ", 0), 0u) << text;
+  // writing the re-read profile gives the same text
+  EXPECT_EQ(format_hardware_profile(q, "written by a test\n\nsecond line"), text);
+}
+
+TEST(HardwareWriter, ShippedProfilesRoundTrip) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(kHardware)) {
+    if (e.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(e.path().string());
+    HardwareProfile p = load_hardware_profile(e.path());
+    p.file.clear();
+    const HardwareProfile q = parse_hardware_profile(format_hardware_profile(p), "again.yaml");
+    EXPECT_EQ(q, p);
+    ++n;
+  }
+  EXPECT_GE(n, 5);
+}
+
+TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
+  HardwareProfile p = full_profile();
+  p.gpu.hbm_copy_gbps = p.gpu.event_record_ns = p.gpu.event_sync_ns = 0;
+  p.gpu.bf16_gemm_tflops_by_shape.clear();
+  p.pcie.pageable_h2d_gbps = p.pcie.copy_latency_ns = 0;
+  p.intra_node.bus_gbps_by_message_bytes.clear();
+  p.intra_node.all_gather_bus_gbps_by_message_bytes.clear();
+  p.intra_node.reduce_scatter_bus_gbps_by_message_bytes.clear();
+  p.cpu.optimizer_gparam_s_by_threads.clear();
+  p.description.clear();
+  for (const char* key : {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "pcie.pageable_h2d_gbps",
+                          "pcie.copy_latency_ns"})
+    p.sources.erase(key);  // zero without a source: not measured
+  const std::string text = format_hardware_profile(p);
+  for (const char* key : {"hbm_copy_gbps", "event_record_ns", "event_sync_ns", "bf16_gemm_tflops_by_shape",
+                          "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads", "description"})
+    EXPECT_FALSE(contains(text, key)) << key;
+  HardwareProfile q = parse_hardware_profile(text, "min.yaml");
+  // sources of the figures not written are not read back
+  for (auto it = p.sources.begin(); it != p.sources.end();)
+    it = q.sources.count(it->first) ? std::next(it) : p.sources.erase(it);
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(q.sources.size(), 21u);  // the required figures
+}
+
+TEST(HardwareWriter, AMeasuredZeroIsWritten) {
+  // a copy latency measured as 0 ns keeps its figure and source
+  HardwareProfile p = full_profile();
+  p.pcie.copy_latency_ns = 0;
+  p.gpu.event_record_ns = 0;
+  const HardwareProfile q = parse_hardware_profile(format_hardware_profile(p), "zero.yaml");
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(q.sources.count("pcie.copy_latency_ns"), 1u);
+}
+
+TEST(HardwareWriter, AFigureWithoutASourceIsRefused) {
+  HardwareProfile p = full_profile();
+  p.sources.erase("pcie.copy_latency_ns");
+  try {
+    (void)format_hardware_profile(p);
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_TRUE(contains(e.what(), "pcie.copy_latency_ns has no source")) << e.what();
+  }
+  p = full_profile();
+  p.cpu.name.clear();
+  EXPECT_THROW((void)format_hardware_profile(p), std::invalid_argument);
+}
+
+TEST(HardwareWriter, CalibrateFieldsAreChecked) {
+  const std::string good = format_hardware_profile(full_profile());
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) t.replace(at, from.size(), to);
+    return t;
+  };
+  const struct {
+    std::string from, to, message;
+  } cases[] = {
+      {"- [8192, 8192, 8192, 781.0625]", "- [1024, 4096, 4096, 781.0625]", "is listed twice"},
+      {"- [8192, 8192, 8192, 781.0625]", "- [8192, 8192, 781.0625]", "expected an entry [m, n, k, tflops]"},
+      {"- [8192, 8192, 8192, 781.0625]", "- [8192, 0, 8192, 781.0625]", "bf16_gemm_tflops_by_shape.value[1][1]"},
+      {"- [8192, 8192, 8192, 781.0625]", "- [8192, 8192, 8192, 0]", "bf16_gemm_tflops_by_shape.value[1][3]"},
+      {"- [33554432, 181.25]", "- [1000, 181.25]", "message sizes must ascend"},
+      {"copy_latency_ns: {value: 2500.125", "copy_latency_ns: {value: -1", "pcie.copy_latency_ns.value"},
+      {"pageable_h2d_gbps: {value: 12.5", "pageable_h2d_gbps: {value: 0", "pcie.pageable_h2d_gbps.value"},
+      {"event_sync_ns: {value: 9876.25", "event_sync_ns: {value: 9876.25, sauce: x", "unknown key"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.to);
+    const std::string text = replaced(c.from, c.to);
+    try {
+      const HardwareProfile p = parse_hardware_profile(text, "bad.yaml");
+      ASSERT_FALSE(p.warnings.empty()) << "no error";
+      EXPECT_TRUE(contains(p.warnings.front(), c.message)) << p.warnings.front();
+    } catch (const InputError& e) {
+      EXPECT_TRUE(contains(e.what(), c.message)) << e.what();
+    }
+  }
+}
