@@ -22,6 +22,7 @@ const Command kCommands[] = {
     {"verify", "check every backend bit for bit and against the double reference", tf::app::cmd_verify},
     {"simulate", "simulate a scenario's step at one ratio or over a sweep, without GPUs", tf::app::cmd_simulate},
     {"launch", "start N ranks of a command on this node (torchrun-style variables)", tf::app::cmd_launch},
+    {"calibrate", "measure this GPU machine and write a hardware profile", tf::app::cmd_calibrate},
 };
 
 void usage(std::ostream& os) {

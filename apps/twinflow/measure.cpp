@@ -21,7 +21,7 @@ double median(std::vector<double> v) {
 }
 
 template <class Fn>
-double median_seconds(int iters, Fn&& fn) {
+double median_seconds(int iters, Fn&& fn, std::vector<double>* samples = nullptr) {
   fn();  // warm-up
   std::vector<double> t;
   for (int i = 0; i < iters; ++i) {
@@ -29,6 +29,7 @@ double median_seconds(int iters, Fn&& fn) {
     fn();
     t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
   }
+  if (samples) *samples = t;
   return median(t);
 }
 
@@ -42,7 +43,7 @@ float small_value(size_t i) { return float(int(hash32(i) % 2001) - 1000) * 1e-4f
 }  // namespace
 
 double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
-                     int iters) {
+                     int iters, std::vector<double>* samples) {
   const bool two = core::state_count(k) == 2;
   auto p = be.allocate(n * 4), m = be.allocate(n * 4), v = be.allocate(two ? n * 4 : 0);
   auto g = be.allocate(n * core::dtype_bytes(grad)), c = be.allocate(n * core::dtype_bytes(copy));
@@ -64,10 +65,11 @@ double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::
   }
   const core::HyperParams hp = core::default_hyper_params(k);
   int64_t step = 0;
-  return median_seconds(iters, [&] {
+  const auto pass = [&] {
     const core::StepScalars s = core::make_step_scalars(k, hp, ++step, 1.0);
     be.step(k, std::span<const backend::OptimChunk>(&ch, 1), s);
-  });
+  };
+  return median_seconds(iters, pass, samples);
 }
 
 namespace {
@@ -116,7 +118,7 @@ double measure_rmw_gbps(backend::cpu::CpuBackend& be, size_t n, int iters) {
   return 12.0 * double(n) / t / 1e9;
 }
 
-double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int iters) {
+double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int iters, std::vector<double>* samples) {
   backend::cpu::ThreadPool& pool = be.pool();
   HostArray p(be, n, 0), m(be, n, 1), v(be, n, 2), g(be, n, 3);
   const size_t pf = be.tuning().prefetch_elems;
@@ -126,7 +128,7 @@ double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int ite
     backend::cpu::ThreadPool::split(n, parts, w, b, e);
     for (size_t i = b; i < e; ++i) p[i] = 1.0f, m[i] = 0.5f, v[i] = 0.25f, g[i] = 1e-7f;
   });
-  const double t = median_seconds(iters, [&] {
+  const auto pass = [&] {
     pool.run(parts, [&](size_t w) {
       size_t b, e;
       backend::cpu::ThreadPool::split(n, parts, w, b, e);
@@ -156,7 +158,10 @@ double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int ite
         vv[i] += x;
       }
     });
-  });
+  };
+  const double t = median_seconds(iters, pass, samples);
+  if (samples)
+    for (double& x : *samples) x = 28.0 * double(n) / x / 1e9;
   return 28.0 * double(n) / t / 1e9;
 }
 

@@ -3,27 +3,32 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 
 namespace tf::app {
 
 // Median seconds of `iters` fused steps over one chunk of n elements (random finite data, pages
-// first-touched by the threads that update them).
+// first-touched by the threads that update them). `samples`, when given, receives every timed step's
+// seconds.
 double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
-                     int iters);
+                     int iters, std::vector<double>* samples = nullptr);
 
 // All three run on the backend's own (possibly pinned) workers over memory from its allocator
 // (2 MiB aligned, huge-page advised), so that the bound sees the same conditions as the kernels.
 //
-// Read-modify-write stream x[i] = x[i] + s*y[i] over n fp32 (static split, same as the optimizer's). Returns GB/s counting 12 bytes per element (8 read, 4 written). A
-// read-modify-write pays no write-allocate, like the optimizer, so this is the bound to hold it to.
+// Read-modify-write stream x[i] = x[i] + s*y[i] over n fp32 (static split, same as the optimizer's). Returns GB/s
+// counting 12 bytes per element (8 read, 4 written). A read-modify-write pays no write-allocate, like the optimizer, so
+// this is the bound to hold it to.
 double measure_rmw_gbps(backend::cpu::CpuBackend& be, size_t n, int iters);
 
 // The optimizer's own memory traffic with no arithmetic: read g, read-modify-write p, m, v
 // (fp32), i.e. p += g; m += g; v += g. 28 bytes per element, the same streams as AdamW with fp32
-// gradients. Returns GB/s. This is the bound the fused pass is held to.
-double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int iters);
+// gradients. Returns GB/s. This is the bound the fused pass is held to. `samples`, when given,
+// receives every timed pass's GB/s.
+double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int iters,
+                                 std::vector<double>* samples = nullptr);
 
 // The obvious implementation, for comparison: a plain C++ AdamW loop over fp32 master/m/v with
 // fp32 gradients, the compiler's own vectorization, same threads. Median seconds per step.

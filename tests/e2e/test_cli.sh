@@ -68,6 +68,10 @@ expect 0 "bench (small, CPU only)" -- "$tf" bench --n 20000 --iters 1 --optimize
   --json "$tmp/b.json"
 contains "$tmp/b.json" "same-streams bound" "bench JSON has the bound row"
 expect 2 "bench bad dtype" -- "$tf" bench --grads int8 --gpu off
+expect 2 "calibrate needs --out" -- "$tf" calibrate
+expect 2 "calibrate bad --reps" -- "$tf" calibrate --out "$tmp/p.yaml" --reps 1
+expect 3 "calibrate without a visible GPU" -- env CUDA_VISIBLE_DEVICES= "$tf" calibrate --out "$tmp/p.yaml" --quick
+contains "$tmp/err" "no CUDA device: calibrate measures a GPU machine" "calibrate says why it cannot run"
 
 echo "cli: $pass passed, $fails failed"
 [ "$fails" -eq 0 ]

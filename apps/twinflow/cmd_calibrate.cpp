@@ -1,0 +1,632 @@
+// `twinflow calibrate`: microbenchmarks on a real GPU machine, written as a hardware profile
+// (scenarios/hardware/*.yaml) whose every figure names its measurement, the command and the date.
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "apps/twinflow/commands.h"
+#include "apps/twinflow/measure.h"
+#include "apps/twinflow/table.h"
+#include "core/error.h"
+#include "core/hardware.h"
+#if defined(TWINFLOW_HAVE_CUDA)
+#include "backends/cuda/calibrate.h"
+#include "backends/cuda/cuda_backend.h"
+#endif
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace tf::app {
+namespace {
+
+struct Options {
+  fs::path out;
+  std::string name;
+  std::string command;  // as typed, for the sources
+  int gpus = 0;         // 0: every visible GPU
+  int reps = 20;
+  bool quick = false;
+  bool pin = true;
+};
+
+#if defined(TWINFLOW_HAVE_CUDA)
+std::string utc_date() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
+// "model name" of /proc/cpuinfo, else a generic name.
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos && colon + 2 <= line.size()) {
+        std::string v = line.substr(colon + 1);
+        v.erase(0, v.find_first_not_of(" \t"));
+        if (!v.empty()) return v;
+      }
+    }
+  return "x86-64 host";
+}
+
+std::string read_line(const fs::path& p) {
+  std::ifstream f(p);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+// Physical cores among the CPUs this process may run on (distinct package/core ids in sysfs);
+// the number of allowed CPUs when sysfs does not say.
+int physical_cores(int* allowed_cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int allowed = 0;
+  std::set<std::pair<std::string, std::string>> cores;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (!CPU_ISSET(c, &set)) continue;
+      ++allowed;
+      const fs::path topo = fs::path("/sys/devices/system/cpu") / ("cpu" + std::to_string(c)) / "topology";
+      const std::string pkg = read_line(topo / "physical_package_id"), core = read_line(topo / "core_id");
+      cores.emplace(pkg.empty() ? "?" : pkg, core.empty() ? std::to_string(c) : core);
+    }
+  }
+  if (allowed == 0) allowed = std::max(1, int(sysconf(_SC_NPROCESSORS_ONLN)));
+  if (allowed_cpus) *allowed_cpus = allowed;
+  return cores.empty() ? allowed : int(cores.size());
+}
+
+int64_t host_memory_bytes() { return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE)); }
+
+// 4 significant digits: the figures' spreads are around 1%, more digits would be noise.
+double sig4(double v) {
+  if (!(v > 0) || !std::isfinite(v)) return v;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return std::stod(buf);
+}
+
+std::string with_units(double bytes) {
+  if (bytes >= double(1 << 30)) return fmt(bytes / double(1 << 30), 0) + " GiB";
+  if (bytes >= double(1 << 20)) return fmt(bytes / double(1 << 20), 0) + " MiB";
+  return fmt(bytes / 1024, 0) + " KiB";
+}
+
+namespace cal = backend::cuda::calibrate;
+
+// Collects figures: their sources, the progress lines and the table.
+class Calibration {
+ public:
+  Calibration(const Options& o, int steps) : opt_(o), date_(utc_date()), steps_(steps) {}
+
+  const std::string& date() const { return date_; }
+  // The common prefix of every source.
+  std::string origin() const { return "twinflow calibrate " + date_ + " (`" + opt_.command + "`)"; }
+  // "ORIGIN: WHAT, median of R, spread S%".
+  std::string source(const std::string& what, const cal::Stat& st) const {
+    return origin() + ": " + what + ", median of " + std::to_string(st.samples.size()) + ", spread " +
+           fmt(st.spread * 100, 1) + "%";
+  }
+  // One measurement done: a progress line on stderr and a table row.
+  void done(const std::string& what, double value, const std::string& unit, const cal::Stat& st,
+            const std::string& key = "-") {
+    std::cerr << "[" << ++step_ << "/" << steps_ << "] " << what << ": " << fmt(value, value < 10 ? 3 : 1) << " "
+              << unit << " (median of " << st.samples.size() << ", spread " << fmt(st.spread * 100, 1) << "%)\n"
+              << std::flush;
+    table_.add(
+        {what, fmt(value, value < 10 ? 3 : 1), unit, std::to_string(st.samples.size()), fmt(st.spread * 100, 1), key});
+  }
+  void note(const std::string& what) { std::cerr << "       " << what << "\n" << std::flush; }
+  const Table& table() const { return table_; }
+  int steps_done() const { return step_; }
+
+ private:
+  const Options& opt_;
+  std::string date_;
+  int steps_;
+  int step_ = 0;
+  Table table_{{"measurement", "value", "unit", "reps", "spread %", "profile key"}};
+};
+
+struct GemmCase {
+  cal::GemmLayout layout;
+  int64_t m, n, k;
+};
+
+// The shapes of the workloads: square MLP layers (hidden 4096, 8192) at batches of 1024..8192 tokens
+// (forward, whose input-gradient GEMM has the same shape, and the weight gradient with k = the batch),
+// a decoder block's projections (3h, 4h, and back from 4h) at 4096 tokens, and thin batches.
+std::vector<GemmCase> gemm_cases(bool quick) {
+  using enum cal::GemmLayout;
+  std::vector<GemmCase> c;
+  if (quick)
+    return {{kForward, 1024, 4096, 4096},
+            {kForward, 4096, 4096, 4096},
+            {kWeightGrad, 4096, 4096, 1024},
+            {kForward, 64, 4096, 4096}};
+  for (int64_t h : {4096, 8192}) {
+    for (int64_t b : {1024, 2048, 4096, 8192}) c.push_back({kForward, b, h, h});
+    for (int64_t b : {1024, 2048, 4096, 8192})
+      if (b != h) c.push_back({kWeightGrad, h, h, b});  // (h, h, h) is already a forward shape
+    c.push_back({kForward, 4096, 3 * h, h});
+    c.push_back({kForward, 4096, 4 * h, h});
+    c.push_back({kForward, 4096, h, 4 * h});
+  }
+  for (int64_t b : {16, 64, 256}) c.push_back({kForward, b, 4096, 4096});
+  c.push_back({kWeightGrad, 4096, 4096, 256});
+  return c;
+}
+
+std::vector<int> thread_counts(int cores) {
+  std::vector<int> t;
+  for (int x = 1; x < cores; x *= 2) t.push_back(x);
+  t.push_back(cores);
+  return t;
+}
+
+std::vector<int64_t> nccl_sizes(bool quick) {
+  if (quick) return {int64_t(64) << 10, int64_t(1) << 20, int64_t(16) << 20, int64_t(256) << 20};
+  std::vector<int64_t> s = {int64_t(64) << 10, int64_t(256) << 10};
+  for (int64_t b = int64_t(1) << 20; b <= int64_t(512) << 20; b *= 2) s.push_back(b);
+  return s;
+}
+
+int run_calibration(const Options& o) {
+  const int visible = cal::device_count();
+  const int gpus = o.gpus > 0 ? o.gpus : visible;
+  if (gpus > visible)
+    throw core::InputError("--gpus " + std::to_string(o.gpus) + ": only " + std::to_string(visible) +
+                           " CUDA device(s) visible (CUDA_VISIBLE_DEVICES)");
+  const cal::DeviceInfo dev = cal::device_info(0);
+  int allowed_cpus = 0;
+  const int cores = physical_cores(&allowed_cpus);
+  const std::string cpu_name = cpu_model_name();
+  const int R = o.reps;
+  const size_t hbm_bytes = o.quick ? size_t(256) << 20 : size_t(1) << 30;
+  const size_t pcie_bytes = o.quick ? size_t(64) << 20 : size_t(256) << 20;
+  const size_t small_copy = 4096;
+  const size_t cpu_n = o.quick ? size_t(1) << 22 : size_t(1) << 26;
+  const size_t dma_chunk = o.quick ? size_t(16) << 20 : size_t(64) << 20;
+  const std::vector<GemmCase> gemms = gemm_cases(o.quick);
+  const std::vector<int> threads = thread_counts(cores);
+  const std::vector<int64_t> sizes = nccl_sizes(o.quick);
+  // gemms, fp16 + fp32, 2 hbm, 8 pcie, 5 launch/event, the thread sweep, mem + 2 dma, nccl
+  const int steps =
+      int(gemms.size()) + 2 + 2 + 8 + 5 + int(threads.size()) + 3 + (gpus > 1 ? 1 + 2 * int(sizes.size()) : 0);
+  Calibration c(o, steps);
+  std::cerr << "twinflow calibrate: " << gpus << " x " << dev.name << " (sm_" << dev.cc_major << dev.cc_minor << ", "
+            << dev.sm_count << " SMs), " << cpu_name << " (" << cores << " cores, " << allowed_cpus
+            << " CPUs allowed); " << (o.quick ? "--quick" : "full") << ", " << R << " repetitions per figure; "
+            << (o.quick ? "about 10 s" : "well under a minute") << "\n";
+
+  core::HardwareProfile p;
+  p.name = o.name;
+  const std::string gpu_label = dev.name + " (device 0)";
+  auto& src = p.sources;
+
+  // ---- GEMM -----------------------------------------------------------------------------------
+  double best = 0;
+  std::string best_what;
+  cal::Stat best_stat;
+  for (const GemmCase& g : gemms) {
+    const cal::Stat st = cal::gemm_tflops(0, cal::GemmType::kBF16, g.layout, g.m, g.n, g.k, R);
+    const std::string what = std::string("gemm bf16 ") +
+                             (g.layout == cal::GemmLayout::kForward ? "forward " : "weight-grad ") +
+                             std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
+    c.done(what, st.median, "TFLOP/s", st, "gpu.bf16_gemm_tflops_by_shape");
+    p.gpu.bf16_gemm_tflops_by_shape.push_back({g.m, g.n, g.k, sig4(st.median)});
+    if (st.median > best) best = st.median, best_what = what, best_stat = st;
+  }
+  p.gpu.bf16_tflops = sig4(best);
+  src["gpu.bf16_tflops"] = c.source("the best cuBLAS bf16 GEMM of the shape table (" + best_what + ")", best_stat);
+  src["gpu.bf16_gemm_tflops_by_shape"] =
+      c.origin() + ": cuBLAS cublasGemmEx, bf16 in and out, CUBLAS_COMPUTE_32F, the workload's handle settings, " +
+      gpu_label + "; [m, n, k, TFLOP/s] of C (m, n) = A (m, k) B (k, n), forward layout (TN) except the weight " +
+      "gradients (NT; k = the batch); each the median of " + std::to_string(R) +
+      " repetitions of >= 2 ms (spreads in the calibrate table)";
+  {
+    const int64_t s = o.quick ? 4096 : 8192;
+    const std::string shape = std::to_string(s) + "x" + std::to_string(s) + "x" + std::to_string(s);
+    const cal::Stat f16 = cal::gemm_tflops(0, cal::GemmType::kFP16, cal::GemmLayout::kForward, s, s, s, R);
+    c.done("gemm fp16 forward " + shape, f16.median, "TFLOP/s", f16, "gpu.fp16_tflops");
+    p.gpu.fp16_tflops = sig4(f16.median);
+    src["gpu.fp16_tflops"] = c.source("cuBLAS fp16 GEMM " + shape + ", fp32 accumulation, " + gpu_label, f16);
+    const cal::Stat f32 = cal::gemm_tflops(0, cal::GemmType::kFP32, cal::GemmLayout::kForward, s, s, s, R);
+    c.done("gemm fp32 forward " + shape, f32.median, "TFLOP/s", f32, "gpu.fp32_tflops");
+    p.gpu.fp32_tflops = sig4(f32.median);
+    src["gpu.fp32_tflops"] =
+        c.source("cuBLAS fp32 GEMM " + shape + " (CUBLAS_COMPUTE_32F: no TF32), " + gpu_label, f32);
+  }
+
+  // ---- device memory --------------------------------------------------------------------------
+  {
+    const cal::Stat rw = cal::rw_kernel_gbps(0, hbm_bytes, R);
+    c.done("hbm read+write kernel " + with_units(double(hbm_bytes)), rw.median, "GB/s", rw, "gpu.hbm_gbps");
+    p.gpu.hbm_gbps = sig4(rw.median);
+    src["gpu.hbm_gbps"] = c.source("a streaming kernel reading and writing " + with_units(double(hbm_bytes)) +
+                                       " (16-byte vectors), bytes read + written, " + gpu_label,
+                                   rw);
+    const cal::Stat cp = cal::d2d_copy_gbps(0, hbm_bytes, R);
+    c.done("hbm cudaMemcpy D2D " + with_units(double(hbm_bytes)), cp.median, "GB/s", cp, "gpu.hbm_copy_gbps");
+    p.gpu.hbm_copy_gbps = sig4(cp.median);
+    src["gpu.hbm_copy_gbps"] = c.source(
+        "cudaMemcpy device-to-device of " + with_units(double(hbm_bytes)) + ", bytes read + written, " + gpu_label, cp);
+    p.gpu.hbm_bytes = dev.hbm_bytes;
+    src["gpu.hbm_bytes"] = c.origin() + ": cudaGetDeviceProperties totalGlobalMem of " + gpu_label;
+    p.gpu.name = dev.name;
+  }
+
+  // ---- PCIe -----------------------------------------------------------------------------------
+  const std::string pcie_size = with_units(double(pcie_bytes));
+  const cal::Stat h2d = cal::pinned_copy_gbps(0, cal::Direction::kH2D, pcie_bytes, R);
+  c.done("pcie pinned H2D " + pcie_size, h2d.median, "GB/s", h2d, "pcie.h2d_gbps");
+  const cal::Stat d2h = cal::pinned_copy_gbps(0, cal::Direction::kD2H, pcie_bytes, R);
+  c.done("pcie pinned D2H " + pcie_size, d2h.median, "GB/s", d2h, "pcie.d2h_gbps");
+  const cal::BidirStat bi = cal::pinned_bidir_gbps(0, pcie_bytes, R);
+  c.done("pcie pinned H2D+D2H at once, total", bi.total_gbps.median, "GB/s", bi.total_gbps, "pcie.bidir_total_gbps");
+  c.done("pcie pinned H2D while D2H runs", bi.h2d_gbps.median, "GB/s", bi.h2d_gbps);
+  c.done("pcie pinned D2H while H2D runs", bi.d2h_gbps.median, "GB/s", bi.d2h_gbps);
+  p.pcie.h2d_gbps = sig4(h2d.median);
+  p.pcie.d2h_gbps = sig4(d2h.median);
+  src["pcie.h2d_gbps"] = c.source("pinned cudaMemcpyAsync host-to-device of " + pcie_size + ", " + gpu_label, h2d);
+  src["pcie.d2h_gbps"] = c.source("pinned cudaMemcpyAsync device-to-host of " + pcie_size + ", " + gpu_label, d2h);
+  {
+    const double total = sig4(bi.total_gbps.median), cap = p.pcie.h2d_gbps + p.pcie.d2h_gbps;
+    p.pcie.bidir_total_gbps = std::min(total, cap);
+    src["pcie.bidir_total_gbps"] =
+        c.source("an H2D and a D2H of " + pcie_size + " each on two streams, started together: 2 x " + pcie_size +
+                     " over the time until both ended (" + fmt(bi.h2d_gbps.median, 1) + " + " +
+                     fmt(bi.d2h_gbps.median, 1) + " GB/s each over its own time)" +
+                     (total > cap ? "; capped at h2d + d2h measured alone (" + fmt(total, 1) + " measured)" : "") +
+                     ", " + gpu_label,
+                 bi.total_gbps);
+  }
+  {
+    const int page_reps = std::max(3, R / 2);
+    const cal::Stat pg = cal::pageable_h2d_gbps(0, pcie_bytes, page_reps);
+    c.done("pcie pageable H2D " + pcie_size, pg.median, "GB/s", pg, "pcie.pageable_h2d_gbps");
+    p.pcie.pageable_h2d_gbps = sig4(pg.median);
+    src["pcie.pageable_h2d_gbps"] =
+        c.source("cudaMemcpy host-to-device of " + pcie_size + " from malloc'd, touched memory, " + gpu_label, pg);
+  }
+  {
+    const cal::Stat up = cal::pinned_copy_ns(0, cal::Direction::kH2D, small_copy, R);
+    c.done("pcie pinned H2D 4 KiB, per copy", up.median, "ns", up);
+    const cal::Stat down = cal::pinned_copy_ns(0, cal::Direction::kD2H, small_copy, R);
+    c.done("pcie pinned D2H 4 KiB, per copy", down.median, "ns", down);
+    const double lat_h = std::max(0.0, up.median - double(small_copy) / p.pcie.h2d_gbps);
+    const double lat_d = std::max(0.0, down.median - double(small_copy) / p.pcie.d2h_gbps);
+    p.pcie.copy_latency_ns = sig4(0.5 * (lat_h + lat_d));
+    cal::Stat both = up;
+    both.spread = std::max(up.spread, down.spread);
+    src["pcie.copy_latency_ns"] = c.source(
+        "fixed cost per pinned copy: 4 KiB copies back to back on one stream (100 per repetition, event-timed), "
+        "minus 4 KiB at the measured rate; mean of H2D " +
+            fmt(lat_h, 0) + " ns and D2H " + fmt(lat_d, 0) + " ns; spread the larger of the two, " + gpu_label,
+        both);
+  }
+  if (gpus > 1) {
+    std::vector<int> devs;
+    for (int d = 0; d < gpus; ++d) devs.push_back(d);
+    const cal::Stat conc = cal::concurrent_h2d_gbps(devs, pcie_bytes, R);
+    c.done("pcie pinned H2D on all " + std::to_string(gpus) + " GPUs at once, slowest", conc.median, "GB/s", conc,
+           "pcie.gpus_per_link");
+    const double ratio = conc.median / h2d.median;
+    p.pcie.gpus_per_link = ratio >= 0.75 ? 1 : std::clamp(int(std::lround(1.0 / ratio)), 2, gpus);
+    src["pcie.gpus_per_link"] =
+        c.source("derived: with all " + std::to_string(gpus) + " GPUs copying " + pcie_size +
+                     " H2D at once the slowest got " + fmt(conc.median, 1) + " GB/s, " + fmt(ratio * 100, 0) +
+                     "% of one GPU alone (>= 75%: not shared; else 1 / that ratio GPUs per uplink, or host memory "
+                     "bandwidth shared alike)",
+                 conc);
+  } else {
+    p.pcie.gpus_per_link = 1;
+    src["pcie.gpus_per_link"] = c.origin() + ": one GPU measured";
+  }
+
+  // ---- launch and events ----------------------------------------------------------------------
+  {
+    const cal::LaunchStat ls = cal::kernel_launch(0, 1000, R);
+    c.done("empty kernel, back-to-back launches, per kernel", ls.per_kernel_ns.median, "ns", ls.per_kernel_ns,
+           "gpu.kernel_launch_ns");
+    c.done("empty kernel, host time per launch call", ls.host_call_ns.median, "ns", ls.host_call_ns);
+    p.gpu.kernel_launch_ns = sig4(ls.per_kernel_ns.median);
+    src["gpu.kernel_launch_ns"] =
+        c.source("1000 empty kernels launched back to back on one stream, event-timed, per kernel (the host spent " +
+                     fmt(ls.host_call_ns.median, 0) + " ns per launch call), " + gpu_label,
+                 ls.per_kernel_ns);
+    const cal::EventStat es = cal::event_overheads(0, R);
+    c.done("cudaEventRecord, host time per call", es.record_ns.median, "ns", es.record_ns, "gpu.event_record_ns");
+    c.done("cudaEventElapsedTime of two back-to-back events", es.elapsed_floor_ns.median, "ns", es.elapsed_floor_ns);
+    c.done("event record + cudaEventSynchronize, idle stream", es.sync_ns.median, "ns", es.sync_ns,
+           "gpu.event_sync_ns");
+    p.gpu.event_record_ns = sig4(es.record_ns.median);
+    p.gpu.event_sync_ns = sig4(es.sync_ns.median);
+    src["gpu.event_record_ns"] =
+        c.source("host time of one cudaEventRecord (1000 in a row on an idle stream; two back-to-back events time " +
+                     fmt(es.elapsed_floor_ns.median, 0) + " ns apart: the floor of event timing), " + gpu_label,
+                 es.record_ns);
+    src["gpu.event_sync_ns"] = c.source(
+        "host round trip of cudaEventRecord on an idle stream then cudaEventSynchronize, " + gpu_label, es.sync_ns);
+  }
+
+  // ---- CPU optimizer --------------------------------------------------------------------------
+  const std::string cpu_what = "tf::backend::cpu::CpuBackend AdamW, bf16 gradient and bf16 copy (28 B/element), " +
+                               std::to_string(cpu_n) + " elements, " + (o.pin ? "pinned" : "unpinned") + " threads";
+  std::vector<std::pair<int, cal::Stat>> rates;
+  auto cpu_rate = [&](int t, std::vector<double>* sec) {
+    backend::cpu::CpuOptions co;
+    co.threads = size_t(t);
+    co.pin_threads = o.pin;
+    backend::cpu::CpuBackend be(co);
+    time_cpu_step(be, core::OptimizerKind::kAdamW, core::DType::kBF16, core::DType::kBF16, cpu_n, R, sec);
+    std::vector<double> g;
+    for (double s : *sec) g.push_back(double(cpu_n) / s / 1e9);
+    return cal::make_stat(std::move(g));
+  };
+  for (int t : threads) {
+    std::vector<double> sec;
+    const cal::Stat st = cpu_rate(t, &sec);
+    c.done("cpu adamw bf16, " + std::to_string(t) + " thread" + (t > 1 ? "s" : ""), st.median, "Gparam/s", st,
+           "cpu.optimizer_gparam_s_by_threads");
+    rates.emplace_back(t, st);
+    p.cpu.optimizer_gparam_s_by_threads.emplace_back(t, sig4(st.median));
+  }
+  {
+    p.cpu.optimizer_gparam_s_per_core = p.cpu.optimizer_gparam_s_by_threads.front().second;
+    src["cpu.optimizer_gparam_s_per_core"] = c.source(cpu_what + ", 1 thread", rates.front().second);
+    auto best_rate = rates.front();
+    for (const auto& r : rates)
+      if (r.second.median > best_rate.second.median) best_rate = r;
+    p.cpu.optimizer_gparam_s_all_cores = sig4(best_rate.second.median);
+    src["cpu.optimizer_gparam_s_all_cores"] =
+        c.source(cpu_what + ", the best of the thread sweep (" + std::to_string(best_rate.first) + " threads)",
+                 best_rate.second);
+    const double worst = std::max_element(rates.begin(), rates.end(), [](const auto& a, const auto& b) {
+                           return a.second.spread < b.second.spread;
+                         })->second.spread;
+    src["cpu.optimizer_gparam_s_by_threads"] = c.origin() + ": " + cpu_what +
+                                               "; [threads, Gparam/s], each the median of " + std::to_string(R) +
+                                               " steps, spreads up to " + fmt(worst * 100, 1) + "%";
+  }
+  {
+    backend::cpu::CpuOptions co;
+    co.threads = size_t(cores);
+    co.pin_threads = o.pin;
+    backend::cpu::CpuBackend be(co);
+    std::vector<double> gbps;
+    measure_same_streams_gbps(be, cpu_n, R, &gbps);
+    const cal::Stat st = cal::make_stat(std::move(gbps));
+    c.done("cpu read-modify-write streams (28 B/element), " + std::to_string(cores) + " threads", st.median, "GB/s", st,
+           "cpu.mem_gbps");
+    p.cpu.mem_gbps = sig4(st.median);
+    src["cpu.mem_gbps"] = c.source(
+        "host memory bound: read g, read-modify-write p, m, v (fp32, 28 B/element, no "
+        "write-allocate), " +
+            std::to_string(cpu_n) + " elements, " + std::to_string(cores) + " threads",
+        st);
+  }
+  {
+    // The same all-core pass while an H2D and a D2H run: alone (the sweep's), under DMA, alone again.
+    const cal::Stat& before = rates.back().second;
+    cal::BackgroundDma dma(0, dma_chunk);
+    std::vector<double> sec;
+    dma.start();
+    cal::Stat under;
+    try {
+      under = cpu_rate(cores, &sec);
+    } catch (...) {
+      (void)dma.stop();
+      throw;
+    }
+    const double dma_gbps = dma.stop();
+    c.done("cpu adamw bf16, " + std::to_string(cores) + " threads, while H2D+D2H run", under.median, "Gparam/s", under);
+    const cal::Stat after = cpu_rate(cores, &sec);
+    const double alone = 0.5 * (before.median + after.median);
+    const double factor = alone / under.median;
+    cal::Stat fs = under;
+    fs.spread = std::max({before.spread, under.spread, after.spread});
+    c.done("cpu slowdown while DMA runs (alone / under DMA)", factor, "x", fs, "cpu.dma_slowdown_factor");
+    p.cpu.dma_slowdown_factor = std::max(1.0, sig4(factor));
+    src["cpu.dma_slowdown_factor"] = c.source(
+        cpu_what + ", " + std::to_string(cores) + " threads: " + fmt(before.median, 3) + " then " +
+            fmt(after.median, 3) + " Gparam/s alone, " + fmt(under.median, 3) + " while pinned " +
+            with_units(double(dma_chunk)) + " H2D and D2H copies ran back to back (" + fmt(dma_gbps, 1) +
+            " GB/s both ways)" + (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
+            "; spread the largest of the three",
+        fs);
+  }
+  p.cpu.name = cpu_name;
+  p.cpu.cores = cores;
+  src["cpu.cores"] = c.origin() + ": physical cores among the " + std::to_string(allowed_cpus) +
+                     " CPUs of the affinity mask (sysfs topology)";
+  p.host_memory_bytes = host_memory_bytes();
+  src["host.memory_bytes"] = c.origin() + ": sysconf(_SC_PHYS_PAGES) x sysconf(_SC_PAGE_SIZE) (free -b total)";
+
+  // ---- NCCL -----------------------------------------------------------------------------------
+  p.gpus_per_node = gpus;
+  src["gpus_per_node"] =
+      c.origin() + ": " + std::to_string(gpus) + " CUDA device(s) used of " + std::to_string(visible) + " visible";
+  p.inter_node.kind = "none";
+  src["inter_node.gbps"] = c.origin() + ": calibrate measures one node; not measured";
+  src["inter_node.latency_ns"] = c.origin() + ": calibrate measures one node; not measured";
+  if (gpus > 1) {
+    const size_t max_bytes = size_t(sizes.back());
+    cal::NcclGroup group(gpus, max_bytes);
+    c.note("nccl: " + std::to_string(group.ranks()) + " ranks in one process (ncclCommInitAll)");
+    const std::string n_str = std::to_string(gpus);
+    std::string ag_spreads, rs_spreads;
+    double ag_worst = 0, rs_worst = 0;
+    for (const cal::Collective kind : {cal::Collective::kAllGather, cal::Collective::kReduceScatter}) {
+      const bool ag = kind == cal::Collective::kAllGather;
+      auto& curve = ag ? p.intra_node.all_gather_bus_gbps_by_message_bytes
+                       : p.intra_node.reduce_scatter_bus_gbps_by_message_bytes;
+      for (int64_t want : sizes) {
+        const int64_t bytes = group.message_bytes_for(want);
+        const cal::Stat st = group.bus_gbps(kind, bytes, R);
+        c.done(std::string("nccl ") + (ag ? "all-gather " : "reduce-scatter ") + with_units(double(bytes)) + ", " +
+                   n_str + " ranks, bus bandwidth",
+               st.median, "GB/s", st,
+               ag ? "intra_node.all_gather_bus_gbps_by_message_bytes"
+                  : "intra_node.reduce_scatter_bus_gbps_by_message_bytes");
+        curve.push_back({bytes, sig4(st.median)});
+        (ag ? ag_worst : rs_worst) = std::max(ag ? ag_worst : rs_worst, st.spread);
+      }
+    }
+    const std::string how = " bf16, " + n_str +
+                            " ranks in one process (ncclCommInitAll, one stream per GPU, NCCL_NVLS_ENABLE=0 unless "
+                            "set), host-timed over back-to-back calls of >= 3 ms; [message bytes (nccl-tests size), "
+                            "bus GB/s = size x (N-1)/N / time], each the median of " +
+                            std::to_string(R);
+    src["intra_node.all_gather_bus_gbps_by_message_bytes"] =
+        c.origin() + ": ncclAllGather" + how + ", spreads up to " + fmt(ag_worst * 100, 1) + "%";
+    src["intra_node.reduce_scatter_bus_gbps_by_message_bytes"] =
+        c.origin() + ": ncclReduceScatter" + how + ", spreads up to " + fmt(rs_worst * 100, 1) + "%";
+    const auto& agc = p.intra_node.all_gather_bus_gbps_by_message_bytes;
+    p.intra_node.gbps = agc.back().bus_gbps;
+    p.intra_node.kind = p.intra_node.gbps > 64 ? "nvlink" : "pcie";
+    src["intra_node.bus_gbps"] = c.origin() + ": the all-gather's bus bandwidth at " +
+                                 with_units(double(agc.back().message_bytes)) + " (kind " + p.intra_node.kind +
+                                 ": above 64 GB/s, more than a PCIe Gen5 x16 direction, means NVLink)";
+    // alpha of t = alpha + size (N-1)/N / busbw: the smallest message's time less its bytes at the
+    // largest message's bandwidth, per ring step (N-1 steps).
+    const double wire = double(agc.front().message_bytes) * (gpus - 1) / gpus;
+    const double alpha = std::max(0.0, wire / agc.front().bus_gbps - wire / agc.back().bus_gbps) / (gpus - 1);
+    p.intra_node.latency_ns = sig4(alpha);
+    src["intra_node.latency_ns"] =
+        c.origin() + ": fitted per ring step from the all-gather curve (the smallest message's time less its bytes " +
+        "at the largest message's bandwidth, / (N-1)); the simulator uses it only without measured curves";
+  } else {
+    p.intra_node.kind = "none";
+    src["intra_node.bus_gbps"] = c.origin() + ": one GPU: no GPU-to-GPU link";
+    src["intra_node.latency_ns"] = c.origin() + ": one GPU: no GPU-to-GPU link";
+  }
+
+  // ---- the profile ----------------------------------------------------------------------------
+  p.description = std::to_string(gpus) + " x " + dev.name + ", " + cpu_name + " (" + std::to_string(cores) +
+                  " cores); measured by twinflow calibrate " + c.date() + (o.quick ? " --quick" : "");
+  const std::string header = "Measured by `" + o.command + "` on " + c.date() +
+                             " (UTC).\n"
+                             "Every figure's source names its measurement, repetitions and spread ((max - min) / "
+                             "median).\n"
+                             "GB = 1e9 B, TFLOP = 1e12 FLOP. The GPU figures are device 0's.";
+  const std::string text = core::format_hardware_profile(p, header);
+  const fs::path tmp = o.out.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << text;
+    f.close();
+    if (!f) throw core::RuntimeFailure("cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, o.out, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw core::RuntimeFailure("cannot move the profile into place at " + o.out.string());
+  }
+  // Round trip: the file must read back to exactly what was measured.
+  core::HardwareProfile back = core::load_hardware_profile(o.out);
+  back.file.clear();
+  if (!(back == p) || !back.warnings.empty())
+    throw core::RuntimeFailure("the written profile " + o.out.string() +
+                               " does not read back to the measured figures (a bug in format_hardware_profile)");
+
+  std::cout << "\ntwinflow calibrate " << c.date() << ": " << c.steps_done() << " measurements\n";
+  c.table().print(std::cout);
+  std::cout << "\nwrote " << o.out.string() << " (profile '" << p.name << "', read back and checked)\n";
+  if (o.out.parent_path().filename() == "hardware")
+    std::cout << "to ship it with the built-in profiles, add '" << p.name
+              << "' to TF_BUILTIN_PROFILES in core/CMakeLists.txt (tests/unit/test_scenario.cpp checks that every "
+                 "file there is compiled in)\n";
+  return kExitOk;
+}
+#endif
+
+}  // namespace
+
+int cmd_calibrate(const std::vector<std::string>& args) {
+  po::options_description desc(
+      "twinflow calibrate --out scenarios/hardware/NAME.yaml [--quick] [--gpus N]\n"
+      "measures this GPU machine and writes a hardware profile; options");
+  auto add = desc.add_options();
+  add("help,h", "show this help");
+  add("out", po::value<std::string>(), "the profile to write (YAML); its name defaults to the file's stem");
+  add("name", po::value<std::string>(), "the profile's name (default: the stem of --out)");
+  add("gpus", po::value<int>()->default_value(0), "GPUs to use, devices 0..N-1 (0: every visible GPU)");
+  add("quick", po::bool_switch(), "CI-scale sizes and 5 repetitions (about 10 s): a smoke test, not a profile");
+  add("reps", po::value<int>(), "repetitions per figure (default 20; 5 with --quick), at least 3");
+  add("pin", po::value<bool>()->default_value(true),
+      "pin the CPU optimizer's threads to CPUs, as twinflow run's engine does (true|false)");
+  add("force", po::bool_switch(), "overwrite --out if it exists");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  if (vm.count("help")) {
+    std::cout << desc
+              << "\nMeasures: cuBLAS bf16 GEMMs of the workloads' shapes (and one fp16, one fp32), HBM (a kernel and\n"
+                 "cudaMemcpy), PCIe (pinned H2D, D2H, both at once, pageable H2D, the fixed cost per copy), kernel\n"
+                 "launch and event overheads, the CPU AdamW rate against threads and its slowdown while DMA runs,\n"
+                 "and with >= 2 GPUs NCCL all-gather and reduce-scatter bus bandwidth against message size.\n"
+                 "Progress goes to stderr, one line per measurement; the table to stdout. Every figure is the\n"
+                 "median of its repetitions; its source in the profile gives the spread, the command and the date.\n"
+                 "Exit codes: 0 written, 2 bad arguments, 3 no CUDA device or a measurement failed.\n";
+    return kExitOk;
+  }
+  po::notify(vm);
+  Options o;
+  if (!vm.count("out"))
+    throw core::InputError("--out is required: the profile to write, e.g. --out scenarios/hardware/my-box.yaml");
+  o.out = vm["out"].as<std::string>();
+  if (o.out.empty() || o.out.filename().empty()) throw core::InputError("--out: a file name is required");
+  o.name = vm.count("name") ? vm["name"].as<std::string>() : o.out.stem().string();
+  if (o.name.empty()) throw core::InputError("--name: the profile needs a non-empty name");
+  o.gpus = vm["gpus"].as<int>();
+  if (o.gpus < 0) throw core::InputError("--gpus must be >= 0 (0: every visible GPU), got " + std::to_string(o.gpus));
+  o.quick = vm["quick"].as<bool>();
+  o.pin = vm["pin"].as<bool>();
+  o.reps = vm.count("reps") ? vm["reps"].as<int>() : (o.quick ? 5 : 20);
+  if (o.reps < 3 || o.reps > 1000)
+    throw core::InputError("--reps must be in [3, 1000] (a spread needs a few), got " + std::to_string(o.reps));
+  std::error_code ec;
+  if (fs::exists(o.out, ec) && !vm["force"].as<bool>())
+    throw core::InputError("--out " + o.out.string() + " exists; pass --force to overwrite it");
+  const fs::path dir = o.out.parent_path().empty() ? fs::path(".") : o.out.parent_path();
+  if (!fs::is_directory(dir, ec)) throw core::InputError("--out: directory " + dir.string() + " does not exist");
+  o.command = "twinflow calibrate";
+  for (const std::string& a : args) o.command += " " + a;
+
+#if defined(TWINFLOW_HAVE_CUDA)
+  std::string why;
+  if (!backend::cuda::cuda_available(&why)) {
+    std::cerr << "twinflow calibrate: no CUDA device: calibrate measures a GPU machine; " << why
+              << ". Run it on the GPU machine (`twinflow simulate` needs no GPU).\n";
+    return kExitRuntime;
+  }
+  return run_calibration(o);
+#else
+  std::cerr << "twinflow calibrate: no CUDA device: calibrate measures a GPU machine; this build has no CUDA backend "
+               "(configure with -DTWINFLOW_CUDA=ON where the CUDA toolkit is installed).\n";
+  return kExitRuntime;
+#endif
+}
+
+}  // namespace tf::app

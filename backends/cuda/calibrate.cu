@@ -1,0 +1,667 @@
+// Microbenchmarks behind `twinflow calibrate`: cuBLAS GEMMs, device memory, PCIe, launch and event
+// overheads, NCCL collectives, and a background DMA load for the CPU measurements.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "backends/cuda/calibrate.h"
+#include "backends/cuda/cublas_gemm.cuh"
+#include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/nccl_comm.cuh"
+#include "core/error.h"
+
+namespace tf::backend::cuda::calibrate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void check_reps(int reps, const char* what) {
+  if (reps < 1) throw core::InputError(std::string(what) + ": reps must be >= 1, got " + std::to_string(reps));
+}
+
+void check_device(int device) {
+  int count = 0;
+  TF_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count)
+    throw core::InputError("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                           " visible)");
+}
+
+// Seconds between two events.
+double elapsed_s(const Event& a, const Event& b) { return 1e-3 * double(elapsed_ms(a, b)); }
+
+std::vector<Event> make_events(size_t n) {
+  std::vector<Event> ev;
+  ev.reserve(n);
+  for (size_t i = 0; i < n; ++i) ev.emplace_back();
+  return ev;
+}
+
+// An event the host can sleep on (no spinning) and that records no time.
+class BlockingEvent {
+ public:
+  BlockingEvent() { TF_CUDA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventBlockingSync | cudaEventDisableTiming)); }
+  ~BlockingEvent() {
+    if (e_) (void)cudaEventDestroy(e_);
+  }
+  BlockingEvent(const BlockingEvent&) = delete;
+  BlockingEvent& operator=(const BlockingEvent&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+// ---- kernels ---------------------------------------------------------------------------------------
+
+__device__ float uniform_pm1(uint64_t i, uint64_t seed) {  // SplitMix64 of (i, seed) -> [-1, 1)
+  uint64_t x = i + seed * 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return float(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+__global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16_rn(uniform_pm1(i, seed));
+}
+__global__ void fill_f16(__half* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = __float2half_rn(uniform_pm1(i, seed));
+}
+__global__ void fill_f32(float* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = uniform_pm1(i, seed);
+}
+
+// out = in + 1, 16 bytes per thread: reads and writes every byte once.
+__global__ void rw_stream(const float4* __restrict__ in, float4* __restrict__ out, size_t n4) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i < n4) {
+    float4 v = in[i];
+    v.x += 1.0f;
+    v.y += 1.0f;
+    v.z += 1.0f;
+    v.w += 1.0f;
+    out[i] = v;
+  }
+}
+
+__global__ void empty_kernel() {}
+
+void fill_random(GemmType t, void* p, size_t n, uint64_t seed, cudaStream_t s) {
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const unsigned blocks = unsigned(std::min<size_t>((n + kThreads - 1) / kThreads, 65535));
+  switch (t) {
+    case GemmType::kBF16:
+      fill_bf16<<<blocks, kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed);
+      TF_CUDA_CHECK_LAUNCH("fill_bf16");
+      break;
+    case GemmType::kFP16:
+      fill_f16<<<blocks, kThreads, 0, s>>>(static_cast<__half*>(p), n, seed);
+      TF_CUDA_CHECK_LAUNCH("fill_f16");
+      break;
+    case GemmType::kFP32:
+      fill_f32<<<blocks, kThreads, 0, s>>>(static_cast<float*>(p), n, seed);
+      TF_CUDA_CHECK_LAUNCH("fill_f32");
+      break;
+  }
+}
+
+cudaDataType cuda_type(GemmType t) {
+  switch (t) {
+    case GemmType::kBF16: return CUDA_R_16BF;
+    case GemmType::kFP16: return CUDA_R_16F;
+    case GemmType::kFP32: return CUDA_R_32F;
+  }
+  return CUDA_R_32F;
+}
+
+// Times `reps` repetitions of `inner` calls of fn(call index) between events on stream s.
+template <class Fn>
+std::vector<double> event_timed(cudaStream_t s, int reps, int inner, Fn&& fn) {
+  std::vector<Event> ev = make_events(size_t(2 * reps));
+  int call = 0;
+  for (int r = 0; r < reps; ++r) {
+    ev[size_t(2 * r)].record(s);
+    for (int i = 0; i < inner; ++i) fn(call++);
+    ev[size_t(2 * r + 1)].record(s);
+  }
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<double> sec;
+  for (int r = 0; r < reps; ++r) sec.push_back(elapsed_s(ev[size_t(2 * r)], ev[size_t(2 * r + 1)]) / inner);
+  return sec;
+}
+
+// Calls per repetition so that one lasts about target_s, from the time of a few calls.
+template <class Fn>
+int calls_for(cudaStream_t s, double target_s, Fn&& fn) {
+  const double one = event_timed(s, 1, 3, fn).front();
+  return int(std::clamp(std::ceil(target_s / std::max(one, 1e-9)), 1.0, 10000.0));
+}
+
+}  // namespace
+
+// ---- common ------------------------------------------------------------------------------------------
+
+Stat make_stat(std::vector<double> samples) {
+  if (samples.empty()) throw std::invalid_argument("calibrate::make_stat: no samples");
+  Stat st;
+  std::vector<double> v = samples;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  st.median = v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+  st.spread = st.median > 0 ? (v.back() - v.front()) / st.median : 0.0;
+  st.samples = std::move(samples);
+  return st;
+}
+
+int device_count() {
+  int count = 0;
+  TF_CUDA_CHECK(cudaGetDeviceCount(&count));
+  return count;
+}
+
+DeviceInfo device_info(int device) {
+  check_device(device);
+  cudaDeviceProp prop{};
+  TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  DeviceInfo d;
+  d.name = prop.name;
+  d.sm_count = prop.multiProcessorCount;
+  d.hbm_bytes = int64_t(prop.totalGlobalMem);
+  d.l2_bytes = prop.l2CacheSize;
+  d.cc_major = prop.major;
+  d.cc_minor = prop.minor;
+  return d;
+}
+
+// ---- GEMM --------------------------------------------------------------------------------------------
+
+Stat gemm_tflops(int device, GemmType type, GemmLayout layout, int64_t m, int64_t n, int64_t k, int reps) {
+  check_reps(reps, "gemm_tflops");
+  if (m < 1 || n < 1 || k < 1 || m > INT_MAX || n > INT_MAX || k > INT_MAX)
+    throw core::InputError("gemm_tflops: dimensions " + std::to_string(m) + " x " + std::to_string(n) + " x " +
+                           std::to_string(k) + " must be in [1, 2^31)");
+  const DeviceInfo info = device_info(device);
+  DeviceGuard guard(device);
+  const size_t eb = type == GemmType::kFP32 ? 4 : 2;
+  // cuBLAS operand "a" is W (n, k) for the forward and X (k, n) for the weight gradient: n*k elements
+  // either way; operand "b" is X (m, k) or dY (k, m): m*k. Sets rotate when one fits in 2x L2.
+  const size_t a_elems = size_t(n) * size_t(k), b_elems = size_t(m) * size_t(k), c_elems = size_t(m) * size_t(n);
+  const size_t a_bytes = (a_elems * eb + 255) / 256 * 256, b_bytes = (b_elems * eb + 255) / 256 * 256;
+  const size_t set_bytes = a_bytes + b_bytes;
+  const int sets = int(std::clamp<size_t>((2 * size_t(info.l2_bytes) + set_bytes - 1) / set_bytes, 1, 8));
+  DeviceMemory a(a_bytes * size_t(sets)), b(b_bytes * size_t(sets)), c(c_elems * eb);
+  Stream stream;
+  for (int i = 0; i < sets; ++i) {
+    fill_random(type, a.as<char>() + size_t(i) * a_bytes, a_elems, 2 * uint64_t(i) + 1, stream.get());
+    fill_random(type, b.as<char>() + size_t(i) * b_bytes, b_elems, 2 * uint64_t(i) + 2, stream.get());
+  }
+  TF_CUDA_CHECK(cudaMemsetAsync(c.get(), 0, c.bytes(), stream.get()));
+  CublasHandle h;
+  h.set_stream(stream.get());
+  const cudaDataType dt = cuda_type(type);
+  const float alpha = 1.0f, beta = 0.0f;
+  // The workload's own column-major arguments (cublas_gemm.cuh): forward with (batch, in, out) =
+  // (m, k, n), weight gradient with (batch, in, out) = (k, n, m).
+  const bool fwd = layout == GemmLayout::kForward;
+  const GemmArgs g =
+      fwd ? forward_gemm(LinearDims{int(m), int(k), int(n)}) : weight_grad_gemm(LinearDims{int(k), int(n), int(m)});
+  auto call = [&](int i) {
+    const int set = i % sets;
+    TF_CUBLAS_CHECK(cublasGemmEx(h.get(), g.ta, g.tb, g.m, g.n, g.k, &alpha, a.as<char>() + size_t(set) * a_bytes, dt,
+                                 g.lda, b.as<char>() + size_t(set) * b_bytes, dt, g.ldb, &beta, c.get(), dt, g.ldc,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  };
+  for (int i = 0; i < 3; ++i) call(i);  // warm-up: cuBLAS picks and loads its kernel
+  stream.sync();
+  const int inner = calls_for(stream.get(), 2e-3, call);
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  std::vector<double> tflops;
+  for (double s : event_timed(stream.get(), reps, inner, call)) tflops.push_back(flops / s / 1e12);
+  return make_stat(std::move(tflops));
+}
+
+// ---- device memory -----------------------------------------------------------------------------------
+
+Stat d2d_copy_gbps(int device, size_t bytes, int reps) {
+  check_reps(reps, "d2d_copy_gbps");
+  check_device(device);
+  DeviceGuard guard(device);
+  DeviceMemory src(bytes), dst(bytes);
+  Stream stream;
+  TF_CUDA_CHECK(cudaMemsetAsync(src.get(), 0x3C, bytes, stream.get()));
+  auto call = [&](int) {
+    TF_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+  };
+  for (int i = 0; i < 2; ++i) call(i);
+  std::vector<double> gbps;
+  for (double s : event_timed(stream.get(), reps, 1, call)) gbps.push_back(2.0 * double(bytes) / s / 1e9);
+  return make_stat(std::move(gbps));
+}
+
+Stat rw_kernel_gbps(int device, size_t bytes, int reps) {
+  check_reps(reps, "rw_kernel_gbps");
+  check_device(device);
+  bytes = bytes / 16 * 16;
+  if (bytes == 0) throw core::InputError("rw_kernel_gbps: bytes must be >= 16");
+  DeviceGuard guard(device);
+  DeviceMemory src(bytes), dst(bytes);
+  Stream stream;
+  TF_CUDA_CHECK(cudaMemsetAsync(src.get(), 0, bytes, stream.get()));
+  const size_t n4 = bytes / 16;
+  constexpr unsigned kThreads = 256;
+  const size_t blocks = (n4 + kThreads - 1) / kThreads;
+  if (blocks > size_t(INT_MAX)) throw core::InputError("rw_kernel_gbps: too many bytes");
+  auto call = [&](int) {
+    rw_stream<<<unsigned(blocks), kThreads, 0, stream.get()>>>(src.as<const float4>(), dst.as<float4>(), n4);
+    TF_CUDA_CHECK_LAUNCH("rw_stream");
+  };
+  for (int i = 0; i < 2; ++i) call(i);
+  std::vector<double> gbps;
+  for (double s : event_timed(stream.get(), reps, 1, call)) gbps.push_back(2.0 * double(bytes) / s / 1e9);
+  return make_stat(std::move(gbps));
+}
+
+// ---- PCIe --------------------------------------------------------------------------------------------
+
+namespace {
+struct CopyBuffers {
+  PinnedMemory host;
+  DeviceMemory dev;
+  CopyBuffers(size_t bytes, cudaStream_t s) : host(bytes), dev(bytes) {
+    std::memset(host.get(), 0x5A, bytes);
+    TF_CUDA_CHECK(cudaMemsetAsync(dev.get(), 0x3C, bytes, s));
+  }
+  void copy(Direction dir, size_t bytes, cudaStream_t s) {
+    if (dir == Direction::kH2D)
+      TF_CUDA_CHECK(cudaMemcpyAsync(dev.get(), host.get(), bytes, cudaMemcpyHostToDevice, s));
+    else
+      TF_CUDA_CHECK(cudaMemcpyAsync(host.get(), dev.get(), bytes, cudaMemcpyDeviceToHost, s));
+  }
+};
+}  // namespace
+
+Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps) {
+  check_reps(reps, "pinned_copy_gbps");
+  check_device(device);
+  DeviceGuard guard(device);
+  Stream stream;
+  CopyBuffers buf(bytes, stream.get());
+  auto call = [&](int) { buf.copy(dir, bytes, stream.get()); };
+  for (int i = 0; i < 2; ++i) call(i);
+  std::vector<double> gbps;
+  for (double s : event_timed(stream.get(), reps, 1, call)) gbps.push_back(double(bytes) / s / 1e9);
+  return make_stat(std::move(gbps));
+}
+
+Stat pinned_copy_ns(int device, Direction dir, size_t bytes, int reps) {
+  check_reps(reps, "pinned_copy_ns");
+  check_device(device);
+  DeviceGuard guard(device);
+  Stream stream;
+  CopyBuffers buf(bytes, stream.get());
+  auto call = [&](int) { buf.copy(dir, bytes, stream.get()); };
+  for (int i = 0; i < 10; ++i) call(i);
+  // Copies on one stream run one after another: each pays its fixed cost. 100 per repetition.
+  std::vector<double> ns;
+  for (double s : event_timed(stream.get(), reps, 100, call)) ns.push_back(s * 1e9);
+  return make_stat(std::move(ns));
+}
+
+BidirStat pinned_bidir_gbps(int device, size_t bytes, int reps) {
+  check_reps(reps, "pinned_bidir_gbps");
+  check_device(device);
+  DeviceGuard guard(device);
+  Stream sh, sd;
+  CopyBuffers up(bytes, sh.get()), down(bytes, sd.get());
+  for (int i = 0; i < 2; ++i) {
+    up.copy(Direction::kH2D, bytes, sh.get());
+    down.copy(Direction::kD2H, bytes, sd.get());
+  }
+  sh.sync();
+  sd.sync();
+  std::vector<double> total, h2d, d2h;
+  Event start, end_h, end_d;
+  for (int r = 0; r < reps; ++r) {
+    start.record(sh.get());
+    TF_CUDA_CHECK(cudaStreamWaitEvent(sd.get(), start.get(), 0));
+    up.copy(Direction::kH2D, bytes, sh.get());
+    down.copy(Direction::kD2H, bytes, sd.get());
+    end_h.record(sh.get());
+    end_d.record(sd.get());
+    sh.sync();
+    sd.sync();
+    const double th = elapsed_s(start, end_h), td = elapsed_s(start, end_d);
+    total.push_back(2.0 * double(bytes) / std::max(th, td) / 1e9);
+    h2d.push_back(double(bytes) / th / 1e9);
+    d2h.push_back(double(bytes) / td / 1e9);
+  }
+  return {make_stat(std::move(total)), make_stat(std::move(h2d)), make_stat(std::move(d2h))};
+}
+
+Stat pageable_h2d_gbps(int device, size_t bytes, int reps) {
+  check_reps(reps, "pageable_h2d_gbps");
+  check_device(device);
+  DeviceGuard guard(device);
+  std::unique_ptr<char[]> host(new char[bytes]);
+  std::memset(host.get(), 0x5A, bytes);  // touch every page
+  DeviceMemory dev(bytes);
+  TF_CUDA_CHECK(cudaMemcpy(dev.get(), host.get(), bytes, cudaMemcpyHostToDevice));  // warm-up
+  std::vector<double> gbps;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    TF_CUDA_CHECK(cudaMemcpy(dev.get(), host.get(), bytes, cudaMemcpyHostToDevice));
+    gbps.push_back(double(bytes) / seconds_since(t0) / 1e9);
+  }
+  return make_stat(std::move(gbps));
+}
+
+Stat concurrent_h2d_gbps(const std::vector<int>& devices, size_t bytes, int reps) {
+  check_reps(reps, "concurrent_h2d_gbps");
+  if (devices.empty()) throw core::InputError("concurrent_h2d_gbps: no devices");
+  struct PerDevice {
+    int device;
+    Stream stream;
+    CopyBuffers buf;
+    Event start, end;
+    PerDevice(int d, size_t bytes) : device(d), buf(bytes, stream.get()) {}
+  };
+  std::vector<std::unique_ptr<PerDevice>> per;
+  for (int d : devices) {
+    check_device(d);
+    DeviceGuard guard(d);
+    per.push_back(std::make_unique<PerDevice>(d, bytes));
+    per.back()->buf.copy(Direction::kH2D, bytes, per.back()->stream.get());  // warm-up
+  }
+  std::vector<double> slowest;
+  for (int r = 0; r < reps; ++r) {
+    for (auto& p : per) {
+      DeviceGuard guard(p->device);
+      p->start.record(p->stream.get());
+      p->buf.copy(Direction::kH2D, bytes, p->stream.get());
+      p->end.record(p->stream.get());
+    }
+    double worst = 0;
+    for (auto& p : per) {
+      DeviceGuard guard(p->device);
+      p->stream.sync();
+      const double gbps = double(bytes) / elapsed_s(p->start, p->end) / 1e9;
+      worst = worst == 0 ? gbps : std::min(worst, gbps);
+    }
+    slowest.push_back(worst);
+  }
+  for (auto& p : per) {  // free each device's memory with its device current
+    DeviceGuard guard(p->device);
+    p.reset();
+  }
+  return make_stat(std::move(slowest));
+}
+
+// ---- background DMA ----------------------------------------------------------------------------------
+
+struct BackgroundDma::Impl {
+  int device;
+  size_t bytes;
+  std::optional<Stream> s_h2d, s_d2h;
+  std::optional<CopyBuffers> up, down;
+  std::optional<BlockingEvent> e_h2d, e_d2h;
+  std::thread worker;
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> moved{0};
+  std::exception_ptr error;
+  Clock::time_point t0;
+
+  Impl(int d, size_t b) : device(d), bytes(b) {
+    check_device(d);
+    DeviceGuard guard(d);
+    s_h2d.emplace();
+    s_d2h.emplace();
+    up.emplace(b, s_h2d->get());
+    down.emplace(b, s_d2h->get());
+    e_h2d.emplace();
+    e_d2h.emplace();
+    s_h2d->sync();
+    s_d2h->sync();
+  }
+  ~Impl() {
+    halt();
+    DeviceGuard guard(device);
+    up.reset();
+    down.reset();
+  }
+  void run() {
+    try {
+      DeviceGuard guard(device);
+      while (!stopping.load(std::memory_order_relaxed)) {
+        up->copy(Direction::kH2D, bytes, s_h2d->get());
+        TF_CUDA_CHECK(cudaEventRecord(e_h2d->get(), s_h2d->get()));
+        down->copy(Direction::kD2H, bytes, s_d2h->get());
+        TF_CUDA_CHECK(cudaEventRecord(e_d2h->get(), s_d2h->get()));
+        TF_CUDA_CHECK(cudaEventSynchronize(e_h2d->get()));
+        TF_CUDA_CHECK(cudaEventSynchronize(e_d2h->get()));
+        moved.fetch_add(2 * uint64_t(bytes), std::memory_order_relaxed);
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  void halt() noexcept {
+    stopping.store(true);
+    if (worker.joinable()) worker.join();
+  }
+};
+
+BackgroundDma::BackgroundDma(int device, size_t bytes) : impl_(std::make_unique<Impl>(device, bytes)) {}
+BackgroundDma::~BackgroundDma() = default;
+
+void BackgroundDma::start() {
+  if (impl_->worker.joinable()) throw std::logic_error("BackgroundDma::start: already running");
+  impl_->stopping.store(false);
+  impl_->moved.store(0);
+  impl_->error = nullptr;
+  impl_->t0 = Clock::now();
+  impl_->worker = std::thread([this] { impl_->run(); });
+}
+
+double BackgroundDma::stop() {
+  impl_->halt();
+  const double s = seconds_since(impl_->t0);
+  if (impl_->error) std::rethrow_exception(impl_->error);
+  return double(impl_->moved.load()) / s / 1e9;
+}
+
+// ---- launch and event overheads ----------------------------------------------------------------------
+
+LaunchStat kernel_launch(int device, int launches, int reps) {
+  check_reps(reps, "kernel_launch");
+  if (launches < 1) throw core::InputError("kernel_launch: launches must be >= 1");
+  check_device(device);
+  DeviceGuard guard(device);
+  Stream stream;
+  for (int i = 0; i < 100; ++i) empty_kernel<<<1, 1, 0, stream.get()>>>();
+  TF_CUDA_CHECK_LAUNCH("empty_kernel");
+  stream.sync();
+  std::vector<double> per_kernel, host_call;
+  Event a, b;
+  for (int r = 0; r < reps; ++r) {
+    a.record(stream.get());
+    const auto t0 = Clock::now();
+    for (int i = 0; i < launches; ++i) empty_kernel<<<1, 1, 0, stream.get()>>>();
+    const double host_s = seconds_since(t0);
+    TF_CUDA_CHECK_LAUNCH("empty_kernel");
+    b.record(stream.get());
+    stream.sync();
+    per_kernel.push_back(elapsed_s(a, b) * 1e9 / launches);
+    host_call.push_back(host_s * 1e9 / launches);
+  }
+  return {make_stat(std::move(per_kernel)), make_stat(std::move(host_call))};
+}
+
+EventStat event_overheads(int device, int reps) {
+  check_reps(reps, "event_overheads");
+  check_device(device);
+  DeviceGuard guard(device);
+  Stream stream;
+  Event a, b;
+  for (int i = 0; i < 10; ++i) {  // warm-up
+    a.record(stream.get());
+    TF_CUDA_CHECK(cudaEventSynchronize(a.get()));
+  }
+  constexpr int kRecords = 1000;
+  std::vector<double> record, floor, sync;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kRecords; ++i) a.record(stream.get());
+    record.push_back(seconds_since(t0) * 1e9 / kRecords);
+    stream.sync();
+
+    a.record(stream.get());
+    b.record(stream.get());
+    stream.sync();
+    floor.push_back(elapsed_s(a, b) * 1e9);
+
+    const auto t1 = Clock::now();
+    a.record(stream.get());
+    TF_CUDA_CHECK(cudaEventSynchronize(a.get()));
+    sync.push_back(seconds_since(t1) * 1e9);
+  }
+  return {make_stat(std::move(record)), make_stat(std::move(floor)), make_stat(std::move(sync))};
+}
+
+// ---- NCCL --------------------------------------------------------------------------------------------
+
+struct NcclGroup::Impl {
+  struct Rank {
+    int device;
+    Stream stream;
+    DeviceMemory send, recv;
+    Rank(int d, size_t bytes) : device(d), send(bytes), recv(bytes) {
+      TF_CUDA_CHECK(cudaMemsetAsync(send.get(), 0, bytes, stream.get()));
+      TF_CUDA_CHECK(cudaMemsetAsync(recv.get(), 0, bytes, stream.get()));
+      stream.sync();
+    }
+  };
+  struct Comms {  // destroyed before the ranks' memory (declared after it)
+    std::vector<ncclComm_t> c;
+    ~Comms() {
+      for (ncclComm_t x : c)
+        if (x) (void)ncclCommDestroy(x);
+    }
+  };
+  std::vector<std::unique_ptr<Rank>> ranks;
+  Comms comms;
+  size_t max_bytes;
+
+  Impl(int gpus, size_t max_message_bytes) : max_bytes(max_message_bytes) {
+    if (gpus < 2) throw core::InputError("NcclGroup: needs >= 2 GPUs, got " + std::to_string(gpus));
+    const int count = device_count();
+    if (gpus > count)
+      throw core::InputError("NcclGroup: " + std::to_string(gpus) + " GPUs asked, " + std::to_string(count) +
+                             " visible");
+    ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+    std::vector<int> devs(static_cast<size_t>(gpus));
+    for (int d = 0; d < gpus; ++d) {
+      devs[size_t(d)] = d;
+      DeviceGuard guard(d);
+      ranks.push_back(std::make_unique<Rank>(d, max_bytes));
+    }
+    comms.c.assign(size_t(gpus), nullptr);
+    TF_NCCL_CHECK(ncclCommInitAll(comms.c.data(), gpus, devs.data()));
+  }
+  ~Impl() {
+    for (ncclComm_t& x : comms.c) {
+      if (x) (void)ncclCommDestroy(x);
+      x = nullptr;
+    }
+    for (auto& r : ranks) {
+      DeviceGuard guard(r->device);
+      r.reset();
+    }
+  }
+
+  int n() const { return int(ranks.size()); }
+
+  // One collective on every rank (one group call).
+  void launch(Collective kind, int64_t message_bytes) {
+    const size_t count = size_t(message_bytes) / (2 * size_t(n()));  // bf16 elements per rank
+    TF_NCCL_CHECK(ncclGroupStart());
+    ncclResult_t first = ncclSuccess;
+    const char* what = nullptr;
+    for (int r = 0; r < n(); ++r) {
+      Rank& k = *ranks[size_t(r)];
+      const ncclResult_t res =
+          kind == Collective::kAllGather
+              ? ncclAllGather(k.send.get(), k.recv.get(), count, ncclBfloat16, comms.c[size_t(r)], k.stream.get())
+              : ncclReduceScatter(k.send.get(), k.recv.get(), count, ncclBfloat16, ncclSum, comms.c[size_t(r)],
+                                  k.stream.get());
+      if (res != ncclSuccess && first == ncclSuccess) {
+        first = res;
+        what = kind == Collective::kAllGather ? "ncclAllGather(...)" : "ncclReduceScatter(...)";
+      }
+    }
+    const ncclResult_t end = ncclGroupEnd();  // always closes the group
+    if (first != ncclSuccess) nccl_fail(first, what, __FILE__, __LINE__);
+    if (end != ncclSuccess) nccl_fail(end, "ncclGroupEnd()", __FILE__, __LINE__);
+  }
+  void sync() {
+    for (auto& r : ranks) {
+      DeviceGuard guard(r->device);
+      r->stream.sync();
+    }
+  }
+  // Seconds per call over `calls` back-to-back calls, host-timed (the way nccl-tests times).
+  double timed(Collective kind, int64_t bytes, int calls) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) launch(kind, bytes);
+    sync();
+    return seconds_since(t0) / calls;
+  }
+};
+
+NcclGroup::NcclGroup(int gpus, size_t max_message_bytes) : impl_(std::make_unique<Impl>(gpus, max_message_bytes)) {}
+NcclGroup::~NcclGroup() = default;
+
+int NcclGroup::ranks() const { return impl_->n(); }
+
+int64_t NcclGroup::message_bytes_for(int64_t requested) const {
+  const int64_t unit = 2 * int64_t(impl_->n());
+  return requested / unit * unit;
+}
+
+Stat NcclGroup::bus_gbps(Collective kind, int64_t message_bytes, int reps) {
+  check_reps(reps, "NcclGroup::bus_gbps");
+  if (message_bytes != message_bytes_for(message_bytes) || message_bytes <= 0 ||
+      size_t(message_bytes) > impl_->max_bytes)
+    throw core::InputError("NcclGroup::bus_gbps: message_bytes " + std::to_string(message_bytes) +
+                           " must be a positive multiple of 2 x ranks and at most " + std::to_string(impl_->max_bytes));
+  impl_->timed(kind, message_bytes, 5);  // warm-up: connections and buffers
+  const double one = impl_->timed(kind, message_bytes, 3);
+  const int calls = int(std::clamp(std::ceil(3e-3 / std::max(one, 1e-9)), 1.0, 1000.0));
+  const double n = impl_->n();
+  std::vector<double> gbps;
+  for (int r = 0; r < reps; ++r)
+    gbps.push_back(double(message_bytes) * (n - 1) / n / impl_->timed(kind, message_bytes, calls) / 1e9);
+  return make_stat(std::move(gbps));
+}
+
+}  // namespace tf::backend::cuda::calibrate

@@ -1,0 +1,124 @@
+// Microbenchmarks behind `twinflow calibrate` (public header: no CUDA include, usable from plain C++).
+// Every function times `reps` repetitions after a warm-up and returns them with their median and
+// spread; the device functions time with CUDA events, the host-driven ones with a steady clock.
+// GB = 1e9 B, TFLOP = 1e12 FLOP. Every CUDA, cuBLAS and NCCL call is checked (core::RuntimeFailure
+// naming the call, file:line and the status).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tf::backend::cuda::calibrate {
+
+// Repetitions of one measurement, in the unit the function names.
+struct Stat {
+  double median = 0;
+  double spread = 0;  // (max - min) / median over the repetitions; 0 for one repetition
+  std::vector<double> samples;
+};
+// Median and spread of samples (at least one, all finite).
+Stat make_stat(std::vector<double> samples);
+
+struct DeviceInfo {
+  std::string name;
+  int sm_count = 0;
+  int64_t hbm_bytes = 0;  // cudaDeviceProp::totalGlobalMem
+  int64_t l2_bytes = 0;
+  int cc_major = 0, cc_minor = 0;
+};
+DeviceInfo device_info(int device);
+// Visible CUDA devices.
+int device_count();
+
+// ---- GEMM (cuBLAS, fp32 accumulation, CUBLAS_COMPUTE_32F; the workload's handle settings) -----------
+enum class GemmType { kBF16, kFP16, kFP32 };  // A, B and C in this type
+// The cuBLAS layout of the product, as the workload issues it (backends/cuda/cublas_gemm.cuh):
+//   kForward:    Y (m, n) = X (m, k) . Wt, W (n, k): a linear layer's forward (TN in cuBLAS terms)
+//   kWeightGrad: dW (m, n) = dYt (m, k) . X (k, n): its weight gradient, k = the batch (NT)
+enum class GemmLayout { kForward, kWeightGrad };
+// TFLOP/s of C (m, n) = A (m, k) B (k, n), 2mnk FLOP per product. Inputs are random; when one set of
+// operands fits in twice the L2 cache, several sets rotate so that the timing is not of the cache.
+Stat gemm_tflops(int device, GemmType type, GemmLayout layout, int64_t m, int64_t n, int64_t k, int reps);
+
+// ---- device memory -------------------------------------------------------------------------------
+// cudaMemcpy device-to-device of `bytes`; GB/s counting bytes read + written (2 x bytes).
+Stat d2d_copy_gbps(int device, size_t bytes, int reps);
+// A streaming kernel reading `bytes` and writing `bytes` (16-byte vectors, grid-stride); GB/s of both.
+Stat rw_kernel_gbps(int device, size_t bytes, int reps);
+
+// ---- PCIe ----------------------------------------------------------------------------------------
+enum class Direction { kH2D, kD2H };
+// One pinned copy of `bytes` at a time; GB/s.
+Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps);
+// ns of one pinned copy of `bytes` (for the fixed cost per copy: use a small size).
+Stat pinned_copy_ns(int device, Direction dir, size_t bytes, int reps);
+// An H2D and a D2H of `bytes` each, on two streams, started together: GB/s of both directions added
+// (2 x bytes over the time until both end), and of each direction over its own time.
+struct BidirStat {
+  Stat total_gbps, h2d_gbps, d2h_gbps;
+};
+BidirStat pinned_bidir_gbps(int device, size_t bytes, int reps);
+// cudaMemcpy from pageable (malloc'd, touched) host memory; GB/s, timed on the host.
+Stat pageable_h2d_gbps(int device, size_t bytes, int reps);
+// Every listed device copies `bytes` H2D at once from its own pinned buffer; per repetition the
+// slowest device's GB/s.
+Stat concurrent_h2d_gbps(const std::vector<int>& devices, size_t bytes, int reps);
+
+// Keeps an H2D and a D2H of `bytes` in flight on `device` from a host thread that sleeps on
+// blocking-sync events (it takes no core from what is measured meanwhile), until stopped.
+class BackgroundDma {
+ public:
+  BackgroundDma(int device, size_t bytes);
+  ~BackgroundDma();  // stops; never throws
+  BackgroundDma(const BackgroundDma&) = delete;
+  BackgroundDma& operator=(const BackgroundDma&) = delete;
+  void start();
+  // Stops and returns the GB/s both directions moved together while it ran; rethrows a failure of
+  // the copy thread.
+  double stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- launch and event overheads --------------------------------------------------------------------
+struct LaunchStat {
+  Stat per_kernel_ns;  // empty kernels launched back to back on one stream, timed by events / count
+  Stat host_call_ns;   // the host's time per launch call in the same loop
+};
+LaunchStat kernel_launch(int device, int launches, int reps);
+struct EventStat {
+  Stat record_ns;         // host cost of one cudaEventRecord on an idle stream
+  Stat elapsed_floor_ns;  // cudaEventElapsedTime of two events recorded back to back
+  Stat sync_ns;           // record on an idle stream then cudaEventSynchronize: the host's round trip
+};
+EventStat event_overheads(int device, int reps);
+
+// ---- NCCL ----------------------------------------------------------------------------------------
+enum class Collective { kAllGather, kReduceScatter };
+// One process driving devices 0..gpus-1 (ncclCommInitAll, one stream per device), bf16 data.
+// NCCL_NVLS_ENABLE defaults to 0 (NVLink multicast off) unless the environment sets it.
+class NcclGroup {
+ public:
+  NcclGroup(int gpus, size_t max_message_bytes);
+  ~NcclGroup();
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  int ranks() const;
+  // Rounds the message down to a whole number of bf16 elements per rank (nccl-tests' "size": the
+  // gathered output of an all-gather, the input of a reduce-scatter).
+  int64_t message_bytes_for(int64_t requested) const;
+  // Bus bandwidth (nccl-tests' busbw: size x (N-1)/N / time) of one collective over all ranks,
+  // timed on the host over enough back-to-back calls to last a few ms per repetition.
+  Stat bus_gbps(Collective kind, int64_t message_bytes, int reps);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tf::backend::cuda::calibrate
