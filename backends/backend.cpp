@@ -64,4 +64,75 @@ void validate_chunk(OptimizerKind k, const OptimChunk& c, size_t alignment, cons
     }
 }
 
+namespace {
+struct Interval {
+  int64_t start_ns, end_ns;
+};
+// Time in [0, horizon) covered by some interval of `any` and by none of `none`.
+int64_t covered_only(const std::vector<Interval>& any, const std::vector<Interval>& none, int64_t horizon_ns) {
+  struct Edge {
+    int64_t t;
+    int any, none;
+  };
+  std::vector<Edge> edges;
+  edges.reserve(2 * (any.size() + none.size()));
+  for (const Interval& i : any) {
+    edges.push_back({i.start_ns, +1, 0});
+    edges.push_back({i.end_ns, -1, 0});
+  }
+  for (const Interval& i : none) {
+    edges.push_back({i.start_ns, 0, +1});
+    edges.push_back({i.end_ns, 0, -1});
+  }
+  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.t < b.t; });
+  int64_t total = 0, prev = 0;
+  int n_any = 0, n_none = 0;
+  for (const Edge& e : edges) {
+    const int64_t t = std::min(e.t, horizon_ns);
+    if (n_any > 0 && n_none == 0 && t > prev) total += t - prev;
+    prev = std::max(prev, t);
+    n_any += e.any;
+    n_none += e.none;
+  }
+  return total;
+}
+}  // namespace
+
+StepTimeline summarize_timeline(const core::StepPlan& plan, std::vector<OpInterval> ops) {
+  if (ops.size() != plan.ops.size())
+    throw core::InputError("summarize_timeline: " + std::to_string(ops.size()) + " intervals for a plan of " +
+                           std::to_string(plan.ops.size()) + " ops");
+  StepTimeline t;
+  std::vector<Interval> compute, gpu_busy, transfer;
+  int64_t last_backward_end = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OpInterval& o = ops[i];
+    if (o.op != i || o.end_ns < o.start_ns)
+      throw core::InputError("summarize_timeline: interval " + std::to_string(i) + " is not op " +
+                             std::to_string(i) + " or ends before it starts");
+    const core::Op& op = plan.ops[i];
+    const int64_t d = o.end_ns - o.start_ns;
+    t.busy_ns[static_cast<size_t>(op.queue)] += d;
+    t.kind_ns[static_cast<size_t>(op.kind)] += d;
+    t.step_ns = std::max(t.step_ns, o.end_ns);
+    const Interval iv{o.start_ns, o.end_ns};
+    if (op.kind == core::OpKind::kBackward) last_backward_end = std::max(last_backward_end, o.end_ns);
+    switch (op.queue) {
+      case core::Queue::kCompute:
+        compute.push_back(iv);
+        gpu_busy.push_back(iv);
+        break;
+      case core::Queue::kComm: gpu_busy.push_back(iv); break;
+      case core::Queue::kD2H:
+      case core::Queue::kH2D:
+      case core::Queue::kCpu: transfer.push_back(iv); break;
+    }
+  }
+  t.optimizer_phase_ns = t.step_ns - last_backward_end;
+  t.exposed_ns = covered_only({{0, t.step_ns}}, compute, t.step_ns);
+  t.exposed_transfer_ns = covered_only(transfer, gpu_busy, t.step_ns);
+  t.ops = std::move(ops);
+  return t;
+}
+
 }  // namespace tf::backend

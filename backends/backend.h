@@ -5,13 +5,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <array>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/optim/dtype.h"
 #include "core/optim/grad_stats.h"
 #include "core/optim/optimizer.h"
+#include "core/step.h"
 
 namespace tf::backend {
 
@@ -76,6 +79,43 @@ class OptimizerBackend {
 
   // The same statistics without updating anything (for clipping / overflow checks before a step).
   virtual GradStats grad_stats(std::span<const BufferView> grads) = 0;
+};
+
+// --- The engine part: executing one rank's step plan ---------------------------------------------
+// An executor runs the ops of a core::StepPlan on its queues: the ops of one queue in issue order,
+// each after the ops it depends on. The plan (what, where, after what) is the core's; what an op
+// does and how long it takes is the backend's. Implementations: the CUDA engine
+// (backends/cuda/engine.h: streams, events, NCCL, pinned memory, CPU optimizer threads) runs one
+// rank per process; the simulators (backends/sim/) run the same plans for all ranks at once, on
+// simulated resources (cost-only) or in process (functional). Every one reports a StepTimeline.
+
+// One op's execution: ns from the step's start (measured or simulated).
+struct OpInterval {
+  uint32_t op = 0;  // index into StepPlan::ops
+  int64_t start_ns = 0, end_ns = 0;
+};
+
+struct StepTimeline {
+  std::vector<OpInterval> ops;                            // ops[i].op == i
+  int64_t step_ns = 0;                                    // end of the last op
+  std::array<int64_t, core::kQueueCount> busy_ns{};       // summed op durations per queue
+  std::array<int64_t, core::kOpKindCount> kind_ns{};      // summed op durations per op kind
+  int64_t optimizer_phase_ns = 0;  // from the end of the last backward op to the end of the step
+  int64_t exposed_ns = 0;          // the part of the step when the compute queue is idle
+  // the part of the step when a PCIe copy or the CPU optimizer runs while compute and comm are idle
+  int64_t exposed_transfer_ns = 0;
+};
+
+// Derives the totals of a timeline from its per-op intervals (ops[i].op == i, one per plan op).
+// Throws core::InputError when the intervals do not match the plan.
+StepTimeline summarize_timeline(const core::StepPlan& plan, std::vector<OpInterval> ops);
+
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  virtual const Capabilities& caps() const = 0;
+  // Runs one training step (1-based `step`) of `plan` and returns when all of its ops finished.
+  virtual StepTimeline run_step(const core::StepPlan& plan, int step) = 0;
 };
 
 }  // namespace tf::backend

@@ -23,7 +23,7 @@ RankMemory rank_memory(const ModelDesc& model, const Partition& part, const Rank
   const int64_t fp32_arrays = 1 + opt.optimizer_states;
   const int stage = part.opt.stage;
   m.gpu_params = (stage == 3 ? shard.elems : part.total_params) * lp;
-  m.gpu_grads = (stage >= 2 ? split.gpu_elems : part.total_params) * lp;
+  m.gpu_grads = stage >= 2 ? shard.elems * lp + (opt.grad_accum > 1 ? shard.elems * 4 : 0) : part.total_params * lp;
   m.gpu_optimizer = split.gpu_elems * 4 * fp32_arrays;
   int64_t act_ckpt = 0, act_full = 0, act_max_layer = 0;
   for (const LayerDesc& l : model.layers) {
@@ -34,10 +34,14 @@ RankMemory rank_memory(const ModelDesc& model, const Partition& part, const Rank
   }
   // With checkpointing, backward recomputes one block at a time on top of the kept block inputs.
   m.gpu_activations = opt.checkpointing ? act_ckpt + act_max_layer : act_full;
-  const int64_t layer_bytes = part.max_layer_params * lp;
-  // stage 3: gathered layers (prefetch) + full-layer gradient buffers for reduce-scatter (double
-  // buffered); stages 1/2: two gradient buckets of one layer each.
-  m.gpu_comm = stage == 3 ? (opt.prefetch_layers + 2) * layer_bytes : 2 * layer_bytes;
+  int64_t padded_layer = part.max_layer_params;
+  for (int64_t s : part.layer_slice) padded_layer = std::max(padded_layer, s * part.opt.world);
+  const int64_t layer_bytes = padded_layer * lp;
+  // stage 3: two full-layer gradient buffers (backward writes one while the reduce-scatter reads the
+  // other); with more than one rank also the gathered layers (prefetch) and two receive buffers of
+  // the deterministic reduce-scatter (all-to-all, then a sum in rank order). One rank computes on its
+  // shard directly. Stages 1/2: two gradient buckets of one layer each.
+  m.gpu_comm = stage == 3 ? (2 + (part.opt.world > 1 ? opt.prefetch_layers + 2 : 0)) * layer_bytes : 2 * layer_bytes;
   m.gpu_workspace = opt.workspace_bytes;
   m.gpu_total = m.gpu_params + m.gpu_grads + m.gpu_optimizer + m.gpu_activations + m.gpu_comm + m.gpu_workspace;
   m.host_optimizer = split.cpu_elems * 4 * fp32_arrays;

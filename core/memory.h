@@ -15,6 +15,7 @@ struct MemoryOptions {
   int lp_bytes = 2;          // bytes of a bf16/fp16 parameter or gradient (4 when training in fp32)
   int optimizer_states = 2;  // fp32 arrays beside the master weight (AdamW/Adam 2, Adagrad/Lion 1)
   int64_t micro_batch = 1;
+  int64_t grad_accum = 1;                        // > 1: an fp32 accumulation buffer for the shard's gradients
   bool checkpointing = false;                    // activation checkpointing of every block
   int prefetch_layers = 2;                       // ZeRO-3 all-gather buffers: the layer in use and the next one
   int64_t workspace_bytes = int64_t(512) << 20;  // CUDA context + cuBLAS/NCCL workspaces (measured later)
@@ -23,7 +24,9 @@ struct MemoryOptions {
 // Bytes per rank. GPU terms sum to gpu_total, host terms to host_total.
 struct RankMemory {
   int64_t gpu_params = 0;       // stage 3: the rank's bf16 shard; stages 1/2: the full bf16 model
-  int64_t gpu_grads = 0;        // stage >= 2: grads of the GPU segment; stage 1: the full model's grads
+  int64_t gpu_grads = 0;        // stage >= 2: the shard's reduced grads (the CPU segment's part lands here
+                                // before its D2H) + fp32 accumulation with grad_accum > 1; stage 1: the
+                                // full model's grads
   int64_t gpu_optimizer = 0;    // fp32 master + states of the GPU segment
   int64_t gpu_activations = 0;  // one micro-batch, with or without checkpointing
   int64_t gpu_comm = 0;         // all-gather prefetch + reduce-scatter buffers (whole layers)

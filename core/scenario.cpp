@@ -465,6 +465,19 @@ void read_ds_config(const Node& root, Ctx& ctx, const Node*& precision_node) {
 
 // ---- the scenario -------------------------------------------------------------------------------
 
+}  // namespace
+
+std::string_view workload_type_name(WorkloadType w) {
+  switch (w) {
+    case WorkloadType::kAuto: return "auto";
+    case WorkloadType::kSynthetic: return "synthetic";
+    case WorkloadType::kMlp: return "mlp";
+  }
+  return "?";
+}
+
+namespace {
+
 void parse(const Node& root, Ctx& ctx) {
   Scenario& s = *ctx.s;
   MapReader top(root, s.warnings, "a scenario");
@@ -514,6 +527,25 @@ void parse(const Node& root, Ctx& ctx) {
         read_zero(top.require("zero", "{stage: 1|2|3, offload_optimizer: {device, ratio, pin_memory}}"), ctx, false);
   }
 
+  if (const Node* w = top.find("workload")) {
+    MapReader wm(*w, s.warnings, "the workload {type: auto|synthetic|mlp, seed}");
+    if (const Node* t = wm.find("type")) {
+      const std::string v = ascii_lower(config::read_string(*t));
+      if (v == "auto")
+        s.workload.type = WorkloadType::kAuto;
+      else if (v == "synthetic")
+        s.workload.type = WorkloadType::kSynthetic;
+      else if (v == "mlp" && s.model.type == ModelType::kMlp)
+        s.workload.type = WorkloadType::kMlp;
+      else if (v == "mlp")
+        config::fail(*t, "the mlp workload needs an MLP model (model: {type: mlp, dims: [...]}); the GPT/OPT "
+                         "decoder's GPU workload is not written yet; allowed here: auto, synthetic");
+      else
+        config::fail(*t, "'" + config::excerpt(t->scalar) + "' is not a workload; allowed: auto, synthetic, mlp");
+    }
+    if (const Node* sd = wm.find("seed")) s.workload.seed = uint64_t(config::read_int(*sd, 0, INT64_MAX));
+    wm.warn_unknown();
+  }
   if (const Node* r = top.find("reference")) {
     MapReader rm(*r, s.warnings, "a published result {speedup_vs_full_offload, source}");
     ReferenceResult ref;

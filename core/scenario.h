@@ -69,6 +69,23 @@ struct ClusterConfig {
   int world_size() const { return nodes * gpus_per_node; }
 };
 
+// What `twinflow run` trains (the simulator needs only the model's shape).
+enum class WorkloadType : uint8_t {
+  kAuto,       // mlp for an MLP model, synthetic for a decoder (whose GPU workload is not written yet)
+  kSynthetic,  // counter-based gradients: bitwise comparable with the functional simulator
+  kMlp,        // the toy MLP with cuBLAS, on generated data
+};
+std::string_view workload_type_name(WorkloadType w);
+
+struct WorkloadConfig {
+  WorkloadType type = WorkloadType::kAuto;
+  uint64_t seed = 1;  // data, initial weights and synthetic gradients
+  // The workload `run` uses: kAuto resolved against the model type.
+  WorkloadType resolved(ModelType m) const {
+    return type != WorkloadType::kAuto ? type : (m == ModelType::kMlp ? WorkloadType::kMlp : WorkloadType::kSynthetic);
+  }
+};
+
 // A published result the scenario reproduces.
 struct ReferenceResult {
   double speedup_vs_full_offload = 0;
@@ -85,6 +102,7 @@ struct Scenario {
   OptimizerConfig optimizer;
   ZeroConfig zero;
   std::optional<ReferenceResult> reference;
+  WorkloadConfig workload;
   // Set when a ds_config supplied the training, optimizer and ZeRO settings.
   bool from_ds_config = false;
   std::filesystem::path ds_config_file;  // empty when embedded or absent

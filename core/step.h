@@ -30,6 +30,7 @@ enum class OpKind : uint8_t {
   kCpuOptimizer,   // cpu: the fused SIMD pass over the CPU part of one layer
   kH2DParam,       // h2d: the updated bf16 copy of the CPU part of one layer
 };
+constexpr int kOpKindCount = 11;
 const char* op_kind_name(OpKind k);
 
 struct Op {

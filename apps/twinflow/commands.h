@@ -18,5 +18,6 @@ int cmd_verify(const std::vector<std::string>& args);
 int cmd_simulate(const std::vector<std::string>& args);
 int cmd_launch(const std::vector<std::string>& args);
 int cmd_calibrate(const std::vector<std::string>& args);
+int cmd_run(const std::vector<std::string>& args);
 
 }  // namespace tf::app

@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"bench", "time the optimizer kernels (CPU SIMD, CUDA) against the memory bound and peers", tf::app::cmd_bench},
     {"verify", "check every backend bit for bit and against the double reference", tf::app::cmd_verify},
     {"simulate", "simulate a scenario's step at one ratio or over a sweep, without GPUs", tf::app::cmd_simulate},
+    {"run", "train a scenario on this process's GPU (ZeRO-3 + Twin-Flow, real backend)", tf::app::cmd_run},
     {"launch", "start N ranks of a command on this node (torchrun-style variables)", tf::app::cmd_launch},
     {"calibrate", "measure this GPU machine and write a hardware profile", tf::app::cmd_calibrate},
 };

@@ -194,6 +194,22 @@ GradStats CpuBackend::step(OptimizerKind k, std::span<const OptimChunk> chunks, 
 }
 
 GradStats CpuBackend::grad_stats(std::span<const BufferView> grads) {
+  size_t total = 0;
+  for (const BufferView& g : grads) total += core::stats_tiles(g.count);
+  sums_.assign(total, 0.0);
+  GradStats out;
+  out.nonfinite = tile_sums(grads, sums_.data());
+  size_t off = 0;
+  for (const BufferView& g : grads) {
+    const size_t t = core::stats_tiles(g.count);
+    out.sumsq = out.sumsq + core::fold_tile_sums(sums_.data() + off, t);
+    off += t;
+  }
+  out.sumsq = core::canonical_nan(out.sumsq);
+  return out;
+}
+
+uint64_t CpuBackend::tile_sums(std::span<const BufferView> grads, double* out) {
   std::vector<size_t> tiles(grads.size());
   for (size_t c = 0; c < grads.size(); ++c) {
     const BufferView& g = grads[c];
@@ -203,24 +219,13 @@ GradStats CpuBackend::grad_stats(std::span<const BufferView> grads) {
       throw core::InputError("cpu grad_stats, grad " + std::to_string(c) + ": pointer not aligned to its dtype");
     tiles[c] = core::stats_tiles(g.count);
   }
-  size_t total = 0;
-  for (size_t t : tiles) total += t;
-  sums_.assign(total, 0.0);
   std::atomic<uint64_t> bad{0};
   for_tiles(tiles, [&](size_t, const std::vector<Work>& items) {
     uint64_t mine = 0;
-    for (const Work& w : items) mine += k_.stats(grads[w.chunk], w.tile_begin, w.tile_end, sums_.data() + w.sum_offset);
+    for (const Work& w : items) mine += k_.stats(grads[w.chunk], w.tile_begin, w.tile_end, out + w.sum_offset);
     bad += mine;
   });
-  GradStats out;
-  out.nonfinite = bad.load();
-  size_t off = 0;
-  for (size_t c = 0; c < grads.size(); ++c) {
-    out.sumsq = out.sumsq + core::fold_tile_sums(sums_.data() + off, tiles[c]);
-    off += tiles[c];
-  }
-  out.sumsq = core::canonical_nan(out.sumsq);
-  return out;
+  return bad.load();
 }
 
 void CpuBackend::first_touch(std::span<const OptimChunk> chunks) {

@@ -46,6 +46,10 @@ class CpuBackend final : public OptimizerBackend {
 
   GradStats step(OptimizerKind k, std::span<const OptimChunk> chunks, const StepScalars& s) override;
   GradStats grad_stats(std::span<const BufferView> grads) override;
+  // The canonical tile sums (core/optim/grad_stats.h) of each gradient, unfolded: grad c's tiles go
+  // to out[o_c .. o_c + stats_tiles(count_c)), o_c the tiles of the grads before it. Returns the
+  // non-finite count. For engines that fold tiles across chunks and ranks themselves.
+  uint64_t tile_sums(std::span<const BufferView> grads, double* out);
 
   // Writes zeros over every buffer of the chunks with the same thread split as step(), so that each
   // page is first touched (and placed) by the thread that will update it.

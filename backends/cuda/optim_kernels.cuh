@@ -14,67 +14,11 @@
 
 #include "backends/backend.h"
 #include "backends/cuda/cuda_tuning.h"
+#include "backends/cuda/launch.h"
 #include "core/optim/grad_stats.h"
 #include "core/optim/update_rules.h"
 
 namespace tf::backend::cuda {
-
-// One chunk as the kernels see it (device memory, uploaded per call). 72 bytes.
-struct ChunkDesc {
-  float* p;                   // (n) fp32 master
-  float* s1;                  // (n) fp32 state 1
-  float* s2;                  // (n) fp32 state 2, or null
-  const void* g;              // (n) fp32 | bf16 | fp16 gradient
-  void* copy;                 // (n) bf16 | fp16 copy, or null
-  uint64_t n;                 // elements
-  uint64_t local_tile_begin;  // first tile of this chunk in its launch group's tile sequence
-  uint64_t sum_begin;         // index of its tile 0 in the tile-sums array (chunks in call order)
-  uint64_t tiles;             // stats_tiles(n)
-};
-
-constexpr int kWarpsPerBlock = 8;                   // 8 tiles per block per round
-constexpr int kBlockThreads = 32 * kWarpsPerBlock;  // 256
-// Tile sums folded by one thread each in fold_tiles_strided; the rest fit one block's shared memory.
-constexpr uint64_t kFoldShared = 4096;
-
-inline bool is_default(const StepVariant& v) {
-  return v.unroll == kDefaultVariant.unroll && v.min_blocks == kDefaultVariant.min_blocks &&
-         v.streaming == kDefaultVariant.streaming;
-}
-
-// One launch of the step kernel over a group of chunks that share grad and copy dtypes.
-struct StepLaunch {
-  const ChunkDesc* descs = nullptr;  // device, `count` chunks, local_tile_begin ascending
-  uint32_t count = 0;
-  uint64_t tiles = 0;  // total tiles of the group
-  DType grad = DType::kF32;
-  DType copy = DType::kNone;
-  StepScalars s{};
-  double* tile_sums = nullptr;              // device
-  unsigned long long* nonfinite = nullptr;  // device counter (atomicAdd)
-  int sm_count = 0;
-  cudaStream_t stream = nullptr;
-};
-
-// Defined in step_<kind>.cu, one translation unit per optimizer.
-void launch_step_adamw(const StepLaunch& l, const StepVariant& v);
-void launch_step_adam(const StepLaunch& l, const StepVariant& v);
-void launch_step_adagrad(const StepLaunch& l, const StepVariant& v);
-void launch_step_lion(const StepLaunch& l, const StepVariant& v);
-
-// Defined in stats_kernels.cu.
-void launch_stats(const ChunkDesc* descs, uint32_t count, uint64_t tiles, DType grad, double* tile_sums,
-                  unsigned long long* nonfinite, cudaStream_t stream);
-// Folds every chunk's tile sums (descs in call order, `any_big`: some chunk has > kFoldShared tiles)
-// into chunk_sums[c].
-void launch_fold(const ChunkDesc* descs, uint32_t count, bool any_big, double* tile_sums, double* chunk_sums,
-                 cudaStream_t stream);
-// Fills the arrays of one timing set with finite pseudo-random values (state1 = 0, copy = 0xFFFF poison).
-void launch_fill_random(const ChunkDesc& d, DType grad, DType copy, uint64_t seed, cudaStream_t stream);
-// Counts elements the first step left unwritten: state1 == 0, copy == 0xFFFF, or a non-finite param.
-void launch_count_unwritten(const ChunkDesc& d, DType copy, unsigned long long* out, cudaStream_t stream);
-// cudaSuccess when this binary holds code for the current device.
-cudaError_t probe_kernel_image();
 
 namespace kern {
 

@@ -3,7 +3,7 @@
 //
 // Numerics, per micro-batch of B samples (every rounding is round-to-nearest-even):
 //   x_0                = input_value(row_key(seed, step, k, i), f), exact in bf16       (B × d_0)
-//   y_l                = bf16(fp32(x_l·W_lᵀ) + b_l)   one rounding: bias preloaded, GEMM beta = 1
+//   y_l                = bf16(bf16(x_l·W_lᵀ) + b_l)  GEMM rounded to bf16, bias added in fp32 (bias_act_kernel)
 //   x_{l+1}            = relu(y_l)                    l < L-1; the ReLU mask is x_{l+1} != 0
 //   loss (per mb)      = sum over (i, j) of fp32 (y_{L-1} - t)², divided by B·d_L on the host
 //   dY_{L-1}           = bf16(g · (y_{L-1} - t)),     g = 2·loss_scale / (B·d_L·world·grad_accum)
@@ -31,6 +31,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kRowBlocks = 1024;  // row-striding kernels: blocks = min(B, this), fixed for a given B
+constexpr int kGemmSlackRows = 256;  // see allocate()
 constexpr int kBiasCols = 32;     // bias gradient: block (32 columns, 8 row lanes)
 constexpr int kBiasLanes = 8;
 constexpr int kBiasMaxChunks = 64;      // row chunks per column block (partials, summed in order)
@@ -71,10 +72,15 @@ __global__ void input_kernel(uint16_t* __restrict__ x, int64_t batch, int64_t in
   }
 }
 
-// y (B × out) = b broadcast over rows: the GEMM then adds x·Wᵀ with beta = 1.
-__global__ void bias_fill_kernel(uint16_t* __restrict__ y, const uint16_t* __restrict__ b, int64_t batch, int64_t out) {
+// y (B × out) = bf16(y + b) per row, then the bf16 ReLU when `relu` (negative and -0 -> +0).
+__global__ void bias_act_kernel(uint16_t* __restrict__ y, const uint16_t* __restrict__ b, int64_t batch, int64_t out,
+                                bool relu) {
   for (int64_t i = blockIdx.x; i < batch; i += gridDim.x)
-    for (int64_t j = threadIdx.x; j < out; j += blockDim.x) y[i * out + j] = b[j];
+    for (int64_t j = threadIdx.x; j < out; j += blockDim.x) {
+      uint16_t v = core::f32_to_bf16(__fadd_rn(core::bf16_to_f32(y[i * out + j]), core::bf16_to_f32(b[j])));
+      if (relu && (v & 0x8000u)) v = 0;
+      y[i * out + j] = v;
+    }
 }
 
 // In place: bf16 ReLU (negative, -0 and negative NaN -> +0; positive values and NaN kept).
@@ -253,17 +259,18 @@ class MlpWorkload final : public Workload {
       TF_CUDA_CHECK_LAUNCH("input_kernel");
     }
     uint16_t* y = layer < last ? act_[size_t(layer) + 1].as<uint16_t>() : grad_buf_[0].as<uint16_t>();
-    float beta = 0.0f;
-    if (L.bias) {
-      bias_fill_kernel<<<row_blocks(), kThreads, 0, s>>>(y, weights + L.out * L.in, B, L.out);
-      TF_CUDA_CHECK_LAUNCH("bias_fill_kernel");
-      beta = 1.0f;
-    }
     cublas_->set_stream(s);
-    linear_forward(*cublas_, dims(L), act_[size_t(layer)].as<uint16_t>(), weights, beta, y);
-    if (layer < last) {
+    linear_forward(*cublas_, dims(L), act_[size_t(layer)].as<uint16_t>(), weights, 0.0f, y);
+    if (L.bias) {
+      // y = bf16(bf16(x·Wᵀ) + b), then the ReLU: the bias is added by this kernel rather than by the
+      // GEMM's beta epilogue, whose rounding with a bf16 C is not documented.
+      bias_act_kernel<<<row_blocks(), kThreads, 0, s>>>(y, weights + L.out * L.in, B, L.out, layer < last);
+      TF_CUDA_CHECK_LAUNCH("bias_act_kernel");
+    } else if (layer < last) {
       relu_kernel<<<grid_for((B * L.out + 7) / 8, kThreads), kThreads, 0, s>>>(y, B * L.out);
       TF_CUDA_CHECK_LAUNCH("relu_kernel");
+    }
+    if (layer < last) {
       fwd_next_ = {layer + 1, mb};
       return;
     }
@@ -355,6 +362,12 @@ class MlpWorkload final : public Workload {
     int layer, mb;
   };
 
+  int64_t max_dim() const {
+    int64_t m = 0;
+    for (const Layer& L : layers_) m = std::max({m, L.in, L.out});
+    return m;
+  }
+
   LinearDims dims(const Layer& L) const { return LinearDims{int(ctx_.micro_batch), int(L.in), int(L.out)}; }
 
   int64_t chunk_rows() const {
@@ -434,7 +447,10 @@ class MlpWorkload final : public Workload {
     const int64_t B = ctx_.micro_batch;
     const int last = int(layers_.size()) - 1;
     // act_[l]: (B × d_l) bf16, the input of layer l (x_0 = data, x_l = relu(y_{l-1})).
-    for (const Layer& L : layers_) act_.push_back(alloc(size_t(B * L.in) * 2));
+    // GEMM operands get slack past their end: cuBLAS's small-n kernels (micro-batch below the tile
+    // width) were seen reading up to one tile of rows past the operand under compute-sanitizer.
+    const size_t slack = size_t(kGemmSlackRows) * size_t(max_dim()) * 2;
+    for (const Layer& L : layers_) act_.push_back(alloc(size_t(B * L.in) * 2 + slack));
     // grad_buf_[c]: (B × d_{l+1}) bf16 for the layers with (last - l) % 2 == c: dY_l. grad_buf_[0]
     // first holds y_{L-1}, which the loss kernel turns into dY_{L-1}.
     int64_t need[2] = {0, 0};
@@ -445,7 +461,7 @@ class MlpWorkload final : public Workload {
       max_weight = std::max(max_weight, L.out * L.in);
       max_out = std::max(max_out, L.out);
     }
-    for (int c = 0; c < 2; ++c) grad_buf_[c] = alloc(size_t(need[c]) * 2);
+    for (int c = 0; c < 2; ++c) grad_buf_[c] = alloc(size_t(need[c]) * 2 + slack);
     // dw32_: (out × in) fp32, the weight gradient before its one rounding to fp16.
     if (ctx_.grad_dtype == core::DType::kF16) dw32_ = alloc(size_t(max_weight) * 4);
     if (ctx_.model->spec.mlp_bias) {

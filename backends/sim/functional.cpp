@@ -11,7 +11,8 @@
 #include "core/error.h"
 #include "core/optim/grad_stats.h"
 #include "core/partition.h"
-#include "core/random.h"
+#include "core/step_decision.h"
+#include "core/synthetic_workload.h"
 #include "core/step.h"
 #include "core/twinflow.h"
 
@@ -19,10 +20,7 @@ namespace tf::backend::sim {
 
 namespace {
 
-float initial_weight(uint64_t seed, int64_t element) {
-  const uint64_t r = core::splitmix64(seed * 0x632BE59BD9B4E019ull + uint64_t(element));
-  return (float(r >> 40) * 0x1.0p-24f - 0.5f) * 0.2f;
-}
+float initial_weight(uint64_t seed, int64_t element) { return core::synthetic_initial_weight(seed, element); }
 
 uint16_t to_lp(core::DType t, float f) { return t == core::DType::kF16 ? core::f32_to_f16(f) : core::f32_to_bf16(f); }
 float from_lp(core::DType t, uint16_t h) { return t == core::DType::kF16 ? core::f16_to_f32(h) : core::bf16_to_f32(h); }
@@ -59,27 +57,13 @@ void check_config(const core::ModelDesc& m, const FunctionalConfig& c) {
   core::validate(c.kind, c.hp);
 }
 
-// Step bookkeeping shared by both implementations: overflow policy, clipping, the scalars.
-struct StepDecision {
-  bool skip = false;
-  double norm = 0;
-  core::StepScalars scalars;
-};
+core::StepPolicy policy(const FunctionalConfig& c) {
+  return {c.kind, c.hp, c.clip, c.grad_dtype == core::DType::kF16};
+}
+using StepDecision = core::StepDecision;
 StepDecision decide(const FunctionalConfig& c, int step, double sumsq, uint64_t nonfinite, double scale,
                     int64_t opt_step) {
-  StepDecision d;
-  d.norm = std::sqrt(sumsq) / scale;
-  if (nonfinite > 0) {
-    if (c.grad_dtype != core::DType::kF16)
-      throw core::RuntimeFailure("step " + std::to_string(step) + ": " + std::to_string(nonfinite) +
-                                 " non-finite gradients in bf16 training; stopping with the state unchanged");
-    d.skip = true;
-    d.norm = INFINITY;
-    return d;
-  }
-  const double coef = c.clip > 0 && d.norm > c.clip ? c.clip / (d.norm + 1e-6) : 1.0;
-  d.scalars = core::make_step_scalars(c.kind, c.hp, opt_step, coef / scale);
-  return d;
+  return core::decide_step(policy(c), step, sumsq, nonfinite, scale, opt_step);
 }
 
 cpu::CpuBackend& kernels() {
@@ -94,11 +78,7 @@ BufferView lp(std::vector<uint16_t>& v, size_t off, size_t n, core::DType t) { r
 
 float workload_gradient(uint64_t seed, int64_t element, int step, int micro_shard, float weight_bf16,
                         double loss_scale) {
-  const uint64_t r = core::splitmix64(seed ^ (uint64_t(element) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(step) << 40) ^
-                                      (uint64_t(micro_shard) << 56));
-  const float u = float(r >> 40) * 0x1.0p-24f;  // [0, 1)
-  const float g = (u - 0.5f) * 0.0625f + weight_bf16 * 0.015625f;
-  return g * float(loss_scale);
+  return core::synthetic_gradient(seed, element, step, micro_shard, weight_bf16, float(loss_scale));
 }
 
 FunctionalResult run_functional(const core::ModelDesc& model, const FunctionalConfig& c) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "backends/backend.h"
 #include "core/error.h"
 #include "core/model.h"
 #include "core/optim/optimizer.h"
@@ -405,40 +406,6 @@ class Simulation {
   std::vector<Join> joins_;
 };
 
-// Length of the union of intervals.
-struct Interval {
-  TimeNs start_ns, end_ns;
-};
-
-// Time in [0, horizon) covered by some interval of `any` and by none of `none`.
-TimeNs covered_only(const std::vector<Interval>& any, const std::vector<Interval>& none, TimeNs horizon_ns) {
-  struct Edge {
-    TimeNs t;
-    int any, none;
-  };
-  std::vector<Edge> edges;
-  edges.reserve(2 * (any.size() + none.size()));
-  for (const Interval& i : any) {
-    edges.push_back({i.start_ns, +1, 0});
-    edges.push_back({i.end_ns, -1, 0});
-  }
-  for (const Interval& i : none) {
-    edges.push_back({i.start_ns, 0, +1});
-    edges.push_back({i.end_ns, 0, -1});
-  }
-  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.t < b.t; });
-  TimeNs total = 0, prev = 0;
-  int n_any = 0, n_none = 0;
-  for (const Edge& e : edges) {
-    const TimeNs t = std::min(e.t, horizon_ns);
-    if (n_any > 0 && n_none == 0 && t > prev) total += t - prev;
-    prev = std::max(prev, t);
-    n_any += e.any;
-    n_none += e.none;
-  }
-  return total;
-}
-
 }  // namespace
 
 SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& opt) {
@@ -482,6 +449,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   mo.lp_bytes = lp_bytes;
   mo.optimizer_states = cfg.optimizer_states;
   mo.micro_batch = cfg.micro_batch;
+  mo.grad_accum = cfg.grad_accum;
   mo.checkpointing = cfg.checkpointing;
   mo.prefetch_layers = cfg.prefetch_layers;
   p.memory = core::rank_memory(model, part, part.ranks[largest], largest_split, mo);
@@ -515,27 +483,15 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   }
   p.busy_ns = p.ranks[0].busy_ns;
 
-  // Rank 0's phases, from its recorded intervals.
-  std::vector<Interval> compute, gpu_busy, transfer;
-  TimeNs last_backward_end = 0;
-  for (size_t i = 0; i < plans[0].ops.size(); ++i) {
-    const core::Op& op = plans[0].ops[i];
-    const Interval iv{sim.start_ns(0)[i], sim.end_ns(0)[i]};
-    if (op.kind == core::OpKind::kBackward) last_backward_end = std::max(last_backward_end, iv.end_ns);
-    switch (op.queue) {
-      case core::Queue::kCompute:
-        compute.push_back(iv);
-        gpu_busy.push_back(iv);
-        break;
-      case core::Queue::kComm: gpu_busy.push_back(iv); break;
-      case core::Queue::kD2H:
-      case core::Queue::kH2D:
-      case core::Queue::kCpu: transfer.push_back(iv); break;
-    }
+  // Rank 0's phases, from its intervals (the same summary a real run reports).
+  {
+    std::vector<OpInterval> iv(plans[0].ops.size());
+    for (size_t i = 0; i < iv.size(); ++i) iv[i] = {static_cast<uint32_t>(i), sim.start_ns(0)[i], sim.end_ns(0)[i]};
+    const StepTimeline t = summarize_timeline(plans[0], std::move(iv));
+    p.optimizer_phase_ns = t.optimizer_phase_ns;
+    p.exposed_ns = t.exposed_ns;
+    p.exposed_transfer_ns = t.exposed_transfer_ns;
   }
-  p.optimizer_phase_ns = p.step_ns - last_backward_end;
-  p.exposed_ns = covered_only({{0, p.step_ns}}, compute, p.step_ns);
-  p.exposed_transfer_ns = covered_only(transfer, gpu_busy, p.step_ns);
   if (opt.keep_plans) p.plans = std::move(plans);
   return p;
 }

@@ -110,8 +110,8 @@ RefMicroBatch reference(const std::vector<int64_t>& d, bool bias, const std::vec
       for (int64_t j = 0; j < out; ++j) {
         double acc = 0;
         for (int64_t p = 0; p < in; ++p) acc += W[j * in + p] * x[l][size_t(i * in + p)];
-        if (bias) acc += W[out * in + j];
-        const double yb = rnd(acc);  // fp32 result, rounded once to bf16
+        // the GEMM's fp32 result rounded to bf16, then + bias in fp32, rounded again (bias_act_kernel)
+        const double yb = !bias ? rnd(acc) : round ? rnd(double(float(rnd(acc)) + float(W[out * in + j]))) : acc + W[out * in + j];
         o[size_t(i * out + j)] = l + 1 < L ? std::max(yb, 0.0) : yb;
       }
     if (l + 1 < L)
@@ -508,6 +508,7 @@ TEST_P(MlpWorkloadGpu, MatchesDoubleReferenceElementwise) {
       v.emplace_back(size_t(net.padded[l]) * 2);
       TF_CUDA_CHECK(cudaMemset(v.back().get(), 0xFF, v.back().bytes()));
     }
+  TF_CUDA_CHECK(cudaDeviceSynchronize());  // the poison lands before the workload's stream runs
   Stream s;
   auto run_step = [&] {
     wl->begin_step(step, scale);
@@ -576,6 +577,7 @@ TEST_P(MlpWorkloadGpu, MatchesDoubleReferenceElementwise) {
   // the same step again: the same bits (fixed cuBLAS workspace, fixed reduction orders)
   for (auto& v : dg)
     for (auto& m : v) TF_CUDA_CHECK(cudaMemset(m.get(), 0xFF, m.bytes()));
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
   const double loss2 = run_step();
   EXPECT_EQ(std::memcmp(&loss, &loss2, sizeof loss), 0) << loss << " vs " << loss2;
   EXPECT_TRUE(download() == got) << c.name << ": a repeated step gave different gradient bits";

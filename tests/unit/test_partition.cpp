@@ -103,9 +103,12 @@ TEST(Memory, HandComputedToyBytes) {
   const TwinFlowSplit t = split_shard(s, 0.5, 2048);
   const RankMemory r = rank_memory(m, p, s, t, o);
   EXPECT_EQ(r.gpu_params, s.elems * 2);
-  EXPECT_EQ(r.gpu_grads, t.gpu_elems * 2);
+  EXPECT_EQ(r.gpu_grads, s.elems * 2);  // the CPU segment's grads land on the GPU before their D2H
   EXPECT_EQ(r.gpu_optimizer, t.gpu_elems * 12);
-  EXPECT_EQ(r.gpu_comm, 4 * 6002000 * 2);  // 2 prefetched layers + 2 RS buffers of the largest layer
+  // one rank computes on its shard: two gradient buffers of the largest layer (padded)
+  EXPECT_EQ(r.gpu_comm, 2 * 6002688 * 2);
+  o.grad_accum = 2;
+  EXPECT_EQ(rank_memory(m, p, s, t, o).gpu_grads, s.elems * 6);  // + fp32 accumulation
   EXPECT_EQ(r.host_optimizer, t.cpu_elems * 12);
   EXPECT_EQ(r.host_staging, t.cpu_elems * 4);
   EXPECT_EQ(r.gpu_total, r.gpu_params + r.gpu_grads + r.gpu_optimizer + r.gpu_activations + r.gpu_comm + 1000);

@@ -1,0 +1,90 @@
+// The real backend's engine: one rank of ZeRO-3 + Twin-Flow training on one GPU, executing the
+// core's step plan on CUDA streams (compute, comm, d2h, h2d) and the CPU optimizer's threads (cpu),
+// with NCCL collectives and pinned host memory for the CPU segment. Public header: no CUDA include.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/memory.h"
+#include "core/model.h"
+#include "core/partition.h"
+#include "core/step.h"
+#include "core/step_decision.h"
+#include "core/twinflow.h"
+
+namespace tf::backend::cuda {
+
+enum class WorkloadKind : uint8_t { kSynthetic, kMlp };
+const char* workload_name(WorkloadKind k);
+
+// The NCCL unique id (128 bytes), exchanged by the launcher's rendezvous.
+using NcclId = std::array<char, 128>;
+// A fresh id (rank 0 calls this and shares it). Throws core::RuntimeFailure if NCCL fails.
+NcclId make_nccl_id();
+
+struct EngineConfig {
+  core::ModelDesc model;
+  int rank = 0, world = 1;
+  int device = 0;                               // CUDA device index (the rank's LOCAL_RANK)
+  NcclId nccl_id{};                             // the same on every rank (ignored for world 1)
+  double ratio = 0;                             // CPU share of the rank's shard
+  core::StepConfig step;                        // micro_batch, grad_accum, clip/loss-scaling flags, prefetch
+  core::StepPolicy policy;                      // optimizer, hyper-parameters, clipping, overflow policy
+  core::DType grad_dtype = core::DType::kBF16;  // bf16 or fp16 (fp16: loss scaling)
+  core::LossScaler loss_scale;                  // initial scale and its dynamics (1 and no growth for bf16)
+  WorkloadKind workload = WorkloadKind::kSynthetic;
+  uint64_t seed = 1;
+  size_t cpu_threads = 0;     // CPU optimizer threads; 0: all CPUs of this process
+  bool pin_threads = true;    // bind CPU optimizer threads to CPUs
+  bool pin_memory = true;     // page-lock the CPU segment (else pageable, with a warning)
+  int overflow_at_step = -1;  // synthetic workload: element 0 of micro-shard 0 is +Inf at this step (tests)
+  // Memory the rank may use: the plan is checked against these before anything is allocated.
+  int64_t gpu_bytes_limit = 0;                   // 0: the device's total memory
+  int64_t host_bytes_limit = 0;                  // 0: physical memory / ranks on this host
+  std::function<void(const std::string&)> warn;  // one-line warnings (pageable fallback, ...); default stderr
+};
+
+struct StepReport {
+  int step = 0;                          // 1-based
+  double loss = 0;                       // mean over this rank's micro-batches (NaN: the workload has no loss)
+  double grad_norm = 0;                  // global L2 norm of the unscaled gradient (inf on an fp16 overflow)
+  double loss_scale = 1;                 // the scale this step used
+  bool skipped = false;                  // fp16 overflow: nothing updated
+  StepTimeline timeline;                 // per-op intervals (ns from the step's start) and totals
+  int64_t d2h_bytes = 0, h2d_bytes = 0;  // PCIe traffic of the step
+};
+
+struct EngineMemory {
+  core::RankMemory planned;         // the memory model's figures for this rank (checked before allocating)
+  int64_t gpu_allocated = 0;        // what the engine and its workload allocated on the GPU
+  int64_t host_pinned = 0;          // page-locked host bytes (0 when pinning failed)
+  int64_t host_pageable = 0;        // host bytes left pageable
+  int64_t gpu_used_by_process = 0;  // device total - free after set-up (context and libraries included)
+};
+
+class Engine : public StepExecutor {
+ public:
+  // Checks the plan's memory against the limits (InputError naming the smallest ratio that fits),
+  // then allocates, initialises the weights (the synthetic workload's initial weights) and joins
+  // the NCCL communicator. Throws core::InputError for bad input, core::RuntimeFailure for CUDA /
+  // NCCL failures (out of memory named as such).
+  static std::unique_ptr<Engine> create(EngineConfig cfg);
+
+  virtual const core::StepPlan& plan() const = 0;
+  virtual const core::Partition& partition() const = 0;
+  virtual const core::TwinFlowSplit& split() const = 0;
+  virtual const EngineMemory& memory() const = 0;
+  // One training step: the plan's ops on the queues, the step decision, the timeline.
+  virtual StepReport step() = 0;
+  // This rank's fp32 master weights: (model-order element index, value) for every real element the
+  // rank owns, in shard order.
+  virtual std::vector<std::pair<int64_t, float>> master_weights() = 0;
+};
+
+}  // namespace tf::backend::cuda
