@@ -133,17 +133,13 @@ StepPlan plan_step(const ModelDesc& model, const Partition& part, const TwinFlow
   const uint32_t last_reduce = red[0];
   std::vector<uint32_t> gpu_deps = {last_reduce};
   if (wait_for_norm) {
+    // One statistics pass over the whole shard's reduced gradients, on the GPU: the CPU segment's
+    // part is still there before (and while) its D2H runs, so the CPU never reads its gradients twice
+    // and the norm does not wait for the copies.
     std::vector<uint32_t> norm_deps;
-    if (split.gpu_elems > 0) {
-      norm_deps.push_back(b.add(OpKind::kGradStats, Queue::kCompute, -1, -1, {last_reduce}));
-      b.last().elems = split.gpu_elems;
-      b.last().bytes = split.gpu_elems * cfg.lp_bytes;
-    }
-    for (const auto& [l, id] : d2h) {
-      norm_deps.push_back(b.add(OpKind::kGradStats, Queue::kCpu, l, -1, {id}));
-      b.last().elems = cpu_elems[size_t(l)];
-      b.last().bytes = cpu_elems[size_t(l)] * cfg.lp_bytes;
-    }
+    norm_deps.push_back(b.add(OpKind::kGradStats, Queue::kCompute, -1, -1, {last_reduce}));
+    b.last().elems = split.gpu_elems + split.cpu_elems;
+    b.last().bytes = (split.gpu_elems + split.cpu_elems) * cfg.lp_bytes;
     norm_deps.push_back(last_reduce);
     const uint32_t norm = b.add(OpKind::kNormAllReduce, Queue::kComm, -1, -1, std::move(norm_deps));
     b.last().bytes = 16;  // sum of squares + non-finite count

@@ -24,7 +24,7 @@ enum class OpKind : uint8_t {
   kReduceScatter,  // comm: a layer's bf16 gradients -> each rank's slice (stages 2, 3)
   kAllReduce,      // comm: a layer's bf16 gradients summed on every rank (stage 1)
   kD2HGrad,        // d2h: the CPU segment's part of a layer's reduced gradient (bf16)
-  kGradStats,      // compute (GPU segment) / cpu (CPU segment): partial sum of squares + non-finite count
+  kGradStats,      // compute: canonical tile sums of squares + non-finite count of the shard's reduced grads
   kNormAllReduce,  // comm: global norm partials and the overflow flag (8 B x 2)
   kGpuOptimizer,   // compute: the fused multi-tensor kernel over the GPU segment
   kCpuOptimizer,   // cpu: the fused SIMD pass over the CPU part of one layer

@@ -103,7 +103,7 @@ int cmd_launch(const std::vector<std::string>& args) {
 
   const auto sep = std::find(args.begin(), args.end(), "--");
   const std::vector<std::string> own(args.begin(), sep);
-  const std::vector<std::string> cmd(sep == args.end() ? sep : sep + 1, args.end());
+  std::vector<std::string> cmd(sep == args.end() ? sep : sep + 1, args.end());
   po::variables_map vm;
   po::store(po::command_line_parser(own).options(desc).run(), vm);
   po::notify(vm);
@@ -119,6 +119,14 @@ int cmd_launch(const std::vector<std::string>& args) {
   if (port < 1 || port > 65535) throw core::InputError("--master-port " + std::to_string(port) + ": expected 1..65535");
   if (sep == args.end() || cmd.empty())
     throw core::InputError("no command: expected `twinflow launch --nproc-per-node N -- CMD ARGS...`");
+  // `-- run SCENARIO ...`: a twinflow subcommand runs this same executable
+  static const char* const kSelf[] = {"run", "simulate", "bench", "verify", "calibrate"};
+  if (std::find(std::begin(kSelf), std::end(kSelf), cmd[0]) != std::end(kSelf)) {
+    char self[4096];
+    const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) throw core::RuntimeFailure("launch: cannot find this executable (/proc/self/exe) to run `" + cmd[0] + "`");
+    cmd.insert(cmd.begin(), std::string(self, size_t(len)));
+  }
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;

@@ -293,7 +293,7 @@ class EngineImpl final : public Engine {
                          0,
                          uint64_t(gpu_tiles)};
     uint64_t local = 0;
-    for (const core::ShardPiece& p : split_.gpu) {
+    for (const core::ShardPiece& p : shard_.pieces) {  // the whole shard's reduced gradients
       const int64_t real_tiles = int64_t(core::stats_tiles(size_t(part_.layer_params[p.layer])));
       const int64_t first_tile = p.layer_offset / kTile;
       const int64_t tiles = std::min(p.count / kTile, std::max<int64_t>(real_tiles - first_tile, 0));
@@ -544,22 +544,15 @@ class EngineImpl final : public Engine {
         d2h_bytes_ += (e - b) * 2;
         return;
       }
-      case core::OpKind::kGradStats:  // the GPU segment's tiles, at their canonical indexes
+      case core::OpKind::kGradStats:  // the shard's tiles, at their canonical indexes
         if (stats_chunks_)
           launch_stats(d_descs_.as<ChunkDesc>() + 1, stats_chunks_, stats_tiles_, cfg_.grad_dtype,
                        d_tiles_.as<double>(), d_counters_.as<unsigned long long>(), s);
         return;
       case core::OpKind::kNormAllReduce: {
-        // the CPU pieces' tiles (computed on the host) join the table, then one sum over ranks:
-        // every tile is nonzero on exactly one rank, so the sum is exact in any order
-        for (const core::ShardPiece& p : split_.cpu) {
-          const int64_t b = cpu_tile_begin(p), e = cpu_tile_end(p);
-          if (b < e)
-            TF_CUDA_CHECK(cudaMemcpyAsync(d_tiles_.as<double>() + b, h_tiles_.as<double>() + b, size_t(e - b) * 8,
-                                          cudaMemcpyHostToDevice, s));
-        }
+        // every tile is nonzero on exactly one rank, so the sum over ranks is exact in any order
         launch_store_nonfinite(d_tiles_.as<double>() + total_tiles_, d_counters_.as<unsigned long long>(),
-                               host_nonfinite_.load(), s);
+                               0, s);
         if (cfg_.world > 1)
           TF_NCCL_CHECK(ncclAllReduce(d_tiles_.get(), d_tiles_.get(), size_t(total_tiles_ + 1), ncclFloat64, ncclSum,
                                       comm_->get(), s));
@@ -602,31 +595,10 @@ class EngineImpl final : public Engine {
     throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on a GPU stream");
   }
 
-  // Tiles of a CPU piece that hold real parameters: [begin, end) in the canonical table.
-  int64_t cpu_tile_begin(const core::ShardPiece& p) const {
-    return layer_first_tile_[p.layer] + p.layer_offset / kTile;
-  }
-  int64_t cpu_tile_end(const core::ShardPiece& p) const {
-    const int64_t real = int64_t(core::stats_tiles(size_t(part_.layer_params[p.layer])));
-    const int64_t first = p.layer_offset / kTile;
-    return layer_first_tile_[p.layer] + std::clamp<int64_t>(real, first, first + p.count / kTile);
-  }
-
   void execute_cpu(const core::Op& op) {
     const size_t l = op.layer >= 0 ? size_t(op.layer) : 0;
     const bool two = core::state_count(cfg_.policy.kind) == 2;
     switch (op.kind) {
-      case core::OpKind::kGradStats: {
-        for (const core::ShardPiece& p : split_.cpu) {
-          if (p.layer != l) continue;
-          const int64_t b = cpu_tile_begin(p), e = cpu_tile_end(p);
-          if (b >= e) continue;
-          const BufferView g{h_grad_.as<uint16_t>() + (p.shard_offset - split_.gpu_elems), size_t((e - b) * kTile),
-                             cfg_.grad_dtype};
-          host_nonfinite_ += cpu_->tile_sums(std::span<const BufferView>(&g, 1), h_tiles_.as<double>() + b);
-        }
-        return;
-      }
       case core::OpKind::kCpuOptimizer: {
         if (decision_->skip) return;
         const int64_t b = cpu_begin_[l], e = cpu_end_[l];
@@ -704,7 +676,7 @@ class EngineImpl final : public Engine {
   Clock::time_point host_t0_;
   std::unique_ptr<std::once_flag> decision_once_;
   std::optional<core::StepDecision> decision_;
-  std::atomic<uint64_t> host_nonfinite_{0}, cpu_nonfinite_{0};
+  std::atomic<uint64_t> cpu_nonfinite_{0};
   int64_t d2h_bytes_ = 0, h2d_bytes_ = 0;
   int step_ = 0;
   int64_t opt_step_ = 0;
@@ -719,7 +691,6 @@ StepReport EngineImpl::step() {
   abort_ = false;
   decision_once_ = std::make_unique<std::once_flag>();
   decision_.reset();
-  host_nonfinite_ = 0;
   cpu_nonfinite_ = 0;
   d2h_bytes_ = h2d_bytes_ = 0;
   const double scale = scaler_.scale;

@@ -219,20 +219,18 @@ FunctionalResult run_functional(const core::ModelDesc& model, const FunctionalCo
           break;
         case core::OpKind::kGradStats:
           for (Rank& k : ranks) {
-            // GPU segment (layer -1, compute queue) or the CPU part of layer l (cpu queue, host data)
-            const bool cpu_side = op.queue == core::Queue::kCpu;
-            for (const core::ShardPiece& p : cpu_side ? k.split.cpu : k.split.gpu) {
-              if (cpu_side && p.layer != l) continue;
-              const int64_t real_tiles = int64_t(core::stats_tiles(size_t(part.layer_params[p.layer])));
-              for (int64_t t = 0; t < p.count / tile; ++t) {
-                const int64_t layer_tile = p.layer_offset / tile + t;
-                if (layer_tile >= real_tiles) break;
-                const int64_t o = p.shard_offset + t * tile;
-                const uint16_t* src = cpu_side ? k.cgrad.data() + (o - k.split.gpu_elems) : k.grad.data() + o;
-                tiles[{p.layer, layer_tile}] = tile_sum(c.grad_dtype, src, core::kStatsTile);
-                for (int64_t j = 0; j < tile; ++j) nonfinite += !std::isfinite(from_lp(c.grad_dtype, src[j]));
+            // the whole shard's reduced gradients, where they are after the reduce-scatter (GPU)
+            for (const auto* pieces : {&k.split.gpu, &k.split.cpu})
+              for (const core::ShardPiece& p : *pieces) {
+                const int64_t real_tiles = int64_t(core::stats_tiles(size_t(part.layer_params[p.layer])));
+                for (int64_t t = 0; t < p.count / tile; ++t) {
+                  const int64_t layer_tile = p.layer_offset / tile + t;
+                  if (layer_tile >= real_tiles) break;
+                  const uint16_t* src = k.grad.data() + p.shard_offset + t * tile;
+                  tiles[{p.layer, layer_tile}] = tile_sum(c.grad_dtype, src, core::kStatsTile);
+                  for (int64_t j = 0; j < tile; ++j) nonfinite += !std::isfinite(from_lp(c.grad_dtype, src[j]));
+                }
               }
-            }
           }
           break;
         case core::OpKind::kNormAllReduce: {

@@ -67,12 +67,12 @@ TEST(SimBackend, HandComputedMlpStepAtOneThird) {
   // d2h and h2d run alone on the link: 4096 B / 55 GB/s = 74.47 -> 75 ns each.
   EXPECT_EQ(p.busy_ns[qi(Queue::kD2H)], 75);
   EXPECT_EQ(p.busy_ns[qi(Queue::kH2D)], 75);
-  // cpu: grad stats 2048 / (146 GB/s / 2 B) = 28.05 -> 29 ns, AdamW 2048 / 2.89 = 708.65 -> 709 ns
-  // (the link is idle during both: stats follow the d2h, the H2D follows the update).
-  EXPECT_EQ(p.busy_ns[qi(Queue::kCpu)], 29 + 709);
-  // After the last backward (world 1: collectives take 0 ns): GPU grad stats 4000 + 8192/3000 -> 4003 ns,
-  // norm 0, GPU AdamW 4000 + 4096*28/3000 = 4038.2 -> 4039 ns; the CPU path (75+29+709+75) hides under them.
-  EXPECT_EQ(p.optimizer_phase_ns, 4003 + 4039);
+  // cpu: AdamW 2048 / 2.89 = 708.65 -> 709 ns (the link is idle: the H2D follows the update).
+  EXPECT_EQ(p.busy_ns[qi(Queue::kCpu)], 709);
+  // After the last backward (world 1: collectives take 0 ns): GPU grad stats over the whole shard
+  // 4000 + 6144*2/3000 = 4004.1 -> 4005 ns, norm 0, GPU AdamW 4000 + 4096*28/3000 = 4038.2 -> 4039 ns;
+  // the CPU path (75 + 709 + 75, after the norm) hides under the GPU AdamW.
+  EXPECT_EQ(p.optimizer_phase_ns, 4005 + 4039);
   // The compute queue never waits: nothing is exposed and the step is its busy time.
   EXPECT_EQ(p.exposed_ns, 0);
   EXPECT_EQ(p.exposed_transfer_ns, 0);
@@ -80,14 +80,15 @@ TEST(SimBackend, HandComputedMlpStepAtOneThird) {
 }
 
 TEST(SimBackend, HandComputedMlpStepAllOnCpuIsExposed) {
-  // ratio 1: 6144 CPU elements, no GPU optimizer or GPU stats. After backward everything is exposed:
-  // d2h 12288/55 = 223.4 -> 224, stats 6144/73 = 84.2 -> 85, AdamW 6144/2.89 = 2125.95 -> 2126, h2d 224.
+  // ratio 1: 6144 CPU elements, no GPU optimizer. After backward: the GPU grad stats over the shard
+  // 4000 + 12288/3000 -> 4005 ns, with the d2h 12288/55 = 223.4 -> 224 under it; then AdamW
+  // 6144/2.89 = 2125.95 -> 2126 and the h2d 224, with the GPU idle: exposed.
   const SimPoint p = simulate_step(mlp_scenario(), 1.0);
   EXPECT_EQ(p.pcie_bytes_each_way, 2 * 6144);
-  EXPECT_EQ(p.optimizer_phase_ns, 224 + 85 + 2126 + 224);
-  EXPECT_EQ(p.exposed_transfer_ns, p.optimizer_phase_ns);
-  EXPECT_EQ(p.exposed_ns, p.optimizer_phase_ns);
-  EXPECT_EQ(p.step_ns, p.busy_ns[qi(Queue::kCompute)] + p.optimizer_phase_ns);
+  EXPECT_EQ(p.optimizer_phase_ns, 4005 + 2126 + 224);
+  EXPECT_EQ(p.exposed_transfer_ns, 2126 + 224);
+  EXPECT_EQ(p.exposed_ns, 2126 + 224);
+  EXPECT_EQ(p.step_ns, p.busy_ns[qi(Queue::kCompute)] + 2126 + 224);
 }
 
 TEST(SimBackend, PcieBytesAreTwoBytesPerCpuElement) {
@@ -241,8 +242,8 @@ TEST(SimBackend, MeasuredGemmRatesAndOneLaunchPerGemm) {
   const SimPoint p = simulate_step(s, 1.0 / 3.0, {.record_ops = true, .keep_plans = true});
   // forward: one kernel, 4000 + 16384 / 1e3 FLOP/ns = 4016.384 -> 4017;
   // backward: two kernels, 8000 + 16.384 + 16384 / 0.5e3 = 8049.152 -> 8050.
-  // The compute queue also runs the GPU grad stats (4003) and AdamW (4039) of HandComputedMlpStepAtOneThird.
-  EXPECT_EQ(p.busy_ns[qi(Queue::kCompute)], 4017 + 8050 + 4003 + 4039);
+  // The compute queue also runs the GPU grad stats (4005) and AdamW (4039) of HandComputedMlpStepAtOneThird.
+  EXPECT_EQ(p.busy_ns[qi(Queue::kCompute)], 4017 + 8050 + 4005 + 4039);
   for (size_t i = 0; i < p.plans[0].ops.size(); ++i) {
     const auto& op = p.plans[0].ops[i];
     const int64_t ns = p.ranks[0].ops[i].end_ns - p.ranks[0].ops[i].start_ns;
@@ -263,14 +264,14 @@ TEST(SimBackend, MeasuredGemmRatesAndOneLaunchPerGemm) {
 
 TEST(SimBackend, HostWaitsOnDeviceEventsAndCopiesPayTheirLatency) {
   // HandComputedMlpStepAllOnCpuIsExposed with gpu.event_sync_ns = 5000 and pcie.copy_latency_ns = 1000:
-  // d2h 1000 + 224; the CPU stats wait on the d2h (a device op): 5000 + 85; the CPU AdamW waits on
-  // the norm all-reduce (world 1: 0 ns) and the d2h: 5000 + 2126; the h2d 1000 + 224.
+  // the GPU grad stats 4005 with the d2h 1000 + 224 under them; the CPU AdamW waits on the norm
+  // all-reduce (a device op; world 1: 0 ns) and the d2h: 5000 + 2126; the h2d 1000 + 224.
   tf::core::Scenario s = mlp_scenario();
   s.cluster.hardware.gpu.event_sync_ns = 5000;
   s.cluster.hardware.pcie.copy_latency_ns = 1000;
   const SimPoint p = simulate_step(s, 1.0);
-  EXPECT_EQ(p.optimizer_phase_ns, (1000 + 224) + (5000 + 85) + (5000 + 2126) + (1000 + 224));
-  EXPECT_EQ(p.busy_ns[qi(Queue::kCpu)], (5000 + 85) + (5000 + 2126));
+  EXPECT_EQ(p.optimizer_phase_ns, 4005 + (5000 + 2126) + (1000 + 224));
+  EXPECT_EQ(p.busy_ns[qi(Queue::kCpu)], 5000 + 2126);
   EXPECT_EQ(p.busy_ns[qi(Queue::kD2H)], 1000 + 224);
 }
 

@@ -98,8 +98,14 @@ TEST(Step, CpuOptimizerStartsDuringBackwardUnlessItMustWaitForTheNorm) {
       EXPECT_NE(std::find(o.deps.begin(), o.deps.end(), uint32_t(norm)), o.deps.end()) << o.label();
     }
   }
-  // the norm waits for the partial stats of both segments
-  EXPECT_EQ(count(p, OpKind::kGradStats), 1 + count(p, OpKind::kD2HGrad));
+  // the norm waits for one statistics pass over the whole shard, on the GPU (the CPU segment's
+  // gradients are still there), not for the D2H copies
+  EXPECT_EQ(count(p, OpKind::kGradStats), 1);
+  for (const Op& o : p.ops)
+    if (o.kind == OpKind::kGradStats) {
+      EXPECT_EQ(o.queue, Queue::kCompute);
+      EXPECT_EQ(o.elems, s.split.gpu_elems + s.split.cpu_elems);
+    }
 }
 
 TEST(Step, CpuSegmentIsUpdatedInBackwardOrder) {
