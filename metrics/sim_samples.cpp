@@ -61,21 +61,39 @@ int64_t covered_ns(std::vector<std::pair<int64_t, int64_t>>& iv) {
 
 }  // namespace
 
+StepSample timeline_sample(const core::StepPlan& plan, const std::vector<backend::OpInterval>& ops, int64_t step_ns,
+                           const core::RankMemory& m) {
+  if (ops.size() != plan.ops.size())
+    throw std::invalid_argument("timeline_sample: " + std::to_string(ops.size()) + " intervals for a plan of " +
+                                std::to_string(plan.ops.size()) + " ops");
+  StepSample s;
+  std::array<std::vector<std::pair<int64_t, int64_t>>, kPhaseCount> intervals;
+  std::array<int64_t, core::kQueueCount> busy{};
+  for (const backend::OpInterval& o : ops) {
+    const core::Op& op = plan.ops.at(o.op);
+    if (const auto ph = phase_of(op)) intervals[size_t(*ph)].emplace_back(o.start_ns, o.end_ns);
+    busy[size_t(op.queue)] += o.end_ns - o.start_ns;
+  }
+  for (int ph = 0; ph < kPhaseCount; ++ph)
+    s.phase_seconds[size_t(ph)] = double(covered_ns(intervals[size_t(ph)])) * 1e-9;
+  for (int q = 0; q < core::kQueueCount; ++q)
+    s.busy(queue_id(core::Queue(q))) = step_ns > 0 ? double(busy[size_t(q)]) / double(step_ns) : 0;
+  s.memory = {{"gpu", "params", m.gpu_params},
+              {"gpu", "grads", m.gpu_grads},
+              {"gpu", "optimizer", m.gpu_optimizer},
+              {"gpu", "activations", m.gpu_activations},
+              {"gpu", "comm", m.gpu_comm},
+              {"gpu", "workspace", m.gpu_workspace},
+              {"host", "optimizer", m.host_optimizer},
+              {"host", "staging", m.host_staging}};
+  return s;
+}
+
 std::vector<StepSample> sim_step_samples(const backend::sim::SimPoint& p, const core::Scenario& sc, int max_ranks) {
   const size_t n = std::min(p.ranks.size(), size_t(std::max(max_ranks, 0)));
   if (p.plans.size() < n)
     throw std::invalid_argument("sim_step_samples: the SimPoint has no plans; simulate with SimOptions::keep_plans");
   const core::ModelDesc model = core::describe_model(sc.model);
-  const core::RankMemory& m = p.memory;
-  const std::vector<MemoryUse> memory = {{"gpu", "params", m.gpu_params},
-                                         {"gpu", "grads", m.gpu_grads},
-                                         {"gpu", "optimizer", m.gpu_optimizer},
-                                         {"gpu", "activations", m.gpu_activations},
-                                         {"gpu", "comm", m.gpu_comm},
-                                         {"gpu", "workspace", m.gpu_workspace},
-                                         {"host", "optimizer", m.host_optimizer},
-                                         {"host", "staging", m.host_staging}};
-  const double step_s = double(p.step_ns) * 1e-9;
   std::vector<StepSample> out;
   for (size_t r = 0; r < n; ++r) {
     const core::StepPlan& plan = p.plans[r];
@@ -83,17 +101,12 @@ std::vector<StepSample> sim_step_samples(const backend::sim::SimPoint& p, const 
     if (t.ops.size() != plan.ops.size())
       throw std::invalid_argument("sim_step_samples: rank " + std::to_string(r) +
                                   " has no per-op timings; simulate with SimOptions::record_ops");
-    StepSample s;
-    s.step_seconds = step_s;
-    std::array<std::vector<std::pair<int64_t, int64_t>>, kPhaseCount> intervals;
-    for (const backend::sim::OpTiming& ot : t.ops)
-      if (const auto ph = phase_of(plan.ops[ot.op])) intervals[size_t(*ph)].emplace_back(ot.start_ns, ot.end_ns);
-    for (int ph = 0; ph < kPhaseCount; ++ph)
-      s.phase_seconds[size_t(ph)] = double(covered_ns(intervals[size_t(ph)])) * 1e-9;
-    for (int q = 0; q < core::kQueueCount; ++q)
-      s.busy(queue_id(core::Queue(q))) = p.step_ns > 0 ? double(t.busy_ns[size_t(q)]) / double(p.step_ns) : 0;
+    std::vector<backend::OpInterval> iv;
+    iv.reserve(t.ops.size());
+    for (const backend::sim::OpTiming& ot : t.ops) iv.push_back({ot.op, ot.start_ns, ot.end_ns});
+    StepSample s = timeline_sample(plan, iv, p.step_ns, p.memory);
+    s.step_seconds = double(p.step_ns) * 1e-9;
     s.offload_ratio = p.ratio;
-    s.memory = memory;
     s.pcie_d2h_bytes = plan.pcie_d2h_bytes;
     s.pcie_h2d_bytes = plan.pcie_h2d_bytes;
     s.loss_scale =

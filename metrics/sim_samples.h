@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "backends/backend.h"
 #include "backends/sim/sim_backend.h"
 #include "core/scenario.h"
 #include "metrics/step_metrics.h"
@@ -23,6 +24,13 @@ namespace tf::metrics {
 //    simulated, so it never halves; DeepSpeed's doubling every loss_scale_window steps is not modelled), 1
 //    for bf16/fp32; skipped false.
 // Needs SimOptions::record_ops and keep_plans (std::invalid_argument otherwise).
+// What a simulated and a measured step have in common, from one rank's plan and per-op intervals
+// (ops[i].op == i, ns from the step's start): phase seconds (the union of each phase's op intervals, as
+// above), queue busy ratios over step_ns, and the memory figures of `memory`. The caller fills the
+// rest (step, step_seconds, ratio, PCIe bytes, loss, scale, skipped, tokens).
+StepSample timeline_sample(const core::StepPlan& plan, const std::vector<backend::OpInterval>& ops, int64_t step_ns,
+                           const core::RankMemory& memory);
+
 std::vector<StepSample> sim_step_samples(const backend::sim::SimPoint& point, const core::Scenario& scenario,
                                          int max_ranks);
 

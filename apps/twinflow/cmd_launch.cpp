@@ -120,11 +120,11 @@ int cmd_launch(const std::vector<std::string>& args) {
   if (sep == args.end() || cmd.empty())
     throw core::InputError("no command: expected `twinflow launch --nproc-per-node N -- CMD ARGS...`");
   // `-- run SCENARIO ...`: a twinflow subcommand runs this same executable
-  static const char* const kSelf[] = {"run", "simulate", "bench", "verify", "calibrate"};
-  if (std::find(std::begin(kSelf), std::end(kSelf), cmd[0]) != std::end(kSelf)) {
+  if (is_command(cmd[0])) {
     char self[4096];
     const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) throw core::RuntimeFailure("launch: cannot find this executable (/proc/self/exe) to run `" + cmd[0] + "`");
+    if (len <= 0)
+      throw core::RuntimeFailure("launch: cannot find this executable (/proc/self/exe) to run `" + cmd[0] + "`");
     cmd.insert(cmd.begin(), std::string(self, size_t(len)));
   }
 

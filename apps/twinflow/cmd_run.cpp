@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/scenario.h"
 #include "metrics/http_server.h"
+#include "metrics/sim_samples.h"
 #include "metrics/step_metrics.h"
 #ifdef TWINFLOW_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -105,7 +106,7 @@ double steady_median(const RunPoint& p, const std::function<double(const cu::Ste
 }
 
 // Compares this rank's master weights with the functional simulator's (the whole model's).
-std::string check_parity(const core::Scenario& sc, const core::ModelDesc& model, const cu::EngineConfig& ec, int steps,
+std::string check_parity(const core::ModelDesc& model, const cu::EngineConfig& ec, int steps,
                          const std::vector<std::pair<int64_t, float> >& mine, bool& ok) {
   backend::sim::FunctionalConfig fc;
   fc.world = ec.world;
@@ -120,7 +121,6 @@ std::string check_parity(const core::Scenario& sc, const core::ModelDesc& model,
   fc.loss_scale = ec.loss_scale.scale;
   fc.overflow_at_step = ec.overflow_at_step;
   fc.seed = ec.seed;
-  (void)sc;
   const backend::sim::FunctionalResult ref = backend::sim::run_functional(model, fc);
   int64_t differ = 0, first = -1;
   float a = 0, b = 0;
@@ -349,30 +349,10 @@ int cmd_run(const std::vector<std::string>& args) {
   auto publish_step = [&](const cu::StepReport& r, const cu::Engine& eng) {
     if (!server) return;
     const backend::StepTimeline& tl = r.timeline;
-    metrics::StepSample smp;
+    metrics::StepSample smp = metrics::timeline_sample(eng.plan(), tl.ops, tl.step_ns, eng.memory().planned);
     smp.step = r.step;
     smp.step_seconds = double(tl.step_ns) / 1e9;
-    auto kind_s = [&](core::OpKind k) { return double(tl.kind_ns[size_t(k)]) / 1e9; };
-    smp.phase(metrics::Phase::kForward) = kind_s(core::OpKind::kForward);
-    smp.phase(metrics::Phase::kBackward) = kind_s(core::OpKind::kBackward);
-    smp.phase(metrics::Phase::kGpuOptimizer) = kind_s(core::OpKind::kGpuOptimizer);
-    smp.phase(metrics::Phase::kCpuOptimizer) = kind_s(core::OpKind::kCpuOptimizer);
-    smp.phase(metrics::Phase::kD2H) = kind_s(core::OpKind::kD2HGrad);
-    smp.phase(metrics::Phase::kH2D) = kind_s(core::OpKind::kH2DParam);
-    smp.phase(metrics::Phase::kAllGather) = kind_s(core::OpKind::kAllGather);
-    smp.phase(metrics::Phase::kReduceScatter) = kind_s(core::OpKind::kReduceScatter);
-    for (int q = 0; q < core::kQueueCount; ++q)
-      smp.queue_busy[size_t(q)] = tl.step_ns ? double(tl.busy_ns[size_t(q)]) / double(tl.step_ns) : 0.0;
     smp.offload_ratio = eng.split().actual_ratio;
-    const core::RankMemory& m = eng.memory().planned;
-    smp.memory = {{"gpu", "params", m.gpu_params},
-                  {"gpu", "grads", m.gpu_grads},
-                  {"gpu", "optimizer", m.gpu_optimizer},
-                  {"gpu", "activations", m.gpu_activations},
-                  {"gpu", "comm", m.gpu_comm},
-                  {"gpu", "workspace", m.gpu_workspace},
-                  {"host", "optimizer", m.host_optimizer},
-                  {"host", "staging", m.host_staging}};
     smp.pcie_d2h_bytes = r.d2h_bytes;
     smp.pcie_h2d_bytes = r.h2d_bytes;
     smp.loss = r.loss;
@@ -430,7 +410,7 @@ int cmd_run(const std::vector<std::string>& args) {
     const bool need_master = verify || vm.count("save-master");
     const auto mine = need_master ? eng->master_weights() : std::vector<std::pair<int64_t, float> >{};
     if (verify) {
-      pt.parity = check_parity(sc, model, ec, steps, mine, pt.parity_ok);
+      pt.parity = check_parity(model, ec, steps, mine, pt.parity_ok);
       std::cout << "rank " << rank << ": parity at ratio " << num(pt.requested, 3) << ": " << pt.parity << "\n";
       all_ok = all_ok && pt.parity_ok;
     }

@@ -36,6 +36,12 @@ void usage(std::ostream& os) {
 
 }  // namespace
 
+bool tf::app::is_command(const std::string& name) {
+  for (const Command& c : kCommands)
+    if (name == c.name) return true;
+  return false;
+}
+
 int main(int argc, char** argv) {
   using namespace tf::app;
   if (argc < 2) {

@@ -18,7 +18,6 @@
 #include <cstring>
 #include <exception>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -235,6 +234,8 @@ class EngineImpl final : public Engine {
     // Buffer reuse the plan leaves implicit: backward writes its layer gradient into one of two send
     // buffers; the reduce-scatter that read the same buffer two backward ops earlier must be done.
     extra_deps_.assign(plan_.ops.size(), {});
+    bwd_slot_.assign(plan_.ops.size(), -1);
+    red_slot_.assign(plan_.ops.size(), -1);
     std::vector<uint32_t> bwd, red;
     for (const core::Op& op : plan_.ops) {
       if (op.kind == core::OpKind::kBackward) {
@@ -510,10 +511,10 @@ class EngineImpl final : public Engine {
       }
       case core::OpKind::kForward: workload_->forward(int(l), op.micro_batch, gathered(l), s); return;
       case core::OpKind::kBackward:
-        workload_->backward(int(l), op.micro_batch, gathered(l), d_send_[bwd_slot_.at(op.id)].as<uint16_t>(), s);
+        workload_->backward(int(l), op.micro_batch, gathered(l), d_send_[bwd_slot_[op.id]].as<uint16_t>(), s);
         return;
       case core::OpKind::kReduceScatter: {
-        const int slot = red_slot_.at(op.id);
+        const int slot = red_slot_[op.id];
         const int64_t slice = part_.layer_slice[l];
         const uint16_t* own = d_send_[slot].as<uint16_t>();
         const uint16_t* recv = own;
@@ -551,8 +552,7 @@ class EngineImpl final : public Engine {
         return;
       case core::OpKind::kNormAllReduce: {
         // every tile is nonzero on exactly one rank, so the sum over ranks is exact in any order
-        launch_store_nonfinite(d_tiles_.as<double>() + total_tiles_, d_counters_.as<unsigned long long>(),
-                               0, s);
+        launch_store_nonfinite(d_tiles_.as<double>() + total_tiles_, d_counters_.as<unsigned long long>(), 0, s);
         if (cfg_.world > 1)
           TF_NCCL_CHECK(ncclAllReduce(d_tiles_.get(), d_tiles_.get(), size_t(total_tiles_ + 1), ncclFloat64, ncclSum,
                                       comm_->get(), s));
@@ -627,10 +627,9 @@ class EngineImpl final : public Engine {
       }
       wait_issued(uint32_t(norm_op_));
       TF_CUDA_CHECK(cudaEventSynchronize(end_ev(uint32_t(norm_op_))));
-      double* t = h_tiles_.as<double>();
+      double* t = h_tiles_.as<double>();  // rewritten by the next step's all-reduce: fold in place
       const uint64_t nonfinite = uint64_t(t[total_tiles_]);
-      std::vector<double> tiles(t, t + total_tiles_);
-      const double sumsq = core::canonical_nan(core::fold_tile_sums(tiles.data(), tiles.size()));
+      const double sumsq = core::canonical_nan(core::fold_tile_sums(t, size_t(total_tiles_)));
       decision_ = core::decide_step(cfg_.policy, step_, sumsq, nonfinite, scaler_.scale, opt_step_ + 1);
     });
     if (!decision_) throw Aborted{};
@@ -650,7 +649,7 @@ class EngineImpl final : public Engine {
   std::vector<int> piece_of_layer_;
   int64_t total_tiles_ = 0, max_padded_ = 0;
   std::vector<std::vector<uint32_t>> extra_deps_;
-  std::map<uint32_t, int> bwd_slot_, red_slot_;
+  std::vector<int> bwd_slot_, red_slot_;  // (ops) gradient buffer of a backward / reduce-scatter op
   std::array<std::vector<uint32_t>, core::kQueueCount> queue_ops_;
   int64_t norm_op_ = -1;
 
