@@ -41,20 +41,27 @@ int64_t fig_int(MapReader& m, std::string_view key, HardwareProfile& p, int64_t 
 
 std::vector<GemmPoint> read_gemm_points(const Node& v) {
   if (!v.is_seq() || v.children.empty())
-    config::fail(v, "expected a list of [m, n, k, tflops] entries, got " + v.describe());
+    config::fail(v, "expected a list of [m, n, k, tflops] or [m, n, k, tflops, pass] entries, got " + v.describe());
   std::vector<GemmPoint> pts;
   for (const Node& e : v.children) {
-    if (!e.is_seq() || e.children.size() != 4)
-      config::fail(e, "expected an entry [m, n, k, tflops], got " + e.describe());
+    if (!e.is_seq() || (e.children.size() != 4 && e.children.size() != 5))
+      config::fail(e, "expected an entry [m, n, k, tflops] or [m, n, k, tflops, pass], got " + e.describe());
     GemmPoint g;
     g.m = config::read_int(e.children[0], 1, int64_t(1) << 31);
     g.n = config::read_int(e.children[1], 1, int64_t(1) << 31);
     g.k = config::read_int(e.children[2], 1, int64_t(1) << 31);
     g.tflops = config::read_number(e.children[3], 0, 1e5, true);
+    if (e.children.size() == 5) {
+      const Node& pn = e.children[4];
+      const std::optional<GemmPass> pass = pn.is_scalar() ? parse_gemm_pass(pn.scalar) : std::nullopt;
+      if (!pass) config::fail(pn, "unknown GEMM pass " + pn.describe() + "; allowed: forward, input_grad, weight_grad, any");
+      g.pass = *pass;
+    }
     for (const GemmPoint& o : pts)
-      if (o.m == g.m && o.n == g.n && o.k == g.k)
+      if (o.m == g.m && o.n == g.n && o.k == g.k && o.pass == g.pass)
         config::fail(e, "shape [" + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " + std::to_string(g.k) +
-                            "] is listed twice");
+                            "] is listed twice" +
+                            (g.pass == GemmPass::kAny ? std::string() : " for pass " + std::string(gemm_pass_name(g.pass))));
     pts.push_back(g);
   }
   return pts;
@@ -228,6 +235,18 @@ HardwareProfile load_hardware_profile(const std::filesystem::path& file) {
   return p;
 }
 
+HardwareProfile find_hardware_profile(const std::string& name_or_path) {
+  const bool path = name_or_path.find('/') != std::string::npos ||
+                    (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".yaml");
+  if (path) return load_hardware_profile(name_or_path);
+  if (auto text = builtin_hardware_profile_text(name_or_path))
+    return parse_hardware_profile(*text, "<built-in>/scenarios/hardware/" + name_or_path + ".yaml");
+  std::string names;
+  for (std::string_view n : builtin_hardware_profile_names()) names += (names.empty() ? "" : ", ") + std::string(n);
+  throw InputError("hardware profile '" + name_or_path + "' is not built in (built-in: " + names +
+                   "); give a path to a .yaml profile, e.g. one `twinflow calibrate --out` wrote");
+}
+
 namespace {
 
 // The shortest text that reads back to the same double (std::to_chars' round-trip guarantee).
@@ -340,7 +359,8 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
   if (!g.bf16_gemm_tflops_by_shape.empty()) {
     std::vector<std::string> rows;
     for (const GemmPoint& e : g.bf16_gemm_tflops_by_shape)
-      rows.push_back(integer(e.m) + ", " + integer(e.n) + ", " + integer(e.k) + ", " + num(e.tflops));
+      rows.push_back(integer(e.m) + ", " + integer(e.n) + ", " + integer(e.k) + ", " + num(e.tflops) +
+                     (e.pass == GemmPass::kAny ? std::string() : ", " + std::string(gemm_pass_name(e.pass))));
     w.list_figure(2, "bf16_gemm_tflops_by_shape", rows);
   }
 

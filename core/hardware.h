@@ -10,15 +10,19 @@
 #include <utility>
 #include <vector>
 
+#include "core/gemm.h"
+
 namespace tf::core {
 
 // Units are in the names; GB = 1e9 B and TFLOP = 1e12 FLOP everywhere; "gparam_s" = 1e9 elements/s.
 // Fields marked "optional" may be absent from a profile (0 or empty then); the rest are required.
 
-// A GEMM rate measured at one shape: C (m, n) = A (m, k) x B (k, n), bf16 in and out, fp32 accumulation.
+// A GEMM rate measured at one shape: C (m, n) = A (m, k) x B (k, n), bf16 in and out, fp32 accumulation,
+// in the operand layout of `pass` (kAny: not said; it then stands for every pass).
 struct GemmPoint {
   int64_t m = 0, n = 0, k = 0;
   double tflops = 0;
+  GemmPass pass = GemmPass::kAny;
   bool operator==(const GemmPoint&) const = default;
 };
 
@@ -108,6 +112,9 @@ struct HardwareProfile {
 // "FILE:LINE:COL: key.path: what; allowed ...".
 HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::string& display_name);
 HardwareProfile load_hardware_profile(const std::filesystem::path& file);
+// A profile named on a command line: a path (it contains '/' or ends in .yaml) is loaded; otherwise a
+// built-in profile by name. Throws InputError naming the allowed profiles.
+HardwareProfile find_hardware_profile(const std::string& name_or_path);
 
 // The profile as YAML that parse_hardware_profile reads back to the same figures and sources
 // (numbers in their shortest round-trip form). Every figure written needs its source in p.sources

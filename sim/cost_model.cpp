@@ -106,14 +106,14 @@ GemmRateTable::GemmRateTable(std::vector<GemmRatePoint> points) : points_(std::m
     require_positive(points_[i].tflops, at.c_str(), "tflops");
     for (std::size_t j = 0; j < i; ++j) {
       const GemmShape o = points_[j].shape;
-      if (o.m == s.m && o.n == s.n && o.k == s.k)
+      if (o.m == s.m && o.n == s.n && o.k == s.k && points_[j].pass == points_[i].pass)
         throw std::invalid_argument(at + ": shape (" + std::to_string(s.m) + ", " + std::to_string(s.n) + ", " +
-                                    std::to_string(s.k) + ") is also point " + std::to_string(j));
+                                    std::to_string(s.k) + ") of the same pass is also point " + std::to_string(j));
     }
   }
 }
 
-double GemmRateTable::tflops_at(const GemmParams& shape_model, GemmShape s) const {
+double GemmRateTable::tflops_at(const GemmParams& shape_model, GemmShape s, GemmPass pass) const {
   constexpr const char* kWhere = "GemmRateTable::tflops_at";
   if (points_.empty()) throw std::logic_error(std::string(kWhere) + ": the table has no points");
   require_positive(s.m, kWhere, "m");
@@ -122,11 +122,18 @@ double GemmRateTable::tflops_at(const GemmParams& shape_model, GemmShape s) cons
   const auto log_ratio = [](int64_t a, int64_t b) {
     return std::abs(std::log(static_cast<double>(a) / static_cast<double>(b)));
   };
+  const auto candidate = [pass](const GemmRatePoint& pt) {
+    return pass == GemmPass::kAny || pt.pass == pass || pt.pass == GemmPass::kAny;
+  };
+  const bool any_candidate = std::any_of(points_.begin(), points_.end(), candidate);
   const GemmRatePoint* best = nullptr;
   double best_d = 0;
+  bool best_own = false;  // of the query's own pass
   for (const GemmRatePoint& pt : points_) {
+    if (any_candidate && !candidate(pt)) continue;
     const double d = log_ratio(s.m, pt.shape.m) + log_ratio(s.n, pt.shape.n) + log_ratio(s.k, pt.shape.k);
-    if (best == nullptr || d < best_d) best = &pt, best_d = d;
+    const bool own = pass != GemmPass::kAny && pt.pass == pass;
+    if (best == nullptr || d < best_d || (d == best_d && own && !best_own)) best = &pt, best_d = d, best_own = own;
   }
   if (best_d == 0) return best->tflops;
   return best->tflops * gemm_efficiency(shape_model, s) / gemm_efficiency(shape_model, best->shape);

@@ -53,27 +53,34 @@ double gemm_efficiency(const GemmParams& p, GemmShape s);
 // launch_ns + gemm_flops / (peak_tflops * 1e3 FLOP/ns * gemm_efficiency).
 TimeNs gemm_ns(const GemmParams& p, GemmShape s);
 
-// A GEMM rate measured at one shape (twinflow calibrate: cuBLAS, median of repetitions).
+// The pass a GEMM belongs to; each runs in its own operand layout (core::GemmPass mirrors it).
+enum class GemmPass : uint8_t { kAny, kForward, kInputGrad, kWeightGrad };
+
+// A GEMM rate measured at one shape (twinflow calibrate: cuBLAS, median of repetitions), in the layout
+// of `pass` (kAny: a rate that stands for every pass).
 struct GemmRatePoint {
   GemmShape shape;
   double tflops = 0;
+  GemmPass pass = GemmPass::kAny;
 };
 
-// Achieved GEMM rates from measurements. A measured shape runs at its measurement. Any other shape
-// takes the measurement of the nearest measured shape (L1 distance in log m, log n, log k; the first
-// listed wins a tie) scaled by the shape model's ratio gemm_efficiency(p, shape) /
+// Achieved GEMM rates from measurements. The candidates for a query of pass P are the points of pass P
+// and of kAny (all points when P is kAny, or when no point is of P or kAny). A measured shape runs at
+// its measurement (a point of P before one of kAny). Any other shape takes the measurement of the
+// nearest candidate (L1 distance in log m, log n, log k; at equal distance a point of P before kAny,
+// then the first listed) scaled by the shape model's ratio gemm_efficiency(p, shape) /
 // gemm_efficiency(p, nearest): the measurements set the level, the roofline-and-tiles model only
 // carries it to shapes nobody measured (max_efficiency cancels in that ratio).
 class GemmRateTable {
  public:
   GemmRateTable() = default;
   // Throws std::invalid_argument unless every dimension is > 0, every rate finite and > 0, and no
-  // shape is listed twice.
+  // (shape, pass) is listed twice.
   explicit GemmRateTable(std::vector<GemmRatePoint> points);
   bool empty() const noexcept { return points_.empty(); }
   std::span<const GemmRatePoint> points() const noexcept { return points_; }
   // TFLOP/s of shape s. Requires a non-empty table (std::logic_error) and s without a zero dimension.
-  double tflops_at(const GemmParams& shape_model, GemmShape s) const;
+  double tflops_at(const GemmParams& shape_model, GemmShape s, GemmPass pass = GemmPass::kAny) const;
 
  private:
   std::vector<GemmRatePoint> points_;

@@ -21,7 +21,10 @@
 #include "apps/twinflow/measure.h"
 #include "apps/twinflow/table.h"
 #include "core/error.h"
+#include "core/gemm.h"
 #include "core/hardware.h"
+#include "core/model.h"
+#include "core/scenario.h"
 #if defined(TWINFLOW_HAVE_CUDA)
 #include "backends/cuda/calibrate.h"
 #include "backends/cuda/cuda_backend.h"
@@ -41,6 +44,7 @@ struct Options {
   int reps = 20;
   bool quick = false;
   bool pin = true;
+  std::vector<std::string> scenarios;  // their models' GEMM shapes join the table
 };
 
 #if defined(TWINFLOW_HAVE_CUDA)
@@ -151,29 +155,57 @@ class Calibration {
 struct GemmCase {
   cal::GemmLayout layout;
   int64_t m, n, k;
+  bool operator==(const GemmCase&) const = default;
 };
 
+core::GemmPass pass_of(cal::GemmLayout l) {
+  switch (l) {
+    case cal::GemmLayout::kForward: return core::GemmPass::kForward;
+    case cal::GemmLayout::kInputGrad: return core::GemmPass::kInputGrad;
+    case cal::GemmLayout::kWeightGrad: return core::GemmPass::kWeightGrad;
+  }
+  return core::GemmPass::kAny;
+}
+
 // The shapes of the workloads: square MLP layers (hidden 4096, 8192) at batches of 1024..8192 tokens
-// (forward, whose input-gradient GEMM has the same shape, and the weight gradient with k = the batch),
-// a decoder block's projections (3h, 4h, and back from 4h) at 4096 tokens, and thin batches.
-std::vector<GemmCase> gemm_cases(bool quick) {
+// (forward and weight gradient with k = the batch), a decoder block's projections (3h, 4h, and back
+// from 4h) at 4096 tokens, and thin batches; then every GEMM of each --scenario's model at its
+// micro-batch in the layout of its pass (a strided batch as the one GEMM of the same tiles).
+std::vector<GemmCase> gemm_cases(bool quick, const std::vector<core::Scenario>& scenarios) {
   using enum cal::GemmLayout;
   std::vector<GemmCase> c;
-  if (quick)
-    return {{kForward, 1024, 4096, 4096},
-            {kForward, 4096, 4096, 4096},
-            {kWeightGrad, 4096, 4096, 1024},
-            {kForward, 64, 4096, 4096}};
-  for (int64_t h : {4096, 8192}) {
-    for (int64_t b : {1024, 2048, 4096, 8192}) c.push_back({kForward, b, h, h});
-    for (int64_t b : {1024, 2048, 4096, 8192})
-      if (b != h) c.push_back({kWeightGrad, h, h, b});  // (h, h, h) is already a forward shape
-    c.push_back({kForward, 4096, 3 * h, h});
-    c.push_back({kForward, 4096, 4 * h, h});
-    c.push_back({kForward, 4096, h, 4 * h});
+  if (quick) {
+    c = {{kForward, 1024, 4096, 4096},
+         {kForward, 4096, 4096, 4096},
+         {kWeightGrad, 4096, 4096, 1024},
+         {kForward, 64, 4096, 4096}};
+  } else {
+    for (int64_t h : {4096, 8192}) {
+      for (int64_t b : {1024, 2048, 4096, 8192}) c.push_back({kForward, b, h, h});
+      for (int64_t b : {1024, 2048, 4096, 8192}) c.push_back({kWeightGrad, h, h, b});
+      c.push_back({kForward, 4096, 3 * h, h});
+      c.push_back({kForward, 4096, 4 * h, h});
+      c.push_back({kForward, 4096, h, 4 * h});
+    }
+    for (int64_t b : {16, 64, 256}) c.push_back({kForward, b, 4096, 4096});
+    c.push_back({kWeightGrad, 4096, 4096, 256});
   }
-  for (int64_t b : {16, 64, 256}) c.push_back({kForward, b, 4096, 4096});
-  c.push_back({kWeightGrad, 4096, 4096, 256});
+  for (const core::Scenario& sc : scenarios) {
+    const core::ModelDesc model = core::describe_model(sc.model);
+    for (const core::LayerDesc& l : model.layers) {
+      std::vector<core::LayerGemm> all = core::forward_gemms(model, l, sc.training.micro_batch);
+      const std::vector<core::LayerGemm> bwd = core::backward_gemms(all);
+      all.insert(all.end(), bwd.begin(), bwd.end());
+      for (const core::LayerGemm& g : all) {
+        const cal::GemmLayout lay = g.pass == core::GemmPass::kInputGrad    ? kInputGrad
+                                    : g.pass == core::GemmPass::kWeightGrad ? kWeightGrad
+                                                                            : kForward;
+        const GemmCase gc{lay, g.m * g.batch, g.n, g.k};
+        if (gc.m >= (int64_t(1) << 31) || gc.n >= (int64_t(1) << 31) || gc.k >= (int64_t(1) << 31)) continue;
+        if (std::find(c.begin(), c.end(), gc) == c.end()) c.push_back(gc);
+      }
+    }
+  }
   return c;
 }
 
@@ -207,7 +239,9 @@ int run_calibration(const Options& o) {
   const size_t small_copy = 4096;
   const size_t cpu_n = o.quick ? size_t(1) << 22 : size_t(1) << 26;
   const size_t dma_chunk = o.quick ? size_t(16) << 20 : size_t(64) << 20;
-  const std::vector<GemmCase> gemms = gemm_cases(o.quick);
+  std::vector<core::Scenario> scenarios;
+  for (const std::string& f : o.scenarios) scenarios.push_back(core::load_scenario(f));
+  const std::vector<GemmCase> gemms = gemm_cases(o.quick, scenarios);
   const std::vector<int> threads = thread_counts(cores);
   const std::vector<int64_t> sizes = nccl_sizes(o.quick);
   // gemms, fp16 + fp32, 2 hbm, 8 pcie, 5 launch/event, the thread sweep, mem + 2 dma, nccl
@@ -230,19 +264,18 @@ int run_calibration(const Options& o) {
   cal::Stat best_stat;
   for (const GemmCase& g : gemms) {
     const cal::Stat st = cal::gemm_tflops(0, cal::GemmType::kBF16, g.layout, g.m, g.n, g.k, R);
-    const std::string what = std::string("gemm bf16 ") +
-                             (g.layout == cal::GemmLayout::kForward ? "forward " : "weight-grad ") +
+    const std::string what = "gemm bf16 " + std::string(core::gemm_pass_name(pass_of(g.layout))) + " " +
                              std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
     c.done(what, st.median, "TFLOP/s", st, "gpu.bf16_gemm_tflops_by_shape");
-    p.gpu.bf16_gemm_tflops_by_shape.push_back({g.m, g.n, g.k, sig4(st.median)});
+    p.gpu.bf16_gemm_tflops_by_shape.push_back({g.m, g.n, g.k, sig4(st.median), pass_of(g.layout)});
     if (st.median > best) best = st.median, best_what = what, best_stat = st;
   }
   p.gpu.bf16_tflops = sig4(best);
   src["gpu.bf16_tflops"] = c.source("the best cuBLAS bf16 GEMM of the shape table (" + best_what + ")", best_stat);
   src["gpu.bf16_gemm_tflops_by_shape"] =
       c.origin() + ": cuBLAS cublasGemmEx, bf16 in and out, CUBLAS_COMPUTE_32F, the workload's handle settings, " +
-      gpu_label + "; [m, n, k, TFLOP/s] of C (m, n) = A (m, k) B (k, n), forward layout (TN) except the weight " +
-      "gradients (NT; k = the batch); each the median of " + std::to_string(R) +
+      gpu_label + "; [m, n, k, TFLOP/s, pass] of C (m, n) = A (m, k) B (k, n) in the layout of the pass (forward " +
+      "TN, input_grad NN, weight_grad NT with k = the batch); each the median of " + std::to_string(R) +
       " repetitions of >= 2 ms (spreads in the calibrate table)";
   {
     const int64_t s = o.quick ? 4096 : 8192;
@@ -578,6 +611,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   add("pin", po::value<bool>()->default_value(true),
       "pin the CPU optimizer's threads to CPUs, as twinflow run's engine does (true|false)");
   add("force", po::bool_switch(), "overwrite --out if it exists");
+  add("scenario", po::value<std::vector<std::string>>(),
+      "also measure every GEMM of this scenario's model at its micro-batch, in the layout of each pass "
+      "(repeatable)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   if (vm.count("help")) {
@@ -603,6 +639,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   if (o.gpus < 0) throw core::InputError("--gpus must be >= 0 (0: every visible GPU), got " + std::to_string(o.gpus));
   o.quick = vm["quick"].as<bool>();
   o.pin = vm["pin"].as<bool>();
+  if (vm.count("scenario")) o.scenarios = vm["scenario"].as<std::vector<std::string>>();
+  for (const std::string& f : o.scenarios) (void)core::load_scenario(f);  // bad input fails before any measuring
   o.reps = vm.count("reps") ? vm["reps"].as<int>() : (o.quick ? 5 : 20);
   if (o.reps < 3 || o.reps > 1000)
     throw core::InputError("--reps must be in [3, 1000] (a spread needs a few), got " + std::to_string(o.reps));

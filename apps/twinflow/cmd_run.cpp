@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -171,7 +172,7 @@ int cmd_run(const std::vector<std::string>& args) {
       "ranks)");
   add("json", po::value<std::string>(), "write every step's figures as JSON (ranks > 0 write FILE.rankN)");
   add("trace", po::value<std::string>(),
-      "Chrome/Perfetto trace of the last step (rank 0; with --ratios, the last ratio)");
+      "Chrome/Perfetto trace of the last step (rank 0; with --ratios one file per ratio, FILE's stem + -rRATIO)");
   add("verify", po::bool_switch(),
       "check the final fp32 master weights bit for bit against the functional simulator (synthetic workload; small "
       "models)");
@@ -429,7 +430,10 @@ int cmd_run(const std::vector<std::string>& args) {
       backend::sim::RankTiming rt;
       for (const backend::OpInterval& o : pt.steps.back().timeline.ops) rt.ops.push_back({o.op, o.start_ns, o.end_ns});
       sp.ranks = {rt};
-      backend::sim::write_chrome_trace(sp, vm["trace"].as<std::string>());
+      std::filesystem::path path = vm["trace"].as<std::string>();
+      if (ratios.size() > 1)
+        path.replace_filename(path.stem().string() + "-r" + num(pt.requested, 3) + path.extension().string());
+      backend::sim::write_chrome_trace(sp, path.string());
     }
     points.push_back(std::move(pt));
     last_engine = std::move(eng);
@@ -474,6 +478,9 @@ int cmd_run(const std::vector<std::string>& args) {
     doc["gpu"] = gi.name;
     doc["workload"] = core::workload_type_name(wt);
     doc["threads"] = threads;
+    doc["grad_accum"] = base.step.grad_accum;
+    doc["micro_batch"] = base.step.micro_batch;
+    doc["pinned"] = base.pin_memory;
     doc["params"] = model.total_params;
     for (const RunPoint& p : points) {
       nlohmann::json jp;

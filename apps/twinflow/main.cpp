@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"run", "train a scenario on this process's GPU (ZeRO-3 + Twin-Flow, real backend)", tf::app::cmd_run},
     {"launch", "start N ranks of a command on this node (torchrun-style variables)", tf::app::cmd_launch},
     {"calibrate", "measure this GPU machine and write a hardware profile", tf::app::cmd_calibrate},
+    {"validate", "a measured ratio sweep against the simulator, per point, with the MAPE", tf::app::cmd_validate},
 };
 
 void usage(std::ostream& os) {

@@ -204,8 +204,9 @@ Stat gemm_tflops(int device, GemmType type, GemmLayout layout, int64_t m, int64_
   const DeviceInfo info = device_info(device);
   DeviceGuard guard(device);
   const size_t eb = type == GemmType::kFP32 ? 4 : 2;
-  // cuBLAS operand "a" is W (n, k) for the forward and X (k, n) for the weight gradient: n*k elements
-  // either way; operand "b" is X (m, k) or dY (k, m): m*k. Sets rotate when one fits in 2x L2.
+  // cuBLAS operand "a" is W (n, k) for the forward, W (k, n) for the input gradient and X (k, n) for
+  // the weight gradient: n*k elements each way; operand "b" is X (m, k), dY (m, k) or dY (k, m): m*k.
+  // Sets rotate when one fits in 2x L2.
   const size_t a_elems = size_t(n) * size_t(k), b_elems = size_t(m) * size_t(k), c_elems = size_t(m) * size_t(n);
   const size_t a_bytes = (a_elems * eb + 255) / 256 * 256, b_bytes = (b_elems * eb + 255) / 256 * 256;
   const size_t set_bytes = a_bytes + b_bytes;
@@ -222,10 +223,10 @@ Stat gemm_tflops(int device, GemmType type, GemmLayout layout, int64_t m, int64_
   const cudaDataType dt = cuda_type(type);
   const float alpha = 1.0f, beta = 0.0f;
   // The workload's own column-major arguments (cublas_gemm.cuh): forward with (batch, in, out) =
-  // (m, k, n), weight gradient with (batch, in, out) = (k, n, m).
-  const bool fwd = layout == GemmLayout::kForward;
-  const GemmArgs g =
-      fwd ? forward_gemm(LinearDims{int(m), int(k), int(n)}) : weight_grad_gemm(LinearDims{int(k), int(n), int(m)});
+  // (m, k, n), input gradient with (batch, in, out) = (m, n, k), weight gradient with (k, n, m).
+  const GemmArgs g = layout == GemmLayout::kForward     ? forward_gemm(LinearDims{int(m), int(k), int(n)})
+                     : layout == GemmLayout::kInputGrad ? data_grad_gemm(LinearDims{int(m), int(n), int(k)})
+                                                        : weight_grad_gemm(LinearDims{int(k), int(n), int(m)});
   auto call = [&](int i) {
     const int set = i % sets;
     TF_CUBLAS_CHECK(cublasGemmEx(h.get(), g.ta, g.tb, g.m, g.n, g.k, &alpha, a.as<char>() + size_t(set) * a_bytes, dt,

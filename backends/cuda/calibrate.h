@@ -37,8 +37,9 @@ int device_count();
 enum class GemmType { kBF16, kFP16, kFP32 };  // A, B and C in this type
 // The cuBLAS layout of the product, as the workload issues it (backends/cuda/cublas_gemm.cuh):
 //   kForward:    Y (m, n) = X (m, k) . Wt, W (n, k): a linear layer's forward (TN in cuBLAS terms)
+//   kInputGrad:  dX (m, n) = dY (m, k) . W, W (k, n): its input gradient (NN)
 //   kWeightGrad: dW (m, n) = dYt (m, k) . X (k, n): its weight gradient, k = the batch (NT)
-enum class GemmLayout { kForward, kWeightGrad };
+enum class GemmLayout { kForward, kInputGrad, kWeightGrad };
 // TFLOP/s of C (m, n) = A (m, k) B (k, n), 2mnk FLOP per product. Inputs are random; when one set of
 // operands fits in twice the L2 cache, several sets rotate so that the timing is not of the cache.
 Stat gemm_tflops(int device, GemmType type, GemmLayout layout, int64_t m, int64_t n, int64_t k, int reps);

@@ -11,6 +11,7 @@
 
 #include "backends/backend.h"
 #include "core/error.h"
+#include "core/gemm.h"
 #include "core/model.h"
 #include "core/optim/optimizer.h"
 #include "core/partition.h"
@@ -49,58 +50,26 @@ struct CostSetup {
 
 int lp_bytes_of(core::Precision p) { return p == core::Precision::kFP32 ? 4 : 2; }
 
-// One GEMM of a layer: `batch` independent products C (m, n) = A (m, k) x B (k, n).
-struct LayerGemm {
-  tf::sim::GemmShape shape;
-  int64_t batch = 1;
-};
-
-// The forward GEMMs of one layer for one micro-batch; their FLOPs add up to core/model.cpp's count.
-std::vector<LayerGemm> forward_gemms(const core::ModelDesc& m, const core::LayerDesc& l, int64_t micro_batch) {
-  const core::DecoderShape& d = m.spec.decoder;
-  switch (l.kind) {
-    case core::LayerKind::kEmbedding: return {};  // a gather
-    case core::LayerKind::kLinear: {
-      const std::vector<int64_t>& w = m.tensors[l.first_tensor].shape;  // (out, in)
-      return {{{micro_batch, w[0], w[1]}}};                             // Y (B, out) = X (B, in) Wt
-    }
-    case core::LayerKind::kHead: return {{{micro_batch * d.seq, d.vocab, d.hidden}}};
-    case core::LayerKind::kBlock: {
-      const int64_t t = micro_batch * d.seq, h = d.hidden, f = d.ffn;
-      // Attention per (sample, head): scores (s, s) = Q (s, dh) Kt, then (s, dh) = P (s, s) V.
-      const bool split = d.heads > 0 && h % d.heads == 0;
-      const int64_t dh = split ? h / d.heads : h, heads = split ? d.heads : 1;
-      return {{{t, 3 * h, h}},
-              {{d.seq, d.seq, dh}, micro_batch * heads},
-              {{d.seq, dh, d.seq}, micro_batch * heads},
-              {{t, h, h}},
-              {{t, f, h}},
-              {{t, h, f}}};
-    }
-  }
-  return {};
-}
-
-// The backward of C = A x B: the input gradient dA (m, k) = dC Bt, and the weight gradient as the
-// workload computes it, dBt (n, k) = dCt A (cublas_gemm.cuh's weight-gradient GEMM).
-std::vector<LayerGemm> backward_gemms(const std::vector<LayerGemm>& fwd) {
-  std::vector<LayerGemm> out;
-  for (const LayerGemm& g : fwd) {
-    out.push_back({{g.shape.m, g.shape.k, g.shape.n}, g.batch});
-    out.push_back({{g.shape.n, g.shape.k, g.shape.m}, g.batch});
-  }
-  return out;
-}
-
 // ns of a layer's GEMMs. A batch of products runs at the rate of the one GEMM with the same tiles,
 // (batch x m, n, k): a strided-batched kernel fills the GPU with the batch's tiles the same way.
 // With a measured table (bf16 only) rates come from it; otherwise the roofline-and-tiles model.
-double gemms_ns(const std::vector<LayerGemm>& gemms, const tf::sim::GemmParams& gp,
+tf::sim::GemmPass sim_pass(core::GemmPass p) {
+  switch (p) {
+    case core::GemmPass::kAny: return tf::sim::GemmPass::kAny;
+    case core::GemmPass::kForward: return tf::sim::GemmPass::kForward;
+    case core::GemmPass::kInputGrad: return tf::sim::GemmPass::kInputGrad;
+    case core::GemmPass::kWeightGrad: return tf::sim::GemmPass::kWeightGrad;
+  }
+  return tf::sim::GemmPass::kAny;
+}
+
+double gemms_ns(const std::vector<core::LayerGemm>& gemms, const tf::sim::GemmParams& gp,
                 const tf::sim::GemmRateTable* table) {
   double ns = 0;
-  for (const LayerGemm& g : gemms) {
-    const tf::sim::GemmShape eq{g.shape.m * g.batch, g.shape.n, g.shape.k};
-    const double tflops = table ? table->tflops_at(gp, eq) : gp.peak_tflops * tf::sim::gemm_efficiency(gp, eq);
+  for (const core::LayerGemm& g : gemms) {
+    const tf::sim::GemmShape eq{g.m * g.batch, g.n, g.k};
+    const double tflops =
+        table ? table->tflops_at(gp, eq, sim_pass(g.pass)) : gp.peak_tflops * tf::sim::gemm_efficiency(gp, eq);
     ns += tf::sim::gemm_flops(eq) / (tflops * 1e3);  // 1 TFLOP/s = 1e3 FLOP/ns
   }
   return ns;
@@ -142,10 +111,11 @@ CostSetup make_cost_setup(const core::Scenario& s, const core::ModelDesc& model,
   std::vector<tf::sim::GemmRatePoint> measured_gemms;
   if (s.training.precision == core::Precision::kBF16)
     for (const core::GemmPoint& e : hw.gpu.bf16_gemm_tflops_by_shape)
-      measured_gemms.push_back({{e.m, e.n, e.k}, e.tflops});
+      measured_gemms.push_back({{e.m, e.n, e.k}, e.tflops, sim_pass(e.pass)});
   const tf::sim::GemmRateTable table(std::move(measured_gemms));
   for (const core::LayerDesc& l : model.layers) {
-    const std::vector<LayerGemm> fwd = forward_gemms(model, l, s.training.micro_batch), bwd = backward_gemms(fwd);
+    const std::vector<core::LayerGemm> fwd = core::forward_gemms(model, l, s.training.micro_batch),
+                                       bwd = core::backward_gemms(fwd);
     const bool recompute = s.training.activation_checkpointing && l.kind == core::LayerKind::kBlock;
     const double f = gemms_ns(fwd, gp, table.empty() ? nullptr : &table);
     c.fwd_gemm_ns.push_back(f);
@@ -489,6 +459,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
     for (size_t i = 0; i < iv.size(); ++i) iv[i] = {static_cast<uint32_t>(i), sim.start_ns(0)[i], sim.end_ns(0)[i]};
     const StepTimeline t = summarize_timeline(plans[0], std::move(iv));
     p.optimizer_phase_ns = t.optimizer_phase_ns;
+    p.kind_ns = t.kind_ns;
     p.exposed_ns = t.exposed_ns;
     p.exposed_transfer_ns = t.exposed_transfer_ns;
   }

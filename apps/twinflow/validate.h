@@ -1,0 +1,79 @@
+// `twinflow validate`: a measured ratio sweep (twinflow run --json) against the simulator on the same
+// points, per point and per phase, with the error of each and the sweep's MAPE.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/scenario.h"
+#include "core/step.h"
+
+namespace tf::app {
+
+// One ratio of a measured sweep, as `twinflow run --json` wrote it (rank 0).
+struct MeasuredPoint {
+  double ratio = 0;         // requested
+  double actual_ratio = 0;  // the engine's split
+  struct Step {
+    int step = 0;
+    int64_t step_ns = 0;
+    int64_t optimizer_phase_ns = 0;
+    std::array<int64_t, core::kOpKindCount> kind_ns{};
+  };
+  std::vector<Step> steps;
+};
+
+struct MeasuredSweep {
+  std::string file;  // where it was read from (for messages)
+  std::string scenario, gpu, workload;
+  int world = 1;
+  int threads = 0;      // the CPU optimizer's threads per rank
+  int grad_accum = 0;   // 0: not recorded (the scenario's then)
+  int64_t params = 0;
+  std::vector<MeasuredPoint> points;
+};
+
+// Parses a `twinflow run --json` document. Throws core::InputError "FILE: key.path: what was wrong"
+// for a missing or mistyped field.
+MeasuredSweep parse_measured_sweep(const std::string& json_text, const std::string& file);
+MeasuredSweep load_measured_sweep(const std::string& file);
+
+// Median of a point's steady steps (all but the first, which pays for first-touch and cuBLAS/NCCL
+// set-up; the only one if there is one), and their spread (max - min) / median.
+struct SteadyStat {
+  double median_ms = 0;
+  double spread = 0;
+  int steps = 0;
+};
+SteadyStat steady_step_ms(const MeasuredPoint& p);
+
+// Per point: the measured median and the simulated step, and the same for the phases that explain a
+// difference: fwd+bwd (summed op time on the compute stream), the optimizer phase (end of the last
+// backward to the end of the step), and the CPU optimizer, D2H and H2D op time.
+struct ValidationRow {
+  double ratio = 0, actual_ratio = 0;
+  SteadyStat measured;
+  double simulated_ms = 0;
+  double error_pct = 0;  // (simulated - measured) / measured x 100
+  double meas_compute_ms = 0, sim_compute_ms = 0;
+  double meas_opt_phase_ms = 0, sim_opt_phase_ms = 0;
+  double meas_cpu_opt_ms = 0, sim_cpu_opt_ms = 0;
+  double meas_d2h_ms = 0, sim_d2h_ms = 0;
+  double meas_h2d_ms = 0, sim_h2d_ms = 0;
+};
+
+struct Validation {
+  std::vector<ValidationRow> rows;
+  double mape_pct = 0;   // mean |error_pct|
+  double worst_pct = 0;  // largest |error_pct|
+  double worst_ratio = 0;
+};
+
+// Simulates every measured point on `sc` (whose cluster.hardware is the profile to validate) with the
+// run's world size and CPU threads. Throws core::InputError when the sweep has no points, or when the
+// simulator's split of a ratio differs from the engine's (they would not be the same point).
+Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m);
+
+}  // namespace tf::app
