@@ -1,6 +1,8 @@
 // The GEMMs of a layer's forward and backward (see gemm.h).
 #include "core/gemm.h"
 
+#include <algorithm>
+
 namespace tf::core {
 
 std::string_view gemm_pass_name(GemmPass p) {
@@ -44,13 +46,59 @@ std::vector<LayerGemm> forward_gemms(const ModelDesc& m, const LayerDesc& l, int
   return {};
 }
 
-std::vector<LayerGemm> backward_gemms(const std::vector<LayerGemm>& forward) {
+std::vector<LayerGemm> backward_gemms(const std::vector<LayerGemm>& forward, bool input_grad) {
   std::vector<LayerGemm> out;
   for (const LayerGemm& g : forward) {
-    out.push_back({g.m, g.k, g.n, g.batch, GemmPass::kInputGrad});
+    if (input_grad) out.push_back({g.m, g.k, g.n, g.batch, GemmPass::kInputGrad});
     out.push_back({g.n, g.k, g.m, g.batch, GemmPass::kWeightGrad});
   }
   return out;
+}
+
+bool layer_needs_input_grad(const ModelDesc& m, size_t index) {
+  return !(index == 0 && m.layers.at(0).kind == LayerKind::kLinear);
+}
+
+ElementwiseCost layer_elementwise(const ModelDesc& m, size_t index, int64_t micro_batch, int act_bytes) {
+  const LayerDesc& l = m.layers.at(index);
+  const int64_t e = act_bytes, B = micro_batch;
+  ElementwiseCost c;
+  switch (l.kind) {
+    case LayerKind::kLinear: {
+      const std::vector<int64_t>& w = m.tensors[l.first_tensor].shape;  // (out, in)
+      const int64_t out = w[0], in = w[1];
+      const bool first = index == 0, last = index + 1 == m.layers.size(), bias = m.spec.mlp_bias;
+      if (first) c.fwd_bytes += B * in * e, c.fwd_kernels += 1;                      // generated input X
+      if (bias || !last) c.fwd_bytes += 2 * B * out * e + (bias ? out * e : 0), c.fwd_kernels += 1;  // bias + ReLU
+      if (last) c.fwd_bytes += 2 * B * out * e, c.fwd_kernels += 2;                  // loss and dY in place of Y
+      if (bias) c.bwd_bytes += B * out * e + out * e, c.bwd_kernels += 2;            // db: partial sums, finish
+      if (!first) c.bwd_bytes += 3 * B * in * e, c.bwd_kernels += 1;                 // dX masked by ReLU(X)
+      return c;
+    }
+    case LayerKind::kBlock: {
+      const DecoderShape& d = m.spec.decoder;
+      const int64_t t = B * d.seq, h = d.hidden, f = d.ffn, heads = std::max<int64_t>(d.heads, 1);
+      // 2 LN (r+w), 2 residual adds (2 r + 1 w), bias adds of QKV/out/fc1/fc2 (r+w), GeLU (r+w), softmax (r+w)
+      c.fwd_bytes = e * (t * h * (4 + 6) + 2 * t * (3 * h + h + f + h) + 2 * t * f + 2 * B * heads * d.seq * d.seq);
+      c.fwd_kernels = 10;
+      c.bwd_bytes = 2 * c.fwd_bytes;
+      c.bwd_kernels = 16;
+      return c;
+    }
+    case LayerKind::kEmbedding: {
+      const int64_t t = B * m.spec.decoder.seq, h = m.spec.decoder.hidden;
+      c.fwd_bytes = e * 3 * t * h, c.fwd_kernels = 1;  // token + position rows gathered and added
+      c.bwd_bytes = e * 3 * t * h, c.bwd_kernels = 1;  // scattered back
+      return c;
+    }
+    case LayerKind::kHead: {
+      const int64_t t = B * m.spec.decoder.seq, v = m.spec.decoder.vocab;
+      c.fwd_bytes = e * 2 * t * v + e * 2 * t * m.spec.decoder.hidden, c.fwd_kernels = 2;  // final LN, softmax + loss
+      c.bwd_bytes = e * 2 * t * v, c.bwd_kernels = 1;                                       // dlogits
+      return c;
+    }
+  }
+  return c;
 }
 
 }  // namespace tf::core

@@ -141,6 +141,7 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
     if (g.has("hbm_copy_gbps")) p.gpu.hbm_copy_gbps = fig_num(g, "hbm_copy_gbps", p, 0, 1e6, true);
     if (g.has("event_record_ns")) p.gpu.event_record_ns = fig_num(g, "event_record_ns", p, 0, 1e9);
     if (g.has("event_sync_ns")) p.gpu.event_sync_ns = fig_num(g, "event_sync_ns", p, 0, 1e9);
+    if (g.has("optimizer_gbps")) p.gpu.optimizer_gbps = fig_num(g, "optimizer_gbps", p, 0, 1e6, true);
     if (g.has("bf16_gemm_tflops_by_shape"))
       p.gpu.bf16_gemm_tflops_by_shape = read_gemm_points(figure(g, "bf16_gemm_tflops_by_shape", p));
     g.warn_unknown();
@@ -356,6 +357,7 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
   if (measured(g.hbm_copy_gbps, "gpu.hbm_copy_gbps")) w.figure(2, "hbm_copy_gbps", num(g.hbm_copy_gbps));
   if (measured(g.event_record_ns, "gpu.event_record_ns")) w.figure(2, "event_record_ns", num(g.event_record_ns));
   if (measured(g.event_sync_ns, "gpu.event_sync_ns")) w.figure(2, "event_sync_ns", num(g.event_sync_ns));
+  if (measured(g.optimizer_gbps, "gpu.optimizer_gbps")) w.figure(2, "optimizer_gbps", num(g.optimizer_gbps));
   if (!g.bf16_gemm_tflops_by_shape.empty()) {
     std::vector<std::string> rows;
     for (const GemmPoint& e : g.bf16_gemm_tflops_by_shape)

@@ -39,6 +39,8 @@ struct GpuProfile {
   double event_record_ns = 0;  // host cost of one cudaEventRecord
   double event_sync_ns = 0;    // a host thread waiting on the device: event recorded on an idle stream,
                                // then cudaEventSynchronize, host round trip
+  double optimizer_gbps = 0;   // the engine's fused GPU optimizer kernel (AdamW, bf16 gradient and copy):
+                               // bytes read + written per second (28 B/element); 0: use hbm_gbps
   std::vector<GemmPoint> bf16_gemm_tflops_by_shape;  // cuBLAS bf16 GEMM rates, in measurement order
   bool operator==(const GpuProfile&) const = default;
 };

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/optim/grad_stats.h"
 
 namespace tf::core {
 
@@ -105,16 +106,24 @@ StepPlan plan_step(const ModelDesc& model, const Partition& part, const TwinFlow
       fwd[size_t(l)] = b.add(OpKind::kForward, Queue::kCompute, l, mb, std::move(deps));
       b.last().flops = ld.fwd_flops_per_token * tokens;
     }
+    // Backward gathers go on the comm queue ahead of the reduce-scatters that are ready at the same
+    // time: the gather of layer l - P (its buffer frees when backward l ends) is issued before
+    // reduce-scatter l, so the next backward never waits behind a reduction in the FIFO.
+    std::vector<uint32_t> bag(static_cast<size_t>(L));  // backward all-gather per layer
+    auto gather_for_backward = [&](int j) {
+      std::vector<uint32_t> ag_deps;
+      if (j + cfg.prefetch_layers < L) ag_deps.push_back(bwd[size_t(j + cfg.prefetch_layers)]);  // buffer reuse
+      bag[size_t(j)] = b.add(OpKind::kAllGather, Queue::kComm, j, mb, std::move(ag_deps));
+      b.last().bytes = part.layer_slice[size_t(j)] * W * cfg.lp_bytes;
+    };
+    if (stage == 3)
+      for (int j = L - 1; j >= std::max(0, L - cfg.prefetch_layers); --j) gather_for_backward(j);
     for (int l = L - 1; l >= 0; --l) {
       const LayerDesc& ld = model.layers[size_t(l)];
       std::vector<uint32_t> deps;
-      if (stage == 3) {
-        std::vector<uint32_t> ag_deps;
-        if (l + cfg.prefetch_layers < L) ag_deps.push_back(bwd[size_t(l + cfg.prefetch_layers)]);
-        deps.push_back(b.add(OpKind::kAllGather, Queue::kComm, l, mb, std::move(ag_deps)));
-        b.last().bytes = part.layer_slice[size_t(l)] * W * cfg.lp_bytes;
-      }
+      if (stage == 3) deps.push_back(bag[size_t(l)]);
       bwd[size_t(l)] = b.add(OpKind::kBackward, Queue::kCompute, l, mb, std::move(deps));
+      if (stage == 3 && l - cfg.prefetch_layers >= 0) gather_for_backward(l - cfg.prefetch_layers);
       const bool recompute = cfg.checkpointing && ld.kind == LayerKind::kBlock;
       b.last().flops = (ld.bwd_flops_per_token + (recompute ? ld.fwd_flops_per_token : 0.0)) * tokens;
       red[size_t(l)] =
@@ -142,7 +151,12 @@ StepPlan plan_step(const ModelDesc& model, const Partition& part, const TwinFlow
     b.last().bytes = (split.gpu_elems + split.cpu_elems) * cfg.lp_bytes;
     norm_deps.push_back(last_reduce);
     const uint32_t norm = b.add(OpKind::kNormAllReduce, Queue::kComm, -1, -1, std::move(norm_deps));
-    b.last().bytes = 16;  // sum of squares + non-finite count
+    // the all-reduced table: a sum of squares per 2048-element tile of every layer (canonical indexes,
+    // whatever the world size) + the non-finite count; then folded on the device to one number
+    int64_t tiles = 0;
+    for (int64_t n : part.layer_params) tiles += int64_t(stats_tiles(size_t(n)));
+    b.last().elems = tiles;
+    b.last().bytes = 8 * (tiles + 1);
     gpu_deps = {norm};
     // backward order: the layers whose gradients landed first are updated first
     for (auto it = d2h.rbegin(); it != d2h.rend(); ++it) cpu_update(it->first, {norm, it->second});

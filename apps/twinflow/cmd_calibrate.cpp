@@ -45,6 +45,7 @@ struct Options {
   bool quick = false;
   bool pin = true;
   std::vector<std::string> scenarios;  // their models' GEMM shapes join the table
+  bool gemm_relu = true;               // the bf16 table on ReLU MLP-like operands (else random)
 };
 
 #if defined(TWINFLOW_HAVE_CUDA)
@@ -237,7 +238,10 @@ int run_calibration(const Options& o) {
   const size_t hbm_bytes = o.quick ? size_t(256) << 20 : size_t(1) << 30;
   const size_t pcie_bytes = o.quick ? size_t(64) << 20 : size_t(256) << 20;
   const size_t small_copy = 4096;
-  const size_t cpu_n = o.quick ? size_t(1) << 22 : size_t(1) << 26;
+  // 2^28 elements (7.5 GB of state): one all-core pass lasts ~50 ms, long enough to average out
+  // the host's scheduling noise that made 2^26-element passes spread by 20-50%
+  const size_t cpu_n = o.quick ? size_t(1) << 22 : size_t(1) << 28;
+  const size_t gpu_opt_n = o.quick ? size_t(1) << 24 : size_t(1) << 28;
   const size_t dma_chunk = o.quick ? size_t(16) << 20 : size_t(64) << 20;
   std::vector<core::Scenario> scenarios;
   for (const std::string& f : o.scenarios) scenarios.push_back(core::load_scenario(f));
@@ -245,8 +249,10 @@ int run_calibration(const Options& o) {
   const std::vector<int> threads = thread_counts(cores);
   const std::vector<int64_t> sizes = nccl_sizes(o.quick);
   // gemms, fp16 + fp32, 2 hbm, 8 pcie, 5 launch/event, the thread sweep, mem + 2 dma, nccl
-  const int steps =
-      int(gemms.size()) + 2 + 2 + 8 + 5 + int(threads.size()) + 3 + (gpus > 1 ? 1 + 2 * int(sizes.size()) : 0);
+  // the scenarios' shapes are timed on random data too, for the table (the data effect)
+  const int random_rows = o.gemm_relu ? int(gemms.size()) - int(gemm_cases(o.quick, {}).size()) : 0;
+  const int steps = int(gemms.size()) + random_rows + 2 + 3 + 8 + 5 + int(threads.size()) + 3 +
+                    (gpus > 1 ? 1 + 2 * int(sizes.size()) : 0);
   Calibration c(o, steps);
   std::cerr << "twinflow calibrate: " << gpus << " x " << dev.name << " (sm_" << dev.cc_major << dev.cc_minor << ", "
             << dev.sm_count << " SMs), " << cpu_name << " (" << cores << " cores, " << allowed_cpus
@@ -262,11 +268,18 @@ int run_calibration(const Options& o) {
   double best = 0;
   std::string best_what;
   cal::Stat best_stat;
-  for (const GemmCase& g : gemms) {
-    const cal::Stat st = cal::gemm_tflops(0, cal::GemmType::kBF16, g.layout, g.m, g.n, g.k, R);
+  const size_t builtin_cases = gemm_cases(o.quick, {}).size();
+  const cal::GemmData table_data = o.gemm_relu ? cal::GemmData::kReluMlp : cal::GemmData::kRandom;
+  for (size_t gi = 0; gi < gemms.size(); ++gi) {
+    const GemmCase& g = gemms[gi];
+    const cal::Stat st = cal::gemm_tflops(0, cal::GemmType::kBF16, g.layout, g.m, g.n, g.k, R, table_data);
     const std::string what = "gemm bf16 " + std::string(core::gemm_pass_name(pass_of(g.layout))) + " " +
                              std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
     c.done(what, st.median, "TFLOP/s", st, "gpu.bf16_gemm_tflops_by_shape");
+    if (o.gemm_relu && gi >= builtin_cases) {  // the same shape on full-entropy data, for comparison
+      const cal::Stat rnd = cal::gemm_tflops(0, cal::GemmType::kBF16, g.layout, g.m, g.n, g.k, R);
+      c.done(what + " (random data)", rnd.median, "TFLOP/s", rnd);
+    }
     p.gpu.bf16_gemm_tflops_by_shape.push_back({g.m, g.n, g.k, sig4(st.median), pass_of(g.layout)});
     if (st.median > best) best = st.median, best_what = what, best_stat = st;
   }
@@ -274,6 +287,9 @@ int run_calibration(const Options& o) {
   src["gpu.bf16_tflops"] = c.source("the best cuBLAS bf16 GEMM of the shape table (" + best_what + ")", best_stat);
   src["gpu.bf16_gemm_tflops_by_shape"] =
       c.origin() + ": cuBLAS cublasGemmEx, bf16 in and out, CUBLAS_COMPUTE_32F, the workload's handle settings, " +
+      (o.gemm_relu ? std::string("operands as a ReLU MLP's (activations and their gradients max(0, uniform [-1, 1)), "
+                                 "half exactly 0; weights uniform [-1, 1)), ")
+                   : std::string("uniform [-1, 1) operands, ")) +
       gpu_label + "; [m, n, k, TFLOP/s, pass] of C (m, n) = A (m, k) B (k, n) in the layout of the pass (forward " +
       "TN, input_grad NN, weight_grad NT with k = the batch); each the median of " + std::to_string(R) +
       " repetitions of >= 2 ms (spreads in the calibrate table)";
@@ -307,6 +323,24 @@ int run_calibration(const Options& o) {
     p.gpu.hbm_bytes = dev.hbm_bytes;
     src["gpu.hbm_bytes"] = c.origin() + ": cudaGetDeviceProperties totalGlobalMem of " + gpu_label;
     p.gpu.name = dev.name;
+  }
+
+  {
+    std::vector<double> secs;
+    const double sec = backend::cuda::time_step_seconds(core::OptimizerKind::kAdamW, core::DType::kBF16,
+                                                        core::DType::kBF16, gpu_opt_n, R, 0, &secs);
+    std::vector<double> rates;
+    for (double x : secs) rates.push_back(28.0 * double(gpu_opt_n) / x / 1e9);
+    const cal::Stat st = cal::make_stat(std::move(rates));
+    const double gbps = st.median;
+    c.done("gpu adamw bf16 fused kernel " + std::to_string(gpu_opt_n) + " elements (28 B/element)", gbps, "GB/s", st,
+           "gpu.optimizer_gbps");
+    p.gpu.optimizer_gbps = sig4(gbps);
+    src["gpu.optimizer_gbps"] =
+        c.source("the engine's fused AdamW kernel (bf16 gradient and bf16 copy, 28 B/element read + written) over " +
+                     std::to_string(gpu_opt_n) + " elements: " + fmt(double(gpu_opt_n) / sec / 1e9, 1) +
+                     " Gparam/s, " + gpu_label,
+                 st);
   }
 
   // ---- PCIe -----------------------------------------------------------------------------------
@@ -611,6 +645,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   add("pin", po::value<bool>()->default_value(true),
       "pin the CPU optimizer's threads to CPUs, as twinflow run's engine does (true|false)");
   add("force", po::bool_switch(), "overwrite --out if it exists");
+  add("gemm-data", po::value<std::string>()->default_value("relu"),
+      "operands of the bf16 GEMM table: relu (as a ReLU MLP's: half the activations 0) or random");
   add("scenario", po::value<std::vector<std::string>>(),
       "also measure every GEMM of this scenario's model at its micro-batch, in the layout of each pass "
       "(repeatable)");
@@ -639,6 +675,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   if (o.gpus < 0) throw core::InputError("--gpus must be >= 0 (0: every visible GPU), got " + std::to_string(o.gpus));
   o.quick = vm["quick"].as<bool>();
   o.pin = vm["pin"].as<bool>();
+  {
+    const std::string gd = vm["gemm-data"].as<std::string>();
+    if (gd != "relu" && gd != "random") throw core::InputError("--gemm-data '" + gd + "': allowed relu, random");
+    o.gemm_relu = gd == "relu";
+  }
   if (vm.count("scenario")) o.scenarios = vm["scenario"].as<std::vector<std::string>>();
   for (const std::string& f : o.scenarios) (void)core::load_scenario(f);  // bad input fails before any measuring
   o.reps = vm.count("reps") ? vm["reps"].as<int>() : (o.quick ? 5 : 20);

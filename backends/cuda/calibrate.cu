@@ -82,6 +82,11 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     p[i] = __float2bfloat16_rn(uniform_pm1(i, seed));
 }
+// ReLU'd activations and ReLU-masked gradients: max(0, uniform [-1, 1)), half of the values exactly 0.
+__global__ void fill_bf16_relu(__nv_bfloat16* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16_rn(fmaxf(uniform_pm1(i, seed), 0.0f));
+}
 __global__ void fill_f16(__half* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     p[i] = __float2half_rn(uniform_pm1(i, seed));
@@ -106,12 +111,17 @@ __global__ void rw_stream(const float4* __restrict__ in, float4* __restrict__ ou
 
 __global__ void empty_kernel() {}
 
-void fill_random(GemmType t, void* p, size_t n, uint64_t seed, cudaStream_t s) {
+void fill_random(GemmType t, void* p, size_t n, uint64_t seed, cudaStream_t s, bool relu = false) {
   if (n == 0) return;
   constexpr int kThreads = 256;
   const unsigned blocks = unsigned(std::min<size_t>((n + kThreads - 1) / kThreads, 65535));
   switch (t) {
     case GemmType::kBF16:
+      if (relu) {
+        fill_bf16_relu<<<blocks, kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed);
+        TF_CUDA_CHECK_LAUNCH("fill_bf16_relu");
+        break;
+      }
       fill_bf16<<<blocks, kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed);
       TF_CUDA_CHECK_LAUNCH("fill_bf16");
       break;
@@ -196,7 +206,8 @@ DeviceInfo device_info(int device) {
 
 // ---- GEMM --------------------------------------------------------------------------------------------
 
-Stat gemm_tflops(int device, GemmType type, GemmLayout layout, int64_t m, int64_t n, int64_t k, int reps) {
+Stat gemm_tflops(int device, GemmType type, GemmLayout layout, int64_t m, int64_t n, int64_t k, int reps,
+                 GemmData data) {
   check_reps(reps, "gemm_tflops");
   if (m < 1 || n < 1 || k < 1 || m > INT_MAX || n > INT_MAX || k > INT_MAX)
     throw core::InputError("gemm_tflops: dimensions " + std::to_string(m) + " x " + std::to_string(n) + " x " +
@@ -214,8 +225,12 @@ Stat gemm_tflops(int device, GemmType type, GemmLayout layout, int64_t m, int64_
   DeviceMemory a(a_bytes * size_t(sets)), b(b_bytes * size_t(sets)), c(c_elems * eb);
   Stream stream;
   for (int i = 0; i < sets; ++i) {
-    fill_random(type, a.as<char>() + size_t(i) * a_bytes, a_elems, 2 * uint64_t(i) + 1, stream.get());
-    fill_random(type, b.as<char>() + size_t(i) * b_bytes, b_elems, 2 * uint64_t(i) + 2, stream.get());
+    // kReluMlp: operand "b" (X or dY) is always an activation or its ReLU-masked gradient, operand
+    // "a" is one too for the weight gradient (X) and a weight otherwise
+    const bool relu = data == GemmData::kReluMlp && type == GemmType::kBF16;
+    fill_random(type, a.as<char>() + size_t(i) * a_bytes, a_elems, 2 * uint64_t(i) + 1, stream.get(),
+                relu && layout == GemmLayout::kWeightGrad);
+    fill_random(type, b.as<char>() + size_t(i) * b_bytes, b_elems, 2 * uint64_t(i) + 2, stream.get(), relu);
   }
   TF_CUDA_CHECK(cudaMemsetAsync(c.get(), 0, c.bytes(), stream.get()));
   CublasHandle h;

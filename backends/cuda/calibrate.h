@@ -40,9 +40,17 @@ enum class GemmType { kBF16, kFP16, kFP32 };  // A, B and C in this type
 //   kInputGrad:  dX (m, n) = dY (m, k) . W, W (k, n): its input gradient (NN)
 //   kWeightGrad: dW (m, n) = dYt (m, k) . X (k, n): its weight gradient, k = the batch (NT)
 enum class GemmLayout { kForward, kInputGrad, kWeightGrad };
-// TFLOP/s of C (m, n) = A (m, k) B (k, n), 2mnk FLOP per product. Inputs are random; when one set of
-// operands fits in twice the L2 cache, several sets rotate so that the timing is not of the cache.
-Stat gemm_tflops(int device, GemmType type, GemmLayout layout, int64_t m, int64_t n, int64_t k, int reps);
+// The operands' values. A GPU's tensor cores draw less power, and so hold higher clocks, on operands
+// with fewer toggling bits: the same GEMM on an H100 ran 7-35% faster on a ReLU MLP's data than on
+// full-entropy random numbers (bench/results/h100-2026-11-23-validate.md).
+//   kRandom:  uniform in [-1, 1) (every mantissa bit random), both operands;
+//   kReluMlp: as the MLP workload's operands are: activations max(0, uniform [-1, 1)) (half exactly 0)
+//             and ReLU-masked gradients alike, weights uniform in [-1, 1) (bf16 only).
+enum class GemmData { kRandom, kReluMlp };
+// TFLOP/s of C (m, n) = A (m, k) B (k, n), 2mnk FLOP per product; when one set of operands fits in
+// twice the L2 cache, several sets rotate so that the timing is not of the cache.
+Stat gemm_tflops(int device, GemmType type, GemmLayout layout, int64_t m, int64_t n, int64_t k, int reps,
+                 GemmData data = GemmData::kRandom);
 
 // ---- device memory -------------------------------------------------------------------------------
 // cudaMemcpy device-to-device of `bytes`; GB/s counting bytes read + written (2 x bytes).

@@ -385,7 +385,7 @@ double measure_copy_gbps(size_t bytes, int iters, int device) {
 }
 
 double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device,
-                                 const StepVariant& v) {
+                                 const StepVariant& v, std::vector<double>* samples) {
   check_iters(iters, "time_step_seconds");
   if (n == 0) throw core::InputError("time_step_seconds: n must be > 0");
   if (grad == DType::kNone) throw core::InputError("time_step_seconds: grad must be fp32, bf16 or fp16");
@@ -454,11 +454,13 @@ double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t
   TF_CUDA_CHECK(cudaStreamSynchronize(st));
   std::vector<double> sec;
   for (int i = 0; i < iters; ++i) sec.push_back(1e-3 * elapsed_ms(ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
+  if (samples) *samples = sec;
   return median(sec);
 }
 
-double time_step_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device) {
-  return time_step_variant_seconds(k, grad, copy, n, iters, device, kDefaultVariant);
+double time_step_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device,
+                         std::vector<double>* samples) {
+  return time_step_variant_seconds(k, grad, copy, n, iters, device, kDefaultVariant, samples);
 }
 
 }  // namespace tf::backend::cuda

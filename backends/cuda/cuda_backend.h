@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/backend.h"
 
@@ -27,7 +28,8 @@ GpuInfo gpu_info(int device = 0);
 double measure_copy_gbps(size_t bytes, int iters, int device = 0);
 
 // Times the fused step kernel over one chunk of n elements (random finite data, poisoned outputs
-// checked once). Returns the median seconds per step.
-double time_step_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device = 0);
+// checked once). Returns the median seconds per step; every step's seconds in *samples if given.
+double time_step_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device = 0,
+                         std::vector<double>* samples = nullptr);
 
 }  // namespace tf::backend::cuda

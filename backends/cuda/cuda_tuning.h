@@ -2,6 +2,8 @@
 // bench/device/cuda_optim_check (plain C++, no CUDA include). The backend always runs the default.
 #pragma once
 
+#include <vector>
+
 #include <cstddef>
 
 #include "backends/backend.h"
@@ -30,6 +32,6 @@ static_assert(kTuningVariants[0].unroll == kDefaultVariant.unroll &&
 
 // time_step_seconds with a chosen variant (core::InputError for one that is not compiled).
 double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device,
-                                 const StepVariant& v);
+                                 const StepVariant& v, std::vector<double>* samples = nullptr);
 
 }  // namespace tf::backend::cuda

@@ -279,6 +279,7 @@ class EngineImpl final : public Engine {
     if (cfg_.world > 1)
       for (int i = 0; i < 2; ++i) d_recv_[i] = d(size_t(max_padded_) * 2, "a reduce-scatter receive buffer");
     d_tiles_ = d(size_t(total_tiles_ + 1) * 8, "the gradient-statistics tile table");
+    d_fold_ = d(std::max<size_t>(size_t(total_tiles_), 1) * 8 + 16, "the tile fold's scratch and result");
     d_counters_ = d(16, "counters");
     const size_t gpu_tiles = core::stats_tiles(g);
     d_opt_tiles_ = d(std::max<size_t>(gpu_tiles, 1) * 8, "the optimizer's tile sums");
@@ -333,7 +334,7 @@ class EngineImpl final : public Engine {
     if (two) h_s2_ = h(n * 4);
     h_grad_ = h(n * 2);
     h_copy_ = h(n * 2);
-    h_tiles_ = h(size_t(total_tiles_ + 1) * 8);
+    h_norm_ = h(16);
     if (mem_.host_pageable > 0) {
       const std::string msg =
           "warning: " + core::format_gb(mem_.host_pageable) + " of the CPU segment could not be page-locked" +
@@ -556,8 +557,11 @@ class EngineImpl final : public Engine {
         if (cfg_.world > 1)
           TF_NCCL_CHECK(ncclAllReduce(d_tiles_.get(), d_tiles_.get(), size_t(total_tiles_ + 1), ncclFloat64, ncclSum,
                                       comm_->get(), s));
-        TF_CUDA_CHECK(cudaMemcpyAsync(h_tiles_.as<double>(), d_tiles_.get(), size_t(total_tiles_ + 1) * 8,
-                                      cudaMemcpyDeviceToHost, s));
+        // the fold on the device (core::fold_tile_sums' order): 16 bytes cross PCIe, not the table
+        double* result = d_fold_.as<double>() + std::max<int64_t>(total_tiles_, 1);
+        launch_fold_tiles(d_tiles_.as<double>(), total_tiles_, d_fold_.as<double>(), d_tiles_.as<double>() + total_tiles_,
+                          result, s);
+        TF_CUDA_CHECK(cudaMemcpyAsync(h_norm_.as<double>(), result, 16, cudaMemcpyDeviceToHost, s));
         return;
       }
       case core::OpKind::kGpuOptimizer: {
@@ -627,9 +631,9 @@ class EngineImpl final : public Engine {
       }
       wait_issued(uint32_t(norm_op_));
       TF_CUDA_CHECK(cudaEventSynchronize(end_ev(uint32_t(norm_op_))));
-      double* t = h_tiles_.as<double>();  // rewritten by the next step's all-reduce: fold in place
-      const uint64_t nonfinite = uint64_t(t[total_tiles_]);
-      const double sumsq = core::canonical_nan(core::fold_tile_sums(t, size_t(total_tiles_)));
+      const double* t = h_norm_.as<double>();  // [0] the folded sum of squares, [1] the non-finite count
+      const uint64_t nonfinite = uint64_t(t[1]);
+      const double sumsq = core::canonical_nan(t[0]);
       decision_ = core::decide_step(cfg_.policy, step_, sumsq, nonfinite, scaler_.scale, opt_step_ + 1);
     });
     if (!decision_) throw Aborted{};
@@ -653,12 +657,13 @@ class EngineImpl final : public Engine {
   std::array<std::vector<uint32_t>, core::kQueueCount> queue_ops_;
   int64_t norm_op_ = -1;
 
-  DeviceMemory d_lp_, d_master_, d_s1_, d_s2_, d_grad_, d_acc_, d_tiles_, d_counters_, d_opt_tiles_, d_descs_;
+  DeviceMemory d_lp_, d_master_, d_s1_, d_s2_, d_grad_, d_acc_, d_tiles_, d_fold_, d_counters_, d_opt_tiles_,
+      d_descs_;
   std::vector<DeviceMemory> d_ag_;
   std::array<DeviceMemory, 2> d_send_, d_recv_;
   uint32_t stats_chunks_ = 0;
   uint64_t stats_tiles_ = 0;
-  HostBuffer h_master_, h_s1_, h_s2_, h_grad_, h_copy_, h_tiles_;
+  HostBuffer h_master_, h_s1_, h_s2_, h_grad_, h_copy_, h_norm_;
   std::unique_ptr<cpu::CpuBackend> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
   std::vector<cudaEvent_t> events_;

@@ -76,6 +76,10 @@ void launch_init_weights(float* master, uint16_t* lp, int64_t n, uint64_t seed, 
 // The deterministic reduce-scatter's sum over one slice (see engine.cpp).
 void launch_sum_slices(const uint16_t* recv, const uint16_t* own, int rank, int world, int64_t slice, float* acc,
                        bool first, bool last, uint16_t* out, DType grad, cudaStream_t s);
+// core::fold_tile_sums over tiles[0, n) on the device, in its order and rounding (tiles unchanged;
+// scratch holds >= n doubles): out[0] = the sum (0 for n == 0), out[1] = *nonfinite.
+void launch_fold_tiles(const double* tiles, int64_t n, double* scratch, const double* nonfinite, double* out,
+                       cudaStream_t s);
 // *slot = double(*gpu_count) + double(host_count)
 void launch_store_nonfinite(double* slot, const unsigned long long* gpu_count, unsigned long long host_count,
                             cudaStream_t s);

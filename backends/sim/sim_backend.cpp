@@ -39,6 +39,9 @@ struct CostSetup {
   // includes the recomputed forward with activation checkpointing), and how many kernels each launches.
   std::vector<double> fwd_gemm_ns, bwd_gemm_ns;
   std::vector<int> fwd_kernels, bwd_kernels;
+  int grad_accum = 1;
+  int lp_bytes = 2;
+  double optimizer_gbps = 0;  // the fused GPU optimizer kernel's bytes per ns
   double event_sync_ns = 0;  // a host (cpu-queue) op that waits on a device op learns of its end this late
   tf::sim::MemoryKernelParams hbm;
   tf::sim::PcieParams pcie;
@@ -113,16 +116,26 @@ CostSetup make_cost_setup(const core::Scenario& s, const core::ModelDesc& model,
     for (const core::GemmPoint& e : hw.gpu.bf16_gemm_tflops_by_shape)
       measured_gemms.push_back({{e.m, e.n, e.k}, e.tflops, sim_pass(e.pass)});
   const tf::sim::GemmRateTable table(std::move(measured_gemms));
-  for (const core::LayerDesc& l : model.layers) {
+  // Per layer: its GEMMs, and its memory-bound kernels (bias, activation, norms, loss) at the HBM rate.
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const core::LayerDesc& l = model.layers[i];
     const std::vector<core::LayerGemm> fwd = core::forward_gemms(model, l, s.training.micro_batch),
-                                       bwd = core::backward_gemms(fwd);
+                                       bwd = core::backward_gemms(fwd, core::layer_needs_input_grad(model, i));
+    const core::ElementwiseCost ew =
+        core::layer_elementwise(model, i, s.training.micro_batch, lp_bytes_of(s.training.precision));
     const bool recompute = s.training.activation_checkpointing && l.kind == core::LayerKind::kBlock;
-    const double f = gemms_ns(fwd, gp, table.empty() ? nullptr : &table);
+    const double f = gemms_ns(fwd, gp, table.empty() ? nullptr : &table) + double(ew.fwd_bytes) / hw.gpu.hbm_gbps;
+    const int fk = static_cast<int>(fwd.size()) + ew.fwd_kernels;
     c.fwd_gemm_ns.push_back(f);
-    c.bwd_gemm_ns.push_back(gemms_ns(bwd, gp, table.empty() ? nullptr : &table) + (recompute ? f : 0.0));
-    c.fwd_kernels.push_back(std::max<int>(1, static_cast<int>(fwd.size())));
-    c.bwd_kernels.push_back(std::max<int>(1, static_cast<int>(bwd.size() + (recompute ? fwd.size() : 0))));
+    c.bwd_gemm_ns.push_back(gemms_ns(bwd, gp, table.empty() ? nullptr : &table) +
+                            double(ew.bwd_bytes) / hw.gpu.hbm_gbps + (recompute ? f : 0.0));
+    c.fwd_kernels.push_back(std::max(1, fk));
+    c.bwd_kernels.push_back(
+        std::max(1, static_cast<int>(bwd.size()) + ew.bwd_kernels + (recompute ? fk : 0)));
   }
+  c.grad_accum = static_cast<int>(s.training.grad_accum);
+  c.lp_bytes = lp_bytes_of(s.training.precision);
+  c.optimizer_gbps = hw.gpu.optimizer_gbps > 0 ? hw.gpu.optimizer_gbps : hw.gpu.hbm_gbps;
 
   c.hbm = {hw.gpu.hbm_gbps, c.launch_ns};
   c.pcie = {hw.pcie.h2d_gbps, hw.pcie.d2h_gbps, hw.pcie.bidir_total_gbps, hw.pcie.copy_latency_ns};
@@ -269,10 +282,37 @@ class Simulation {
     joins_.resize(first.size());
     for (size_t k = 0; k < first.size(); ++k) {
       joins_[k].duration_ns = tf::sim::collective_ns(cost_.collective, collective_kind(first[k]->kind),
-                                                     tf::sim::CollectiveAlgorithm::kRing, cost_.world, first[k]->bytes);
+                                                     tf::sim::CollectiveAlgorithm::kRing, cost_.world, first[k]->bytes) +
+                            local_tail_ns(*first[k]);
       joins_[k].dones.reserve(plans_.size());
       joins_[k].members.reserve(plans_.size());
     }
+  }
+
+  // What a rank does on its comm stream after the collective itself (the same on every rank):
+  //  - reduce-scatter: the engine's rank-ordered sum of the received slices (reads every rank's slice
+  //    and the fp32 accumulator after the first micro-batch; writes the accumulator before the last,
+  //    the gradient on the last), a memory-bound kernel; at world 1 it is all there is;
+  //  - norm all-reduce: the fold of the tile table on the device (one kernel per level above 1024
+  //    entries, one for the rest, reading and writing about the table twice) and a 16-byte copy home.
+  TimeNs local_tail_ns(const core::Op& op) const {
+    if (op.kind == core::OpKind::kReduceScatter) {
+      const int64_t slice = op.bytes / (int64_t(cost_.world) * cost_.lp_bytes);
+      const bool first = op.micro_batch <= 0, last = op.micro_batch < 0 || op.micro_batch == cost_.grad_accum - 1;
+      int64_t bytes = op.bytes;                          // every rank's slice, read
+      if (cost_.grad_accum > 1 && !first) bytes += 4 * slice;  // the accumulator, read
+      if (cost_.grad_accum > 1 && !last) bytes += 4 * slice;   // and written
+      if (last) bytes += slice * cost_.lp_bytes;               // the reduced gradient, written
+      return tf::sim::memory_kernel_ns(cost_.hbm, bytes);
+    }
+    if (op.kind == core::OpKind::kNormAllReduce) {
+      int levels = 1;
+      for (int64_t h = 1; h < op.elems; h *= 2)
+        if (h > 1024) ++levels;
+      return tf::sim::ceil_ns(double(levels) * cost_.launch_ns + 2.0 * double(op.bytes) / cost_.hbm.hbm_gbps) +
+             tf::sim::pcie_copy_ns(cost_.pcie, tf::sim::Direction::kD2H, 16);
+    }
+    return 0;
   }
 
   // A layer's forward or backward on one micro-batch: its GEMMs, plus one launch per kernel.
@@ -312,7 +352,8 @@ class Simulation {
     switch (op.kind) {
       case core::OpKind::kForward:
       case core::OpKind::kBackward: return fixed(r, id, compute_ns(op));
-      case core::OpKind::kGpuOptimizer: return fixed(r, id, tf::sim::memory_kernel_ns(cost_.hbm, op.bytes));
+      case core::OpKind::kGpuOptimizer:
+        return fixed(r, id, tf::sim::memory_kernel_ns({cost_.optimizer_gbps, cost_.launch_ns}, op.bytes));
       case core::OpKind::kGradStats:
         if (op.queue != core::Queue::kCpu) return fixed(r, id, tf::sim::memory_kernel_ns(cost_.hbm, op.bytes));
         return tf::sim::Work::async(
