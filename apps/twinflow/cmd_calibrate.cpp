@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -629,6 +630,63 @@ int run_calibration(const Options& o) {
 }
 #endif
 
+// Every measured number of a profile, keyed by its path (lists by their entry: shape, size, threads).
+std::vector<std::pair<std::string, double>> profile_figures(const core::HardwareProfile& p) {
+  std::vector<std::pair<std::string, double>> f;
+  const core::GpuProfile& g = p.gpu;
+  f.insert(f.end(), {{"gpu.hbm_gbps", g.hbm_gbps},
+                     {"gpu.hbm_copy_gbps", g.hbm_copy_gbps},
+                     {"gpu.optimizer_gbps", g.optimizer_gbps},
+                     {"gpu.bf16_tflops", g.bf16_tflops},
+                     {"gpu.fp16_tflops", g.fp16_tflops},
+                     {"gpu.fp32_tflops", g.fp32_tflops},
+                     {"gpu.kernel_launch_ns", g.kernel_launch_ns},
+                     {"gpu.event_record_ns", g.event_record_ns},
+                     {"gpu.event_sync_ns", g.event_sync_ns}});
+  for (const core::GemmPoint& e : g.bf16_gemm_tflops_by_shape)
+    f.emplace_back("gpu.bf16_gemm " + std::string(core::gemm_pass_name(e.pass)) + " " + std::to_string(e.m) + "x" +
+                       std::to_string(e.n) + "x" + std::to_string(e.k),
+                   e.tflops);
+  const core::PcieProfile& pc = p.pcie;
+  f.insert(f.end(), {{"pcie.h2d_gbps", pc.h2d_gbps},
+                     {"pcie.d2h_gbps", pc.d2h_gbps},
+                     {"pcie.bidir_total_gbps", pc.bidir_total_gbps},
+                     {"pcie.pageable_h2d_gbps", pc.pageable_h2d_gbps},
+                     {"pcie.copy_latency_ns", pc.copy_latency_ns}});
+  for (const core::BusPoint& b : p.intra_node.all_gather_bus_gbps_by_message_bytes)
+    f.emplace_back("intra_node.all_gather " + std::to_string(b.message_bytes) + " B", b.bus_gbps);
+  for (const core::BusPoint& b : p.intra_node.reduce_scatter_bus_gbps_by_message_bytes)
+    f.emplace_back("intra_node.reduce_scatter " + std::to_string(b.message_bytes) + " B", b.bus_gbps);
+  const core::CpuProfile& c = p.cpu;
+  for (const auto& [t, r] : c.optimizer_gparam_s_by_threads)
+    f.emplace_back("cpu.optimizer_gparam_s " + std::to_string(t) + " threads", r);
+  f.insert(f.end(), {{"cpu.mem_gbps", c.mem_gbps}, {"cpu.dma_slowdown_factor", c.dma_slowdown_factor}});
+  return f;
+}
+
+// `--compare A B`: each figure of both, the difference, and the largest per group.
+int compare_profiles(const std::string& a_file, const std::string& b_file, double tolerance_pct) {
+  const core::HardwareProfile a = core::find_hardware_profile(a_file), b = core::find_hardware_profile(b_file);
+  const auto fa = profile_figures(a), fb = profile_figures(b);
+  Table t({"figure", a.name, b.name, "diff %"});
+  std::map<std::string, double> worst;  // group -> largest |diff| %
+  int over = 0;
+  for (const auto& [key, va] : fa) {
+    const auto it = std::find_if(fb.begin(), fb.end(), [&](const auto& e) { return e.first == key; });
+    if (it == fb.end() || (va == 0 && it->second == 0)) continue;
+    const double d = va != 0 ? (it->second - va) / va * 100.0 : 100.0;
+    const std::string group = key.substr(0, key.find_first_of(". "));
+    worst[group] = std::max(worst[group], std::abs(d));
+    if (std::abs(d) > tolerance_pct) ++over;
+    t.add({key, fmt(va, va < 10 ? 3 : 1), fmt(it->second, it->second < 10 ? 3 : 1), fmt(d, 1)});
+  }
+  t.print(std::cout);
+  std::cout << "largest difference:";
+  for (const auto& [g, w] : worst) std::cout << " " << g << " " << fmt(w, 1) << "%";
+  std::cout << "\n" << over << " figure(s) differ by more than " << fmt(tolerance_pct, 1) << "%\n";
+  return over == 0 ? kExitOk : kExitCheckFailed;
+}
+
 }  // namespace
 
 int cmd_calibrate(const std::vector<std::string>& args) {
@@ -645,6 +703,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   add("pin", po::value<bool>()->default_value(true),
       "pin the CPU optimizer's threads to CPUs, as twinflow run's engine does (true|false)");
   add("force", po::bool_switch(), "overwrite --out if it exists");
+  add("compare", po::value<std::vector<std::string>>()->multitoken(),
+      "A B: compare two profiles figure by figure (no GPU needed); exit 1 if one differs by more than --tolerance");
+  add("tolerance", po::value<double>()->default_value(5.0), "with --compare: the allowed difference, %");
   add("gemm-data", po::value<std::string>()->default_value("relu"),
       "operands of the bf16 GEMM table: relu (as a ReLU MLP's: half the activations 0) or random");
   add("scenario", po::value<std::vector<std::string>>(),
@@ -664,6 +725,13 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     return kExitOk;
   }
   po::notify(vm);
+  if (vm.count("compare")) {
+    const auto files = vm["compare"].as<std::vector<std::string>>();
+    if (files.size() != 2) throw core::InputError("--compare takes two profiles: --compare A.yaml B.yaml");
+    const double tol = vm["tolerance"].as<double>();
+    if (!(tol >= 0)) throw core::InputError("--tolerance must be >= 0");
+    return compare_profiles(files[0], files[1], tol);
+  }
   Options o;
   if (!vm.count("out"))
     throw core::InputError("--out is required: the profile to write, e.g. --out scenarios/hardware/my-box.yaml");

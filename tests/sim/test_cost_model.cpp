@@ -332,3 +332,22 @@ TEST(CpuOptimizerCost, BadParameters) {
   EXPECT_THROW(tf::sim::cpu_optimizer_ns(CpuOptimizerParams{0.5, 16, 0.0, 146.0}, 1), std::invalid_argument);
   EXPECT_THROW(tf::sim::cpu_optimizer_ns(CpuOptimizerParams{0.5, 16, 28.0, 146.0}, -1), std::invalid_argument);
 }
+
+TEST(GemmRateTableCost, APassPrefersItsOwnMeasurements) {
+  using tf::sim::GemmPass;
+  const tf::sim::GemmParams p{.peak_tflops = 1000, .hbm_gbps = 3000};
+  const GemmRateTable t({{{4096, 8192, 8192}, 700.0, GemmPass::kForward},
+                         {{4096, 8192, 8192}, 800.0, GemmPass::kInputGrad},
+                         {{8192, 8192, 4096}, 650.0, GemmPass::kWeightGrad}});
+  EXPECT_EQ(t.tflops_at(p, {4096, 8192, 8192}, GemmPass::kForward), 700.0);
+  EXPECT_EQ(t.tflops_at(p, {4096, 8192, 8192}, GemmPass::kInputGrad), 800.0);
+  // no weight-gradient point of this shape: the nearest of its own pass, carried by the shape model
+  const double w = t.tflops_at(p, {4096, 8192, 8192}, GemmPass::kWeightGrad);
+  EXPECT_NEAR(w, 650.0 * tf::sim::gemm_efficiency(p, {4096, 8192, 8192}) / tf::sim::gemm_efficiency(p, {8192, 8192, 4096}),
+              1e-9);
+  // kAny sees every point: the first listed at the exact shape
+  EXPECT_EQ(t.tflops_at(p, {4096, 8192, 8192}), 700.0);
+  // the same shape twice in one pass is refused; in two passes it is not
+  EXPECT_THROW(GemmRateTable({{{1, 1, 1}, 1.0, GemmPass::kForward}, {{1, 1, 1}, 2.0, GemmPass::kForward}}),
+               std::invalid_argument);
+}

@@ -69,26 +69,29 @@ TEST(SimBackend, HandComputedMlpStepAtOneThird) {
   EXPECT_EQ(p.busy_ns[qi(Queue::kH2D)], 75);
   // cpu: AdamW 2048 / 2.89 = 708.65 -> 709 ns (the link is idle: the H2D follows the update).
   EXPECT_EQ(p.busy_ns[qi(Queue::kCpu)], 709);
-  // After the last backward (world 1: collectives take 0 ns): GPU grad stats over the whole shard
-  // 4000 + 6144*2/3000 = 4004.1 -> 4005 ns, norm 0, GPU AdamW 4000 + 4096*28/3000 = 4038.2 -> 4039 ns;
-  // the CPU path (75 + 709 + 75, after the norm) hides under the GPU AdamW.
-  EXPECT_EQ(p.optimizer_phase_ns, 4005 + 4039);
-  // The compute queue never waits: nothing is exposed and the step is its busy time.
-  EXPECT_EQ(p.exposed_ns, 0);
+  // After the last backward (world 1: no data moves between ranks): the reduce-scatter's local sum
+  // reads and writes the 6144-element bf16 slice, 4000 + 24576/3000 = 4008.2 -> 4009 ns; the GPU grad
+  // stats over the whole shard 4000 + 6144*2/3000 = 4004.1 -> 4005; the norm: the fold of 3 tiles
+  // (one kernel, 4000 + 2*32/3000 -> 4001) and the 16-byte copy home (16/55 -> 1), 4002; GPU AdamW
+  // 4000 + 4096*28/3000 = 4038.2 -> 4039. The CPU path (75 + 709 + 75, after the norm) hides under it.
+  EXPECT_EQ(p.optimizer_phase_ns, 4009 + 4005 + 4002 + 4039);
+  // The compute queue waits only for the reduction and the norm.
+  EXPECT_EQ(p.exposed_ns, 4009 + 4002);
   EXPECT_EQ(p.exposed_transfer_ns, 0);
-  EXPECT_EQ(p.step_ns, p.busy_ns[qi(Queue::kCompute)]);
+  EXPECT_EQ(p.step_ns, p.busy_ns[qi(Queue::kCompute)] + 4009 + 4002);
 }
 
 TEST(SimBackend, HandComputedMlpStepAllOnCpuIsExposed) {
-  // ratio 1: 6144 CPU elements, no GPU optimizer. After backward: the GPU grad stats over the shard
-  // 4000 + 12288/3000 -> 4005 ns, with the d2h 12288/55 = 223.4 -> 224 under it; then AdamW
-  // 6144/2.89 = 2125.95 -> 2126 and the h2d 224, with the GPU idle: exposed.
+  // ratio 1: 6144 CPU elements, no GPU optimizer. After backward: the local sum 4009 (as at one
+  // third), then the GPU grad stats over the shard 4000 + 12288/3000 -> 4005 ns, with the d2h
+  // 12288/55 = 223.4 -> 224 under it; the norm 4002; then AdamW 6144/2.89 = 2125.95 -> 2126 and the
+  // h2d 224, with the GPU idle: exposed.
   const SimPoint p = simulate_step(mlp_scenario(), 1.0);
   EXPECT_EQ(p.pcie_bytes_each_way, 2 * 6144);
-  EXPECT_EQ(p.optimizer_phase_ns, 4005 + 2126 + 224);
+  EXPECT_EQ(p.optimizer_phase_ns, 4009 + 4005 + 4002 + 2126 + 224);
   EXPECT_EQ(p.exposed_transfer_ns, 2126 + 224);
-  EXPECT_EQ(p.exposed_ns, 2126 + 224);
-  EXPECT_EQ(p.step_ns, p.busy_ns[qi(Queue::kCompute)] + 2126 + 224);
+  EXPECT_EQ(p.exposed_ns, 4009 + 4002 + 2126 + 224);
+  EXPECT_EQ(p.step_ns, p.busy_ns[qi(Queue::kCompute)] + 4009 + 4002 + 2126 + 224);
 }
 
 TEST(SimBackend, PcieBytesAreTwoBytesPerCpuElement) {
@@ -240,17 +243,21 @@ TEST(SimBackend, MeasuredGemmRatesAndOneLaunchPerGemm) {
   tf::core::Scenario s = mlp_scenario();
   s.cluster.hardware.gpu.bf16_gemm_tflops_by_shape = {{2, 64, 64, 1.0}, {64, 64, 2, 0.5}};
   const SimPoint p = simulate_step(s, 1.0 / 3.0, {.record_ops = true, .keep_plans = true});
-  // forward: one kernel, 4000 + 16384 / 1e3 FLOP/ns = 4016.384 -> 4017;
-  // backward: two kernels, 8000 + 16.384 + 16384 / 0.5e3 = 8049.152 -> 8050.
-  // The compute queue also runs the GPU grad stats (4005) and AdamW (4039) of HandComputedMlpStepAtOneThird.
-  EXPECT_EQ(p.busy_ns[qi(Queue::kCompute)], 4017 + 8050 + 4005 + 4039);
+  // The layer is the model's first and last, so besides its GEMM its forward runs the workload's
+  // input generator (2*64*2 = 256 B written), bias + ReLU (2*2*64*2 + 64*2 = 640 B) and the loss with
+  // dY (2 kernels, 2*2*64*2 = 512 B): 5 kernels, 1408 B; forward 20000 + 16384/1e3 + 1408/3000 =
+  // 20016.85 -> 20017. Backward: no input gradient (the input is data), the weight gradient
+  // 16384/0.5e3 = 32.768 and the bias gradient (2 kernels, 2*64*2 + 64*2 = 384 B): 3 kernels,
+  // 12000 + 32.768 + 0.128 -> 12033. The compute queue also runs the GPU grad stats (4005) and AdamW
+  // (4039) of HandComputedMlpStepAtOneThird.
+  EXPECT_EQ(p.busy_ns[qi(Queue::kCompute)], 20017 + 12033 + 4005 + 4039);
   for (size_t i = 0; i < p.plans[0].ops.size(); ++i) {
     const auto& op = p.plans[0].ops[i];
     const int64_t ns = p.ranks[0].ops[i].end_ns - p.ranks[0].ops[i].start_ns;
     if (op.kind == tf::core::OpKind::kForward) {
-      EXPECT_EQ(ns, 4017);
+      EXPECT_EQ(ns, 20017);
     } else if (op.kind == tf::core::OpKind::kBackward) {
-      EXPECT_EQ(ns, 8050);
+      EXPECT_EQ(ns, 12033);
     }
   }
   // fp16 training does not use the bf16 table: the same step as without one.
@@ -264,13 +271,14 @@ TEST(SimBackend, MeasuredGemmRatesAndOneLaunchPerGemm) {
 
 TEST(SimBackend, HostWaitsOnDeviceEventsAndCopiesPayTheirLatency) {
   // HandComputedMlpStepAllOnCpuIsExposed with gpu.event_sync_ns = 5000 and pcie.copy_latency_ns = 1000:
-  // the GPU grad stats 4005 with the d2h 1000 + 224 under them; the CPU AdamW waits on the norm
-  // all-reduce (a device op; world 1: 0 ns) and the d2h: 5000 + 2126; the h2d 1000 + 224.
+  // the local sum 4009; the GPU grad stats 4005 with the d2h 1000 + 224 under them; the norm 4001 and
+  // its 16-byte copy 1000 + 1; the CPU AdamW waits on the norm (a device op) and the d2h: 5000 + 2126;
+  // the h2d 1000 + 224.
   tf::core::Scenario s = mlp_scenario();
   s.cluster.hardware.gpu.event_sync_ns = 5000;
   s.cluster.hardware.pcie.copy_latency_ns = 1000;
   const SimPoint p = simulate_step(s, 1.0);
-  EXPECT_EQ(p.optimizer_phase_ns, 4005 + (5000 + 2126) + (1000 + 224));
+  EXPECT_EQ(p.optimizer_phase_ns, 4009 + 4005 + (4001 + 1001) + (5000 + 2126) + (1000 + 224));
   EXPECT_EQ(p.busy_ns[qi(Queue::kCpu)], 5000 + 2126);
   EXPECT_EQ(p.busy_ns[qi(Queue::kD2H)], 1000 + 224);
 }
@@ -294,10 +302,11 @@ TEST(SimBackend, MeasuredCollectiveCurvesCarryTheirOwnLatency) {
   s.cluster.hardware.intra_node.all_gather_bus_gbps_by_message_bytes = {{1 << 20, 20.0}};
   p = simulate_step(s, 0.5, {.record_ops = true, .keep_plans = true});
   EXPECT_EQ(p.ranks[0].ops[0].end_ns, 26215);
-  // The reduce-scatters keep the shared curve: 37450 ns each.
+  // The reduce-scatters keep the shared curve, 37450 ns, then sum the two ranks' 4096-element slices
+  // (read 2 x 8192 B, write 8192 B at 4800 GB/s: 4000 + 24576/4800 = 4005.12 -> 4006): 41456 ns each.
   for (size_t i = 0; i < p.plans[0].ops.size(); ++i) {
     if (p.plans[0].ops[i].kind == tf::core::OpKind::kReduceScatter) {
-      EXPECT_EQ(p.ranks[0].ops[i].end_ns - p.ranks[0].ops[i].start_ns, 37450);
+      EXPECT_EQ(p.ranks[0].ops[i].end_ns - p.ranks[0].ops[i].start_ns, 37450 + 4006);
     }
   }
 }

@@ -38,7 +38,12 @@ HardwareProfile full_profile() {
   p.gpu.hbm_copy_gbps = 3890;
   p.gpu.event_record_ns = 1234.5;
   p.gpu.event_sync_ns = 9876.25;
-  p.gpu.bf16_gemm_tflops_by_shape = {{1024, 4096, 4096, 612.75}, {8192, 8192, 8192, 781.0625}, {16, 4096, 4096, 55.5}};
+  p.gpu.optimizer_gbps = 2870.25;
+  p.gpu.bf16_gemm_tflops_by_shape = {{1024, 4096, 4096, 612.75},
+                                     {8192, 8192, 8192, 781.0625},
+                                     {16, 4096, 4096, 55.5},
+                                     {8192, 8192, 8192, 700.5, GemmPass::kInputGrad},
+                                     {8192, 8192, 4096, 650.25, GemmPass::kWeightGrad}};
   p.pcie.h2d_gbps = 53.7;
   p.pcie.d2h_gbps = 54.1;
   p.pcie.bidir_total_gbps = 83.2;
@@ -71,6 +76,7 @@ HardwareProfile full_profile() {
                           "gpu.kernel_launch_ns",
                           "gpu.hbm_copy_gbps",
                           "gpu.event_record_ns",
+                          "gpu.optimizer_gbps",
                           "gpu.event_sync_ns",
                           "gpu.bf16_gemm_tflops_by_shape",
                           "pcie.h2d_gbps",
@@ -142,7 +148,7 @@ TEST(HardwareWriter, ShippedProfilesRoundTrip) {
 
 TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   HardwareProfile p = full_profile();
-  p.gpu.hbm_copy_gbps = p.gpu.event_record_ns = p.gpu.event_sync_ns = 0;
+  p.gpu.hbm_copy_gbps = p.gpu.event_record_ns = p.gpu.event_sync_ns = p.gpu.optimizer_gbps = 0;
   p.gpu.bf16_gemm_tflops_by_shape.clear();
   p.pcie.pageable_h2d_gbps = p.pcie.copy_latency_ns = 0;
   p.intra_node.bus_gbps_by_message_bytes.clear();
@@ -150,11 +156,11 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   p.intra_node.reduce_scatter_bus_gbps_by_message_bytes.clear();
   p.cpu.optimizer_gparam_s_by_threads.clear();
   p.description.clear();
-  for (const char* key : {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "pcie.pageable_h2d_gbps",
-                          "pcie.copy_latency_ns"})
+  for (const char* key : {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "gpu.optimizer_gbps",
+                          "pcie.pageable_h2d_gbps", "pcie.copy_latency_ns"})
     p.sources.erase(key);  // zero without a source: not measured
   const std::string text = format_hardware_profile(p);
-  for (const char* key : {"hbm_copy_gbps", "event_record_ns", "event_sync_ns", "bf16_gemm_tflops_by_shape",
+  for (const char* key : {"hbm_copy_gbps", "event_record_ns", "event_sync_ns", "optimizer_gbps", "bf16_gemm_tflops_by_shape",
                           "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads", "description"})
     EXPECT_FALSE(contains(text, key)) << key;
   HardwareProfile q = parse_hardware_profile(text, "min.yaml");

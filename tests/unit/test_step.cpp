@@ -130,3 +130,47 @@ TEST(Step, ComputeFlopsAddUpToTheModel) {
   const double tokens = 8.0 * 2.0 * double(s.model.tokens_per_sample());
   EXPECT_NEAR(flops, s.model.train_flops_per_token(false) * tokens, 1e-6 * flops);
 }
+
+// The comm queue is a FIFO: the gather a backward needs must not sit behind a reduce-scatter that
+// waits for the backward before it (that serialized backward with every reduction).
+TEST(Step, BackwardGathersAreQueuedAheadOfTheReductionsBeforeThem) {
+  for (int prefetch : {1, 2, 3}) {
+    PlanSetup s(3, 2, 0.3);
+    StepConfig cfg;
+    cfg.prefetch_layers = prefetch;
+    cfg.clip_gradients = true;
+    const StepPlan p = plan_step(s.model, s.part, s.split, cfg);
+    const int L = int(s.model.layers.size());
+    std::vector<size_t> comm_pos(p.ops.size(), 0);
+    size_t pos = 0;
+    for (const Op& o : p.ops)
+      if (o.queue == Queue::kComm) comm_pos[o.id] = pos++;
+    for (const Op& b : p.ops) {
+      if (b.kind != OpKind::kBackward || b.layer >= L - 1) continue;
+      ASSERT_EQ(b.deps.size(), 1u);
+      const Op& gather = p.ops[b.deps[0]];
+      ASSERT_EQ(gather.kind, OpKind::kAllGather);
+      EXPECT_EQ(gather.layer, b.layer);
+      // the reduce-scatter of the layer after it (backward order: the one just before it) is queued later
+      const auto rs = std::find_if(p.ops.begin(), p.ops.end(), [&](const Op& o) {
+        return o.kind == OpKind::kReduceScatter && o.layer == b.layer + 1;
+      });
+      ASSERT_NE(rs, p.ops.end());
+      EXPECT_LT(comm_pos[gather.id], comm_pos[rs->id]) << "prefetch " << prefetch << " layer " << b.layer;
+    }
+  }
+}
+
+// The norm all-reduce carries the tile table: one sum of squares per 2048 elements of every layer + 1.
+TEST(Step, NormAllReduceCarriesTheTileTable) {
+  PlanSetup s(3, 2, 0.3);
+  StepConfig cfg;
+  cfg.clip_gradients = true;
+  const StepPlan p = plan_step(s.model, s.part, s.split, cfg);
+  int64_t tiles = 0;
+  for (int64_t n : s.part.layer_params) tiles += (n + 2047) / 2048;
+  const auto norm = std::find_if(p.ops.begin(), p.ops.end(), [](const Op& o) { return o.kind == OpKind::kNormAllReduce; });
+  ASSERT_NE(norm, p.ops.end());
+  EXPECT_EQ(norm->elems, tiles);
+  EXPECT_EQ(norm->bytes, 8 * (tiles + 1));
+}
