@@ -247,11 +247,12 @@ int run_calibration(const Options& o) {
   std::vector<core::Scenario> scenarios;
   for (const std::string& f : o.scenarios) scenarios.push_back(core::load_scenario(f));
   const std::vector<GemmCase> gemms = gemm_cases(o.quick, scenarios);
+  const size_t builtin_cases = gemm_cases(o.quick, {}).size();  // the rest are the scenarios' shapes
   const std::vector<int> threads = thread_counts(cores);
   const std::vector<int64_t> sizes = nccl_sizes(o.quick);
   // gemms, fp16 + fp32, 2 hbm, 8 pcie, 5 launch/event, the thread sweep, mem + 2 dma, nccl
   // the scenarios' shapes are timed on random data too, for the table (the data effect)
-  const int random_rows = o.gemm_relu ? int(gemms.size()) - int(gemm_cases(o.quick, {}).size()) : 0;
+  const int random_rows = o.gemm_relu ? int(gemms.size() - builtin_cases) : 0;
   const int steps = int(gemms.size()) + random_rows + 2 + 3 + 8 + 5 + int(threads.size()) + 3 +
                     (gpus > 1 ? 1 + 2 * int(sizes.size()) : 0);
   Calibration c(o, steps);
@@ -269,7 +270,6 @@ int run_calibration(const Options& o) {
   double best = 0;
   std::string best_what;
   cal::Stat best_stat;
-  const size_t builtin_cases = gemm_cases(o.quick, {}).size();
   const cal::GemmData table_data = o.gemm_relu ? cal::GemmData::kReluMlp : cal::GemmData::kRandom;
   for (size_t gi = 0; gi < gemms.size(); ++gi) {
     const GemmCase& g = gemms[gi];

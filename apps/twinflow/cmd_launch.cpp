@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
 #include "core/error.h"
 
@@ -121,11 +122,7 @@ int cmd_launch(const std::vector<std::string>& args) {
     throw core::InputError("no command: expected `twinflow launch --nproc-per-node N -- CMD ARGS...`");
   // `-- run SCENARIO ...`: a twinflow subcommand runs this same executable
   if (is_command(cmd[0])) {
-    char self[4096];
-    const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0)
-      throw core::RuntimeFailure("launch: cannot find this executable (/proc/self/exe) to run `" + cmd[0] + "`");
-    cmd.insert(cmd.begin(), std::string(self, size_t(len)));
+    cmd.insert(cmd.begin(), self_executable("launch: to run `" + cmd[0] + "`"));
   }
 
   struct sigaction sa {};

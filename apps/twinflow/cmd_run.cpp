@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/table.h"
 #include "backends/cpu/thread_pool.h"
@@ -62,21 +63,6 @@ std::string num(double v, int prec = 2) {
 }
 double ms(int64_t ns) { return double(ns) / 1e6; }
 double kind_ms(const backend::StepTimeline& t, core::OpKind k) { return ms(t.kind_ns[size_t(k)]); }
-
-std::vector<double> parse_ratios(const std::string& s) {
-  std::vector<double> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || end != item.c_str() + item.size() || !(v >= 0 && v <= 1))
-      throw core::InputError("--ratios '" + s + "': expected comma-separated ratios in [0, 1], e.g. 0.3,0.5,1");
-    out.push_back(v);
-  }
-  if (out.empty()) throw core::InputError("--ratios: no ratio given");
-  return out;
-}
 
 struct RunPoint {
   double requested = 0, actual = 0;
@@ -233,7 +219,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
   std::vector<double> ratios = {sc.cpu_ratio()};
   if (vm.count("ratio")) ratios = {vm["ratio"].as<double>()};
-  if (vm.count("ratios")) ratios = parse_ratios(vm["ratios"].as<std::string>());
+  if (vm.count("ratios")) ratios = parse_ratio_list(vm["ratios"].as<std::string>());
   for (double r : ratios)
     if (!(r >= 0 && r <= 1)) throw core::InputError("--ratio must be in [0, 1]");
 

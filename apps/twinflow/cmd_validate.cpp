@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/svg_plot.h"
 #include "apps/twinflow/table.h"
@@ -29,21 +30,6 @@ namespace fs = std::filesystem;
 namespace tf::app {
 namespace {
 
-std::vector<double> parse_ratio_list(const std::string& s) {
-  std::vector<double> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || end != item.c_str() + item.size() || !(v >= 0 && v <= 1))
-      throw core::InputError("--ratios '" + s + "': expected comma-separated ratios in [0, 1], e.g. 0,0.1,0.5,1");
-    out.push_back(v);
-  }
-  if (out.empty()) throw core::InputError("--ratios: no ratio given");
-  return out;
-}
-
 std::string ratio_text(double r) {
   std::ostringstream os;
   os << r;
@@ -52,11 +38,7 @@ std::string ratio_text(double r) {
 
 // Runs this executable with `args` (a twinflow subcommand) and returns its exit code.
 int run_self(const std::vector<std::string>& args) {
-  char self[4096];
-  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) throw core::RuntimeFailure("validate: cannot find this executable (/proc/self/exe)");
-  self[len] = '\0';
-  std::vector<std::string> all = {self};
+  std::vector<std::string> all = {self_executable("validate")};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : all) argv.push_back(a.data());

@@ -47,12 +47,19 @@ double median(std::vector<double> v) {
 
 double ms(int64_t ns) { return double(ns) / 1e6; }
 
-// Median over the steady steps of f(step).
+// f(step) of the steady steps: all but the first (which pays for first-touch and cuBLAS/NCCL set-up),
+// or the only one.
 template <class F>
-double steady_median(const MeasuredPoint& p, F f) {
+std::vector<double> steady_values(const MeasuredPoint& p, F f) {
   std::vector<double> v;
   for (const MeasuredPoint::Step& s : p.steps)
     if (s.step > 1 || p.steps.size() == 1) v.push_back(f(s));
+  return v;
+}
+
+template <class F>
+double steady_median(const MeasuredPoint& p, F f) {
+  std::vector<double> v = steady_values(p, f);
   return v.empty() ? 0.0 : median(std::move(v));
 }
 
@@ -119,9 +126,7 @@ MeasuredSweep load_measured_sweep(const std::string& file) {
 }
 
 SteadyStat steady_step_ms(const MeasuredPoint& p) {
-  std::vector<double> v;
-  for (const MeasuredPoint::Step& s : p.steps)
-    if (s.step > 1 || p.steps.size() == 1) v.push_back(ms(s.step_ns));
+  const std::vector<double> v = steady_values(p, [](const MeasuredPoint::Step& s) { return ms(s.step_ns); });
   SteadyStat st;
   if (v.empty()) return st;
   st.steps = int(v.size());
