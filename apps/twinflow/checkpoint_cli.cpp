@@ -38,8 +38,8 @@ std::optional<std::filesystem::path> resume_option(const po::variables_map& vm, 
 ScenarioTexts scenario_texts(const core::Scenario& sc) {
   ScenarioTexts t;
   t.scenario =
-      sc.file.empty() ? std::string(core::default_scenario_text()) : config::read_document(sc.file, "scenario");
-  if (!sc.ds_config_file.empty()) t.ds_config = config::read_document(sc.ds_config_file, "ds_config");
+      sc.file.empty() ? std::string(core::default_scenario_text()) : core::config::read_document(sc.file, "scenario");
+  if (!sc.ds_config_file.empty()) t.ds_config = core::config::read_document(sc.ds_config_file, "ds_config");
   return t;
 }
 

@@ -5,7 +5,6 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -59,36 +58,13 @@ struct ReplayOptions {
   int ranks = 8;        // ranks published
 };
 
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-// SIGINT/SIGTERM end the replay (and the linger) cleanly while it lives; the previous handlers come back after.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    old_int_ = std::signal(SIGINT, on_stop_signal);
-    old_term_ = std::signal(SIGTERM, on_stop_signal);
-  }
-  ~StopSignals() {
-    std::signal(SIGINT, old_int_);
-    std::signal(SIGTERM, old_term_);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  void (*old_int_)(int) = SIG_DFL;
-  void (*old_term_)(int) = SIG_DFL;
-};
-
 // Sleeps `seconds` of wall time (forever if negative); false when a stop signal arrived.
-bool sleep_unless_stopped(double seconds) {
+bool sleep_unless_stopped(double seconds, const StopSignals& signals) {
   using Clock = std::chrono::steady_clock;
   const bool forever = seconds < 0;
   const auto end = Clock::now() +
                    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(forever ? 0.0 : seconds));
-  while (!g_stop_signal) {
+  while (!signals.requested()) {
     const auto now = Clock::now();
     if (!forever && now >= end) return true;
     std::this_thread::sleep_for(forever ? std::chrono::milliseconds(50)
@@ -104,7 +80,8 @@ void replay_metrics(const core::Scenario& sc, const std::vector<backend::sim::Si
   if (feasible.empty())
     throw core::InputError("--metrics-port: no simulated ratio fits in memory, so there is no step to replay");
   metrics::Registry registry;
-  StopSignals signals;
+  // SIGINT/SIGTERM end the replay (and the linger) cleanly
+  const StopSignals signals("\nmetrics: stopping (signal again to exit at once)\n");
   metrics::MetricsServer server(registry, ro.server);
   std::cout << "metrics: serving " << server.url() << " (health: /healthz)" << std::endl;
   int64_t step = 0;
@@ -116,7 +93,7 @@ void replay_metrics(const core::Scenario& sc, const std::vector<backend::sim::Si
               << samples.size() << " rank(s): " << fmt(step_s * 1e3, 1) << " ms simulated, "
               << fmt(step_s * ro.pace * 1e3, 1) << " ms wall per step (pace " << ro.pace << ")" << std::endl;
     for (int64_t i = 0; i < ro.steps && !stopped; ++i) {
-      stopped = !sleep_unless_stopped(step_s * ro.pace);  // the step runs, then its metrics appear
+      stopped = !sleep_unless_stopped(step_s * ro.pace, signals);  // the step runs, then its metrics appear
       if (stopped) break;
       ++step;
       for (size_t r = 0; r < samples.size(); ++r) {
@@ -132,10 +109,10 @@ void replay_metrics(const core::Scenario& sc, const std::vector<backend::sim::Si
               << (ro.linger_s < 0 ? std::string("serving until interrupted (Ctrl-C)")
                                   : "serving for " + fmt(ro.linger_s, 1) + " s more")
               << std::endl;
-    stopped = !sleep_unless_stopped(ro.linger_s);
+    stopped = !sleep_unless_stopped(ro.linger_s, signals);
   }
   if (stopped)
-    std::cout << "metrics: stopped by signal " << int(g_stop_signal) << " after " << step << " steps" << std::endl;
+    std::cout << "metrics: stopped by signal " << signals.signal() << " after " << step << " steps" << std::endl;
   const metrics::ServerStats st = server.stats();
   server.stop();
   std::cout << "metrics: served " << st.scrapes << " scrape(s)" << std::endl;

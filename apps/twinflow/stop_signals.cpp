@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <stdexcept>
 
 namespace tf::app {
@@ -12,6 +13,8 @@ namespace tf::app {
 namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;  // the first signal, 0 until one arrives
+const char* g_announce = "";              // written on the first signal
+size_t g_announce_bytes = 0;
 std::atomic<bool> g_installed{false};
 struct sigaction g_old_term, g_old_int;
 
@@ -25,17 +28,16 @@ extern "C" void on_stop_signal(int sig) {
     ::_exit(128 + sig);
   }
   g_stop_signal = sig;
-  static const char kSoon[] =
-      "\ntwinflow: stop requested: finishing the current step, then saving a checkpoint when checkpoint.dir is "
-      "set (signal again to exit at once)\n";
-  say(kSoon, sizeof kSoon - 1);
+  say(g_announce, g_announce_bytes);
 }
 
 }  // namespace
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(const char* announce) {
   if (g_installed.exchange(true)) throw std::logic_error("StopSignals: only one instance at a time");
   g_stop_signal = 0;
+  g_announce = announce;
+  g_announce_bytes = std::strlen(announce);
   struct sigaction sa = {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
