@@ -4,11 +4,9 @@
 
 #include <algorithm>
 #include <bit>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <random>
 #include <span>
 #include <thread>
@@ -24,18 +22,6 @@ namespace tf::test {
 
 // Threads standing in for ranks: the AND barrier the functional simulator uses too.
 using AndBarrier = core::AndBarrier;
-}
-
-private:
-std::mutex mu_;
-std::condition_variable cv_;
-int n_;
-int arrived_ = 0;
-bool all_ok_ = true;
-bool result_ = true;
-uint64_t gen_ = 0;
-}
-;
 
 // The bits every checkpoint of `tag` holds for array `a` at model element `e`: any 32-bit pattern
 // (NaN payloads, subnormals, -0 included), so a single flipped or converted bit shows.

@@ -72,7 +72,8 @@ contains "$tmp/err" "start without --resume" "no checkpoint: says what to do"
 sed 's/^name: ckpt-e2e/name: ckpt-e2e\nworkload: {seed: 9}/' "$tmp/mlp.yaml" >"$tmp/seed.yaml"
 expect 2 "--resume with another seed" -- "$tf" simulate "$tmp/seed.yaml" --functional --steps 12 --resume latest
 contains "$tmp/err" "set workload.seed: 1 to continue that run" "another seed names the fix"
-# a flipped bit in the newest checkpoint's data: the file, the checksum, and the earlier checkpoint to use
+# a flipped bit in the newest checkpoint's data (step-11; keep 2 left step-10 beside it): the file, the
+# checksum, and the earlier checkpoint to use
 python3 - "$tmp/ck/step-11/rank-00000.data" <<'PY'
 import sys
 with open(sys.argv[1], "r+b") as f:
@@ -84,7 +85,7 @@ PY
 expect 2 "damaged checkpoint" -- "$tf" simulate "$tmp/mlp.yaml" --functional --steps 12 --resume latest
 contains "$tmp/err" "ck/step-11/rank-00000.data" "damage names the file"
 contains "$tmp/err" "fails its checksum" "damage names the check"
-contains "$tmp/err" "resume from the earlier checkpoint $tmp/ck/step-9" "damage says what to do"
+contains "$tmp/err" "resume from the earlier checkpoint $tmp/ck/step-10" "damage says what to do"
 
 # ---- SIGTERM: finish the step, save, exit 0; the resume continues bit for bit ----
 scenario "$tmp/long.yaml" 100000 "checkpoint: {dir: long, every_steps: 25, keep: 1}"
