@@ -14,21 +14,15 @@
 #include "core/error.h"
 #include "core/hf_names.h"
 #include "core/optim/dtype.h"
+#include "tests/bit_diff.h"
 #include "tests/temp_dir.h"
 
 using namespace tf;
 using backend::sim::FunctionalConfig;
 using backend::sim::FunctionalResult;
+using test::first_diff;
 
 namespace {
-
-// First element whose bits differ, or -1 (-2: sizes differ).
-int64_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return -2;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], 4) != 0) return int64_t(i);
-  return -1;
-}
 
 // The toy MLP: every rank of 4 holds several 2048-element tiles of each layer.
 core::ModelDesc toy() { return core::describe_model(core::make_mlp({128, 256, 256, 128})); }
