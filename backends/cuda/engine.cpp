@@ -414,9 +414,8 @@ class EngineImpl final : public Engine {
     co.pin_threads = cfg_.pin_threads;
     co.cpus = cfg_.cpu_cpus;
     const auto segment = [&] {
-      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),  h_s2_.as<float>(),
-                                     h_grad_.as<void>(),    h_copy_.as<void>(), s_.step.grad_dtype,
-                                     core::DType::kBF16};
+      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),  h_s2_.as<float>(), h_grad_.as<void>(),
+                                     h_copy_.as<void>(),    s_.step.grad_dtype, core::DType::kBF16};
       cpu_ = std::make_unique<cpu::CpuSegment>(co, s_.policy.kind, bufs, cpu::segment_ranges(split_));
       cpu_->first_touch();
     };
@@ -759,6 +758,10 @@ class EngineImpl final : public Engine {
   // order, and the checks and copies of snapshot_optimizer / restore_optimizer.
   std::vector<std::pair<DeviceMemory*, HostBuffer*>> optimizer_segments();
   void check_checkpoint_arrays(size_t count, const std::function<size_t(size_t)>& size_of);
+  // The CPU segment's array `a` (cpu_elems fp32), copied out by the optimizer's threads / copied in:
+  // the only places a checkpoint touches the host state.
+  void cpu_segment_to(size_t a, float* dst);
+  void cpu_segment_from(size_t a, const float* src);
   void restore_bf16_copy(std::span<const float> master);
   void begin_step();
   void run_issuers();
@@ -1007,17 +1010,23 @@ void EngineImpl::snapshot_optimizer(std::span<const std::span<float>> arrays) {
   const cudaStream_t s = stream_of(core::Queue::kD2H);
   for (size_t a = 0; a < segs.size() && g; ++a)
     TF_CUDA_CHECK(cudaMemcpyAsync(arrays[a].data(), segs[a].first->get(), g * 4, cudaMemcpyDeviceToHost, s));
-  cpu::ThreadPool& pool = cpu_->backend().pool();
-  for (size_t a = 0; a < segs.size() && n; ++a) {
-    const float* src = segs[a].second->as<float>();
-    float* dst = arrays[a].data() + g;
-    pool.run(pool.size(), [&](size_t w) {
-      size_t b = 0, e = 0;
-      cpu::ThreadPool::split(n, pool.size(), w, b, e);
-      std::memcpy(dst + b, src + b, (e - b) * 4);
-    });
-  }
+  for (size_t a = 0; a < segs.size() && n; ++a) cpu_segment_to(a, arrays[a].data() + g);
   TF_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void EngineImpl::cpu_segment_to(size_t a, float* dst) {
+  const size_t n = size_t(split_.cpu_elems);
+  const float* src = optimizer_segments()[a].second->as<float>();
+  cpu::ThreadPool& pool = cpu_->backend().pool();
+  pool.run(pool.size(), [&](size_t w) {
+    size_t b = 0, e = 0;
+    cpu::ThreadPool::split(n, pool.size(), w, b, e);
+    std::memcpy(dst + b, src + b, (e - b) * 4);
+  });
+}
+
+void EngineImpl::cpu_segment_from(size_t a, const float* src) {
+  std::memcpy(optimizer_segments()[a].second->as<float>(), src, size_t(split_.cpu_elems) * 4);
 }
 
 // The bf16 copy of the whole shard (both segments' parts live on the device), rounded from master on
@@ -1047,7 +1056,7 @@ void EngineImpl::restore_optimizer(std::span<const std::vector<float>> arrays, c
   const auto segs = optimizer_segments();
   for (size_t a = 0; a < segs.size(); ++a) {
     if (g) TF_CUDA_CHECK(cudaMemcpy(segs[a].first->get(), whole[a].data(), g * 4, cudaMemcpyHostToDevice));
-    if (n) std::memcpy(segs[a].second->as<float>(), whole[a].data() + g, n * 4);
+    if (n) cpu_segment_from(a, whole[a].data() + g);
   }
   restore_bf16_copy(arrays[0]);
   step_ = int(pos.step);
