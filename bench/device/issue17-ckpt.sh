@@ -4,8 +4,8 @@
 #  1. tf_cuda_tests' EngineCheckpoint.*: synthetic, MLP and decoder resumes bit-identical to uninterrupted
 #     runs, with the ratio changed on resume, and a stop signal's synchronous save;
 #  2. the decoder (GPT-2 124M, seq 1024, micro-batch 8, AdamW, clip 1.0, real tokens) at ratio 0.3: an
-#     uninterrupted 16-step run (checkpoints every 4 steps) with --save-master; a run killed with SIGKILL
-#     mid-run once its step-8 checkpoint is committed, resumed from the latest checkpoint to step 16 with
+#     uninterrupted 24-step run (checkpoints every 4 steps) with --save-master; a run killed with SIGKILL
+#     mid-run once its step-8 checkpoint is committed, resumed from the latest checkpoint to step 24 with
 #     --save-master; the two master-weight files compared with cmp;
 #  3. the figures: save GB/s (this rank's data over its write time), the training stall of each
 #     background save against a synchronous save (snapshot + write + commit), the resume's load GB/s with
@@ -35,7 +35,7 @@ scenario() {  # scenario FILE DIR
 name: issue17-gpt2-124m
 model: {preset: gpt2-124m, seq: 1024}
 cluster: {profile: h100-80gb-16core, gpus_per_node: 1, cpu_cores_per_gpu: 16}
-training: {micro_batch: 8, grad_accum: 1, steps: 16, precision: bf16, gradient_clipping: 1.0}
+training: {micro_batch: 8, grad_accum: 1, steps: 24, precision: bf16, gradient_clipping: 1.0}
 optimizer: {type: adamw, params: {lr: 1.0e-4, betas: [0.9, 0.95], eps: 1.0e-8, weight_decay: 0.1}}
 zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.3, pin_memory: true}}
 data: {train: $PWD/data/tokens/pydocs-licenses-gpt2.bin}
@@ -46,9 +46,9 @@ YAML
 scenario "$W/whole.yaml" "$W/ck-whole"
 scenario "$W/killed.yaml" "$W/ck-killed"
 
-step "2a. uninterrupted: 16 steps, saves after 4, 8, 12, 16 [~40 s]"
+step "2a. uninterrupted: 24 steps, saves after 4, 8, ..., 24 [~40 s]"
 timeout 120 $TF run "$W/whole.yaml" --ratio 0.3 --save-master "$W/whole.master" > "$OUT/whole.log" 2>&1
-echo "rc $?"; grep -E "^checkpoint |step 16/" "$OUT/whole.log"
+echo "rc $?"; grep -E "^checkpoint |step 24/" "$OUT/whole.log"
 
 step "2b. killed with SIGKILL after its step-8 checkpoint [~30 s]"
 $TF run "$W/killed.yaml" --ratio 0.3 --steps 1000 > "$OUT/killed.log" 2>&1 &
@@ -58,11 +58,11 @@ for _ in $(seq 900); do  # up to 90 s
   kill -0 $pid 2>/dev/null || break
   sleep 0.1
 done
-sleep 0.5  # mid-step 9 or 10
+sleep 0.2  # a few steps later (the save ran in the background): mid-run, before step 24's save
 kill -9 $pid; wait $pid 2>/dev/null
 echo "killed after: $(grep -oE 'step [0-9]+/1000' "$OUT/killed.log" | tail -1); left: $(ls "$W/ck-killed" | tr '\n' ' ')"
 
-step "2c. resumed from the latest checkpoint to step 16, files dropped from the page cache [~30 s]"
+step "2c. resumed from the latest checkpoint to step 24, files dropped from the page cache [~30 s]"
 python3 - "$W/ck-killed" <<'PY'
 import glob, os, sys
 for f in glob.glob(sys.argv[1] + "/step-*/*"):
@@ -70,7 +70,7 @@ for f in glob.glob(sys.argv[1] + "/step-*/*"):
 PY
 timeout 120 $TF run "$W/killed.yaml" --ratio 0.3 --resume latest --save-master "$W/resumed.master" \
   > "$OUT/resumed.log" 2>&1
-echo "rc $?"; grep -E "^resumed from|^checkpoint |step 16/" "$OUT/resumed.log"
+echo "rc $?"; grep -E "^resumed from|^checkpoint |step 24/" "$OUT/resumed.log"
 if cmp "$W/whole.master" "$W/resumed.master"; then
   echo "RESUME BIT-IDENTICAL: $(stat -c %s "$W/whole.master") bytes of fp32 master weights equal (cmp)" | tee "$OUT/cmp.txt"
 else
