@@ -16,10 +16,12 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -183,6 +185,9 @@ class EngineImpl final : public Engine {
   StepReport step() override;
   std::vector<std::pair<int64_t, float>> master_weights() override;
   std::vector<std::pair<int64_t, float>> last_gradients() override;
+  core::TrainingPosition position() const override { return {step_, opt_step_, scaler_}; }
+  void snapshot_optimizer(std::span<const std::span<float>> arrays) override;
+  void restore_optimizer(std::span<const std::vector<float>> arrays, const core::TrainingPosition& pos) override;
   int64_t gpu_bytes_in_use() override {
     DeviceGuard guard(cfg_.device);
     size_t free_b = 0, total_b = 0;
@@ -409,9 +414,8 @@ class EngineImpl final : public Engine {
     co.pin_threads = cfg_.pin_threads;
     co.cpus = cfg_.cpu_cpus;
     const auto segment = [&] {
-      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),  h_s2_.as<float>(),
-                                     h_grad_.as<void>(),    h_copy_.as<void>(), s_.step.grad_dtype,
-                                     core::DType::kBF16};
+      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),  h_s2_.as<float>(), h_grad_.as<void>(),
+                                     h_copy_.as<void>(),    s_.step.grad_dtype, core::DType::kBF16};
       cpu_ = std::make_unique<cpu::CpuSegment>(co, s_.policy.kind, bufs, cpu::segment_ranges(split_));
       cpu_->first_touch();
     };
@@ -750,6 +754,15 @@ class EngineImpl final : public Engine {
     return *decision_;
   }
 
+  // Checkpoints: the optimizer's arrays as (GPU segment, CPU segment) pairs in core::checkpoint_arrays'
+  // order, and the checks and copies of snapshot_optimizer / restore_optimizer.
+  std::vector<std::pair<DeviceMemory*, HostBuffer*>> optimizer_segments();
+  void check_checkpoint_arrays(size_t count, const std::function<size_t(size_t)>& size_of);
+  // The CPU segment's array `a` (cpu_elems fp32), copied out by the optimizer's threads / copied in:
+  // the only places a checkpoint touches the host state.
+  void cpu_segment_to(size_t a, float* dst);
+  void cpu_segment_from(size_t a, const float* src);
+  void restore_bf16_copy(std::span<const float> master);
   void begin_step();
   void run_issuers();
   std::vector<std::pair<int64_t, float>> owned(const std::function<float(int64_t)>& value_of) const;
@@ -966,7 +979,122 @@ std::vector<std::pair<int64_t, float>> EngineImpl::last_gradients() {
   });
 }
 
+// ---- checkpoints (docs/ARCHITECTURE.md, "Checkpoints") -------------------------------------------------
+
+std::vector<std::pair<DeviceMemory*, HostBuffer*>> EngineImpl::optimizer_segments() {
+  std::vector<std::pair<DeviceMemory*, HostBuffer*>> out = {{&d_master_, &h_master_}, {&d_s1_, &h_s1_}};
+  if (core::state_count(s_.policy.kind) == 2) out.push_back({&d_s2_, &h_s2_});
+  return out;
+}
+
+void EngineImpl::check_checkpoint_arrays(size_t count, const std::function<size_t(size_t)>& size_of) {
+  if (failed_) throw core::RuntimeFailure("engine: an earlier step failed; its state cannot be checkpointed");
+  const size_t want = optimizer_segments().size();
+  if (count != want)
+    throw core::InputError("engine checkpoint: " + std::to_string(count) + " arrays; " +
+                           std::string(core::optimizer_name(s_.policy.kind)) + " has " + std::to_string(want));
+  for (size_t a = 0; a < count; ++a)
+    if (size_of(a) != size_t(shard_.elems))
+      throw core::InputError("engine checkpoint: array " + std::to_string(a) + " has " + std::to_string(size_of(a)) +
+                             " elements; this rank's shard has " + std::to_string(shard_.elems));
+}
+
+// The GPU segment's arrays go home on the d2h stream while the CPU segment's are copied by the
+// optimizer's threads (memory-bound: the pool's split).
+void EngineImpl::snapshot_optimizer(std::span<const std::span<float>> arrays) {
+  check_checkpoint_arrays(arrays.size(), [&](size_t a) { return arrays[a].size(); });
+  DeviceGuard guard(cfg_.device);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());  // the last step's updates have landed
+  const size_t g = size_t(split_.gpu_elems), n = size_t(split_.cpu_elems);
+  const auto segs = optimizer_segments();
+  const cudaStream_t s = stream_of(core::Queue::kD2H);
+  for (size_t a = 0; a < segs.size() && g; ++a)
+    TF_CUDA_CHECK(cudaMemcpyAsync(arrays[a].data(), segs[a].first->get(), g * 4, cudaMemcpyDeviceToHost, s));
+  for (size_t a = 0; a < segs.size() && n; ++a) cpu_segment_to(a, arrays[a].data() + g);
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void EngineImpl::cpu_segment_to(size_t a, float* dst) {
+  const size_t n = size_t(split_.cpu_elems);
+  const float* src = optimizer_segments()[a].second->as<float>();
+  cpu::ThreadPool& pool = cpu_->backend().pool();
+  pool.run(pool.size(), [&](size_t w) {
+    size_t b = 0, e = 0;
+    cpu::ThreadPool::split(n, pool.size(), w, b, e);
+    std::memcpy(dst + b, src + b, (e - b) * 4);
+  });
+}
+
+void EngineImpl::cpu_segment_from(size_t a, const float* src) {
+  std::memcpy(optimizer_segments()[a].second->as<float>(), src, size_t(split_.cpu_elems) * 4);
+}
+
+// The bf16 copy of the whole shard (both segments' parts live on the device), rounded from master on
+// the host a chunk at a time.
+void EngineImpl::restore_bf16_copy(std::span<const float> master) {
+  constexpr size_t kChunk = size_t(1) << 24;
+  std::vector<uint16_t> lp;  // (chunk) bf16
+  for (size_t c0 = 0; c0 < master.size(); c0 += kChunk) {
+    const size_t n = std::min(kChunk, master.size() - c0);
+    lp.resize(n);
+    for (size_t j = 0; j < n; ++j) lp[j] = core::f32_to_bf16(master[c0 + j]);
+    TF_CUDA_CHECK(cudaMemcpy(d_lp_.as<uint16_t>() + c0, lp.data(), n * 2, cudaMemcpyHostToDevice));
+  }
+}
+
+void EngineImpl::restore_optimizer(std::span<const std::vector<float>> arrays, const core::TrainingPosition& pos) {
+  check_checkpoint_arrays(arrays.size(), [&](size_t a) { return arrays[a].size(); });
+  DeviceGuard guard(cfg_.device);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> state1 = arrays[1];  // (shard) fp32: padding takes the optimizer's initial state
+  for (const core::ShardPiece& p : shard_.pieces)
+    std::fill(state1.begin() + p.shard_offset + p.real_count, state1.begin() + p.shard_offset + p.count,
+              initial_state1());
+  std::vector<std::span<const float>> whole(arrays.begin(), arrays.end());
+  whole[1] = state1;
+  const size_t g = size_t(split_.gpu_elems), n = size_t(split_.cpu_elems);
+  const auto segs = optimizer_segments();
+  for (size_t a = 0; a < segs.size(); ++a) {
+    if (g) TF_CUDA_CHECK(cudaMemcpy(segs[a].first->get(), whole[a].data(), g * 4, cudaMemcpyHostToDevice));
+    if (n) cpu_segment_from(a, whole[a].data() + g);
+  }
+  restore_bf16_copy(arrays[0]);
+  step_ = int(pos.step);
+  opt_step_ = pos.optimizer_step;
+  scaler_ = pos.loss_scaler;
+  last_scale_ = scaler_.scale;
+}
+
 }  // namespace
+
+core::HostAllocator pinned_host_allocator() {
+  // cudaHostAlloc where it succeeds, else page-aligned heap: `heap` remembers which pointers are which.
+  auto heap = std::make_shared<std::pair<std::mutex, std::vector<void*>>>();
+  core::HostAllocator a;
+  a.allocate = [heap](size_t bytes) -> void* {
+    void* p = nullptr;
+    if (bytes == 0) return nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) == cudaSuccess) return p;
+    (void)cudaGetLastError();
+    p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    std::lock_guard lk(heap->first);
+    heap->second.push_back(p);
+    return p;
+  };
+  a.release = [heap](void* p) {
+    {
+      std::lock_guard lk(heap->first);
+      auto it = std::find(heap->second.begin(), heap->second.end(), p);
+      if (it != heap->second.end()) {
+        heap->second.erase(it);
+        std::free(p);
+        return;
+      }
+    }
+    (void)cudaFreeHost(p);
+  };
+  return a;
+}
 
 std::unique_ptr<Engine> Engine::create(EngineConfig cfg) { return std::make_unique<EngineImpl>(std::move(cfg)); }
 

@@ -4,13 +4,16 @@
 
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/reference/decoder_ref.h"
+#include "core/and_barrier.h"
 #include "core/error.h"
 #include "core/init.h"
 #include "core/local_kernels.h"
@@ -20,6 +23,7 @@
 #include "core/step_decision.h"
 #include "core/synthetic_workload.h"
 #include "core/token_data.h"
+#include "core/training_checkpoint.h"
 #include "core/twinflow.h"
 
 namespace tf::backend::sim {
@@ -135,7 +139,35 @@ void check_config(const core::ModelDesc& m, const FunctionalConfig& c) {
     throw core::InputError("functional simulation: micro_batch must be >= 1");
   if (c.workload != core::WorkloadType::kSynthetic && !decoder_workload(c))
     throw core::InputError("functional simulation: the workload must be synthetic or decoder");
+  if (c.checkpoints.every_steps < 0)
+    throw core::InputError("functional simulation: checkpoint.every_steps must be >= 0");
   core::validate(c.kind, c.hp);
+}
+
+// The initial value of the optimizer's first state (Adagrad's sum starts at initial_accumulator_value).
+float initial_state1(const FunctionalConfig& c) {
+  return c.kind == core::OptimizerKind::kAdagrad ? float(c.hp.initial_accumulator_value) : 0.f;
+}
+
+// What every checkpoint of this run records besides its position.
+core::CheckpointRecord checkpoint_record(const FunctionalConfig& c) {
+  return {
+      c.seed, c.micro_shards, {c.world, c.stage, c.ratio}, c.checkpoints.scenario_text, c.checkpoints.ds_config_text};
+}
+
+// The first error of the ranks' saves, preferring a rank's own over "another rank failed".
+void rethrow_first(const std::vector<std::exception_ptr>& errors) {
+  std::exception_ptr first;
+  for (const std::exception_ptr& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      if (std::string(x.what()).find("another rank failed") == std::string::npos) std::rethrow_exception(e);
+    }
+    if (!first) first = e;
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 core::StepPolicy policy(const FunctionalConfig& c) {
@@ -174,21 +206,32 @@ class FunctionalRun {
     for (const Rank& k : ranks_)
       if (k.plan.ops.size() != plan().ops.size())
         throw core::RuntimeFailure("functional simulation: ranks planned different steps");
+    if (!c.checkpoints.resume.empty()) resume(c.checkpoints.resume);
+    if (!c.checkpoints.dir.empty()) make_writers();
     res_.queue_order.assign(size_t(W_), QueueOrder{});
     full_.assign(size_t(model.total_params), 0);  // the model every rank starts from
     for (const Rank& k : ranks_) gather_into_full(k, nullptr);
   }
 
   FunctionalResult run() {
-    for (int step = 1; step <= c_.steps; ++step) run_step(step);
-    res_.master.assign(size_t(model_.total_params), 0.f);
-    for (const Rank& k : ranks_)
-      for (const core::ShardPiece& p : shard(k).pieces)
-        for (int64_t j = 0; j < p.real_count; ++j) {
-          const size_t o = size_t(p.shard_offset + j);
-          res_.master[size_t(layer_first_[p.layer] + p.layer_offset + j)] =
-              o < k.gp.size() ? k.gp[o] : k.cp[o - k.gp.size()];
-        }
+    res_.first_step = int(first_step_);
+    for (int step = int(first_step_); step <= c_.steps; ++step) {
+      run_step(step);
+      res_.last_step = step;
+      const FunctionalCheckpoints& ck = c_.checkpoints;
+      const bool stop = step < c_.steps && ck.stop_requested && ck.stop_requested();
+      if (!writers_.empty() && (stop || core::checkpoint_due(ck.every_steps, step, c_.steps))) save(step);
+      if (stop) {
+        res_.stopped = true;
+        break;
+      }
+    }
+    collect_saves();  // the last save is synchronous
+    res_.master = model_order(&Rank::gp, &Rank::cp);
+    res_.states.push_back(model_order(&Rank::gm, &Rank::cm));
+    if (two_) res_.states.push_back(model_order(&Rank::gv, &Rank::cv));
+    res_.loss_scaler = scaler_;
+    res_.optimizer_step = opt_step_;
     return std::move(res_);
   }
 
@@ -210,7 +253,7 @@ class FunctionalRun {
 
   Rank make_rank(int r) {
     const core::RankShard& s = part_.ranks[size_t(r)];
-    const float init1 = c_.kind == core::OptimizerKind::kAdagrad ? float(c_.hp.initial_accumulator_value) : 0.f;
+    const float init1 = initial_state1(c_);
     Rank k;
     k.rank = r;
     k.split = core::split_shard(s, c_.ratio, part_.opt.align_elems);
@@ -228,6 +271,108 @@ class FunctionalRun {
         k.bf16[o] = core::f32_to_bf16(w);
       }
     return k;
+  }
+
+  // One array of every rank (its GPU segment `g`, then its CPU segment `c`) in model order, real
+  // parameters only.
+  std::vector<float> model_order(std::vector<float> Rank::*g, std::vector<float> Rank::*c) const {
+    std::vector<float> out(size_t(model_.total_params), 0.f);
+    for (const Rank& k : ranks_)
+      for (const core::ShardPiece& p : shard(k).pieces)
+        for (int64_t j = 0; j < p.real_count; ++j) {
+          const size_t o = size_t(p.shard_offset + j), gn = (k.*g).size();
+          out[size_t(layer_first_[p.layer] + p.layer_offset + j)] = o < gn ? (k.*g)[o] : (k.*c)[o - gn];
+        }
+    return out;
+  }
+
+  // ---- checkpoints (docs/ARCHITECTURE.md, "Checkpoints") ------------------------------------------------
+
+  // A rank's optimizer arrays as a checkpoint holds them (core::checkpoint_arrays' order), each one
+  // shard: the GPU segment then the CPU segment.
+  std::vector<std::pair<std::vector<float>*, std::vector<float>*>> segments(Rank& k) const {
+    std::vector<std::pair<std::vector<float>*, std::vector<float>*>> out = {{&k.gp, &k.cp}, {&k.gm, &k.cm}};
+    if (two_) out.push_back({&k.gv, &k.cv});
+    return out;
+  }
+
+  // Every rank's shard from the checkpoint (any layout wrote it), its bf16 copy rounded from master,
+  // and the position, scaler and optimizer step to continue from.
+  void resume(const std::filesystem::path& dir) {
+    const core::CheckpointReader reader(dir);
+    const core::TrainingPosition pos =
+        core::check_resume(reader, {&model_, c_.kind, c_.seed, c_.micro_shards, c_.steps, c_.loss_scaler});
+    for (Rank& k : ranks_) {
+      const core::RankShard& s = shard(k);
+      const std::vector<std::vector<float>> arrays =
+          reader.read(core::shard_spans(part_, s.pieces), s.elems, reader.arrays());
+      const core::SegmentArrays seg = core::split_segments(arrays, k.split.gpu_elems);
+      const auto dst = segments(k);
+      for (size_t a = 0; a < dst.size(); ++a) {
+        dst[a].first->assign(seg.gpu[a].begin(), seg.gpu[a].end());
+        dst[a].second->assign(seg.cpu[a].begin(), seg.cpu[a].end());
+      }
+      for (const core::ShardPiece& p : s.pieces)  // padding: the state's initial value, as at step 0
+        for (int64_t j = p.real_count; j < p.count; ++j) {
+          const size_t o = size_t(p.shard_offset + j), g = k.gm.size();
+          (o < g ? k.gm[o] : k.cm[o - g]) = initial_state1(c_);
+        }
+      for (size_t o = 0; o < k.bf16.size(); ++o)
+        k.bf16[o] = core::f32_to_bf16(o < k.gp.size() ? k.gp[o] : k.cp[o - k.gp.size()]);
+    }
+    first_step_ = pos.step + 1;
+    opt_step_ = pos.optimizer_step;
+    scaler_ = pos.loss_scaler;
+  }
+
+  void make_writers() {
+    const FunctionalCheckpoints& ck = c_.checkpoints;
+    barrier_ = std::make_unique<core::AndBarrier>(W_);
+    for (const Rank& k : ranks_) {
+      core::CheckpointWriterOptions o;
+      o.root = ck.dir;
+      o.keep = ck.keep;
+      o.rank = k.rank;
+      o.world = W_;
+      if (W_ > 1) o.barrier = barrier_->callback();
+      o.io_threads = 1;  // small shards, many ranks in one process
+      const core::RankShard& s = shard(k);
+      writers_.push_back(std::make_unique<core::CheckpointWriter>(model_, c_.kind, core::shard_spans(part_, s.pieces),
+                                                                  s.elems, std::move(o)));
+    }
+  }
+
+  // Every rank snapshots its arrays and starts writing on its writer's thread; the run goes on.
+  void save(int step) {
+    collect_saves();
+    const core::CheckpointMeta meta = core::checkpoint_meta({step, opt_step_, scaler_}, checkpoint_record(c_));
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const std::vector<std::span<float>> staging = writers_[r]->begin_snapshot();
+      const auto src = segments(ranks_[r]);
+      for (size_t a = 0; a < src.size(); ++a) {
+        std::copy(src[a].first->begin(), src[a].first->end(), staging[a].begin());
+        std::copy(src[a].second->begin(), src[a].second->end(),
+                  staging[a].begin() + std::ptrdiff_t(src[a].first->size()));
+      }
+      writers_[r]->save_async(meta);
+    }
+    saving_ = true;
+  }
+
+  // Waits for every rank's save in flight; records rank 0's figures, or rethrows a rank's error.
+  void collect_saves() {
+    if (!saving_) return;
+    saving_ = false;
+    std::vector<std::exception_ptr> errors(writers_.size());
+    core::SaveStats first;
+    for (size_t r = 0; r < writers_.size(); ++r) try {
+        const core::SaveStats st = writers_[r]->wait();
+        if (r == 0) first = st;
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    rethrow_first(errors);
+    res_.saves.push_back(first);
   }
 
   const core::ShardPiece* piece_of(const Rank& k, size_t l) const {
@@ -433,6 +578,10 @@ class FunctionalRun {
   FunctionalResult res_;
   core::LossScaler scaler_;
   int64_t opt_step_ = 0;
+  int64_t first_step_ = 1;                                        // 1, or a resumed checkpoint's step + 1
+  std::unique_ptr<core::AndBarrier> barrier_;                     // the ranks' writers' phases
+  std::vector<std::unique_ptr<core::CheckpointWriter>> writers_;  // (world) when checkpoint.dir is set
+  bool saving_ = false;                                           // a save is in flight
   // per step
   int step_ = 0;
   std::map<int64_t, double> tiles_;  // table index (layer, tile) -> canonical tile sum
@@ -479,8 +628,7 @@ FunctionalResult run_reference_loop(const core::ModelDesc& model, const Function
   check_config(model, c);
   const bool two = core::state_count(c.kind) == 2;
   const size_t n = size_t(model.total_params);
-  std::vector<float> p(n), m(n, c.kind == core::OptimizerKind::kAdagrad ? float(c.hp.initial_accumulator_value) : 0.f),
-      v(two ? n : 0, 0.f);
+  std::vector<float> p(n), m(n, initial_state1(c)), v(two ? n : 0, 0.f);
   std::vector<uint16_t> w(n), g(n);
   p = initial_weights(model, c);
   for (size_t i = 0; i < n; ++i) w[i] = core::f32_to_bf16(p[i]);
@@ -519,6 +667,11 @@ FunctionalResult run_reference_loop(const core::ModelDesc& model, const Function
     kernels().step(c.kind, std::span<const OptimChunk>(&all, 1), d.scalars);
   }
   res.master = p;
+  res.states.push_back(m);
+  if (two) res.states.push_back(v);
+  res.loss_scaler = scaler;
+  res.optimizer_step = opt_step;
+  res.last_step = c.steps;
   return res;
 }
 

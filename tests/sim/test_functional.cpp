@@ -9,20 +9,14 @@
 #include "backends/sim/functional.h"
 #include "core/error.h"
 #include "core/scenario.h"
+#include "tests/bit_diff.h"
 
 using namespace tf;
 using backend::sim::FunctionalConfig;
 using backend::sim::FunctionalResult;
+using test::first_diff;
 
 namespace {
-
-// first differing element, or -1
-int64_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return -2;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], 4) != 0) return int64_t(i);
-  return -1;
-}
 
 struct Model {
   const char* name;
