@@ -103,7 +103,7 @@ StepTimeline summarize_timeline(const core::StepPlan& plan, std::vector<OpInterv
     throw core::InputError("summarize_timeline: " + std::to_string(ops.size()) + " intervals for a plan of " +
                            std::to_string(plan.ops.size()) + " ops");
   StepTimeline t;
-  std::vector<Interval> compute, gpu_busy, transfer;
+  std::vector<Interval> compute, gpu_busy, transfer, cpu, copies, gpu_or_cpu_busy;
   int64_t last_backward_end = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     const OpInterval& o = ops[i];
@@ -121,16 +121,29 @@ StepTimeline summarize_timeline(const core::StepPlan& plan, std::vector<OpInterv
       case core::Queue::kCompute:
         compute.push_back(iv);
         gpu_busy.push_back(iv);
+        gpu_or_cpu_busy.push_back(iv);
         break;
-      case core::Queue::kComm: gpu_busy.push_back(iv); break;
+      case core::Queue::kComm:
+        gpu_busy.push_back(iv);
+        gpu_or_cpu_busy.push_back(iv);
+        break;
       case core::Queue::kD2H:
       case core::Queue::kH2D:
-      case core::Queue::kCpu: transfer.push_back(iv); break;
+        transfer.push_back(iv);
+        copies.push_back(iv);
+        break;
+      case core::Queue::kCpu:
+        transfer.push_back(iv);
+        cpu.push_back(iv);
+        gpu_or_cpu_busy.push_back(iv);
+        break;
     }
   }
   t.optimizer_phase_ns = t.step_ns - last_backward_end;
   t.exposed_ns = covered_only({{0, t.step_ns}}, compute, t.step_ns);
   t.exposed_transfer_ns = covered_only(transfer, gpu_busy, t.step_ns);
+  t.exposed_cpu_optimizer_ns = covered_only(cpu, gpu_busy, t.step_ns);
+  t.exposed_copies_ns = covered_only(copies, gpu_or_cpu_busy, t.step_ns);
   t.ops = std::move(ops);
   return t;
 }

@@ -105,6 +105,10 @@ struct StepTimeline {
   int64_t exposed_ns = 0;          // the part of the step when the compute queue is idle
   // the part of the step when a PCIe copy or the CPU optimizer runs while compute and comm are idle
   int64_t exposed_transfer_ns = 0;
+  // ... split: the CPU optimizer runs while compute and comm are idle; a PCIe copy runs while compute,
+  // comm and the CPU optimizer are idle (the two add up to exposed_transfer_ns)
+  int64_t exposed_cpu_optimizer_ns = 0;
+  int64_t exposed_copies_ns = 0;
 };
 
 // Derives the totals of a timeline from its per-op intervals (ops[i].op == i, one per plan op).

@@ -193,6 +193,12 @@ void bench_attention(const Shape& m, cudaStream_t s) {
   report_flops("attention_forward (causal)", shape,
                timed_ms(s, [&] { attention_forward(qkv.as<uint16_t>(), d, o.as<uint16_t>(), lse.as<float>(), s); }),
                attention_forward_flops(d));
+  if (d.head_dim == 64)  // both tile shapes, for ForwardTiles::kDefault's choice (decoder_kernels.cuh)
+    for (const ForwardTiles t : {ForwardTiles::kWarps4x32, ForwardTiles::kWarps8x16})
+      report_flops(
+          t == ForwardTiles::kWarps4x32 ? "attention_forward 4 warps x 32" : "attention_forward 8 warps x 16", shape,
+          timed_ms(s, [&] { attention_forward(qkv.as<uint16_t>(), d, o.as<uint16_t>(), lse.as<float>(), s, t); }),
+          attention_forward_flops(d));
   report_flops("attention_backward (causal)", shape,
                timed_ms(s,
                         [&] {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/decoder_layout.h"
 #include "core/error.h"
 #include "core/local_kernels.h"
 #include "core/optim/grad_stats.h"
@@ -65,8 +66,8 @@ class Lister {
 };
 
 // The engine's GPU buffers (backends/cuda/engine.cpp allocates each by its name).
-void engine_gpu_buffers(const Partition& part, const RankShard& shard, const TwinFlowSplit& split,
-                        const StepConfig& step, std::vector<BufferSpec>& out) {
+void engine_gpu_buffers(const ModelDesc& model, const Partition& part, const RankShard& shard,
+                        const TwinFlowSplit& split, const StepConfig& step, std::vector<BufferSpec>& out) {
   Lister gpu(MemPlace::kGpu, out);
   const int stage = part.opt.stage;
   const int world = part.opt.world;
@@ -89,6 +90,13 @@ void engine_gpu_buffers(const Partition& part, const RankShard& shard, const Twi
   const bool exchange = stage == 3 && world > 1;
   for (int i = 0; exchange && i < step.prefetch_layers; ++i)
     gpu.add(buffer_name(buf::kGather, i), MemKind::kComm, padded_layer * param_bytes);
+  // A layer that reads another's tensor (the tied LM head) gets that layer gathered beside its own
+  // (core::plan_step's all-gather; one buffer: the planner orders its reuse).
+  int64_t shared_padded = 0;
+  for (size_t l = 0; l < model.layers.size(); ++l)
+    if (const int32_t owner = model.shared_owner(l); owner >= 0)
+      shared_padded = std::max(shared_padded, part.layer_slice[size_t(owner)] * world);
+  if (exchange && shared_padded > 0) gpu.add(buf::kGatherShared, MemKind::kComm, shared_padded * param_bytes);
   for (int i = 0; i < kGradSlots; ++i)
     gpu.add(buffer_name(buf::kLayerGrad, i), MemKind::kComm, padded_layer * grad_bytes);
   for (int i = 0; exchange && i < kGradSlots; ++i)
@@ -124,7 +132,7 @@ std::vector<BufferSpec> mlp_buffers(const ModelDesc& model, const StepConfig& st
   const int64_t B = step.micro_batch;
   const auto layers = int64_t(dims.size()) - 1;
   const int64_t max_dim = *std::max_element(dims.begin(), dims.end());
-  const int64_t slack = ml::kGemmSlackRows * max_dim * 2;
+  const int64_t slack = kGemmSlackRows * max_dim * 2;
   std::vector<BufferSpec> out;
   Lister gpu(MemPlace::kGpu, out);
   for (int64_t l = 0; l < layers; ++l)  // x_l, the input of layer l
@@ -146,20 +154,74 @@ std::vector<BufferSpec> mlp_buffers(const ModelDesc& model, const StepConfig& st
   return out;
 }
 
-// A decoder's activations for one micro-batch (Korthikanti et al. 2022, core::activation_bytes): with
-// checkpointing the kept block inputs plus one block recomputed at a time. An estimate: the decoder
-// workload of docs/decoder.md will list its buffers here instead.
-std::vector<BufferSpec> decoder_estimate(const ModelDesc& model, const StepConfig& step) {
-  int64_t ckpt = 0, full = 0, max_layer = 0;
-  for (const LayerDesc& l : model.layers) {
-    const ActivationBytes a = activation_bytes(model, l, step.micro_batch, int(dtype_bytes(step.param_dtype)));
-    full += a.full;
-    ckpt += a.checkpointed;
-    max_layer = std::max(max_layer, a.full);
+// The block sets of the decoder workload: per block, or one shared set under checkpointing.
+void decoder_block_sets(const DecoderShape& d, int64_t T, bool checkpointing, Lister& gpu) {
+  namespace dl = decoder_layout;
+  const int64_t h = d.hidden, f = d.ffn;
+  const int sets = checkpointing ? 1 : int(d.layers);
+  for (int k = 0; k < sets; ++k) {
+    gpu.add(buffer_name(buf::kDecA, k), MemKind::kActivations, dl::activation_buffer_bytes(T, h));
+    gpu.add(buffer_name(buf::kDecQkv, k), MemKind::kActivations, dl::activation_buffer_bytes(T, 3 * h));
+    gpu.add(buffer_name(buf::kDecO, k), MemKind::kActivations, dl::activation_buffer_bytes(T, h));
+    gpu.add(buffer_name(buf::kDecX2, k), MemKind::kActivations, dl::activation_buffer_bytes(T, h));
+    gpu.add(buffer_name(buf::kDecC, k), MemKind::kActivations, dl::activation_buffer_bytes(T, h));
+    gpu.add(buffer_name(buf::kDecU, k), MemKind::kActivations, dl::activation_buffer_bytes(T, f));
+    gpu.add(buffer_name(buf::kDecG, k), MemKind::kActivations, dl::activation_buffer_bytes(T, f));
+    gpu.add(buffer_name(buf::kDecStats, k), MemKind::kActivations, (4 + d.heads) * T * 4);
   }
-  BufferSpec b{std::string(buf::kDecoderActivations), MemPlace::kGpu, MemKind::kActivations,
-               step.checkpointing ? ckpt + max_layer : full, false};
-  return {b};
+}
+
+// The largest weight gradient a GEMM computes (fp16 gradients go through fp32 scratch of this size):
+// QKV, out-projection, fc1, fc2, project_in/out, an untied LM head. The tied embedding's gradient is
+// assembled by token_embedding_grad from the fp32 de_head instead.
+int64_t largest_gemm_weight(const ModelDesc& model) {
+  int64_t n = 0;
+  for (const TensorDesc& t : model.tensors)
+    if (t.shape.size() == 2 && t.name != "embed.tokens.weight" && t.name != "embed.positions.weight")
+      n = std::max(n, t.numel);
+  return n;
+}
+
+// backends/cuda/workload_decoder.cu's buffers, in the order it allocates them (docs/decoder.md: what
+// the forward keeps, what the backward needs besides it).
+std::vector<BufferSpec> decoder_buffers(const ModelDesc& model, const StepConfig& step) {
+  namespace dl = decoder_layout;
+  const DecoderShape& d = model.spec.decoder;
+  const int64_t T = step.micro_batch * d.seq, h = d.hidden, f = d.ffn, V = d.vocab, e = embed_width(d);
+  const bool proj = has_embed_projection(d);
+  std::vector<BufferSpec> out;
+  Lister gpu(MemPlace::kGpu, out);
+  for (int i = 0; i <= int(d.layers); ++i)
+    gpu.add(buffer_name(buf::kDecX, i), MemKind::kActivations, dl::activation_buffer_bytes(T, h));
+  decoder_block_sets(d, T, step.checkpointing, gpu);
+  if (proj) gpu.add(buf::kDecEin, MemKind::kActivations, dl::activation_buffer_bytes(T, e));
+  if (d.pre_ln) {
+    gpu.add(buf::kDecZ, MemKind::kActivations, dl::activation_buffer_bytes(T, h));
+    gpu.add(buf::kDecZStats, MemKind::kActivations, 2 * T * 4);
+  }
+  if (proj) gpu.add(buf::kDecZp, MemKind::kActivations, dl::activation_buffer_bytes(T, e));
+  gpu.add(buf::kDecLogits, MemKind::kActivations, dl::activation_buffer_bytes(T, V));
+  gpu.add(buf::kDecDx, MemKind::kActivations, dl::activation_buffer_bytes(T, h));
+  gpu.add(buf::kDecDh, MemKind::kActivations, dl::activation_buffer_bytes(T, h));
+  gpu.add(buf::kDecDf, MemKind::kActivations, dl::activation_buffer_bytes(T, f));
+  gpu.add(buf::kDecDqkv, MemKind::kActivations, dl::activation_buffer_bytes(T, 3 * h));
+  if (proj) gpu.add(buf::kDecDe, MemKind::kActivations, dl::activation_buffer_bytes(T, e));
+  if (d.tied_embeddings) gpu.add(buf::kDecDeHead, MemKind::kActivations, V * e * 4);
+  gpu.add(buf::kDecDelta, MemKind::kWorkspace, T * d.heads * 4);
+  const int64_t partials = std::max({dl::layer_norm_partial_floats(T, h), dl::bias_grad_partial_floats(T, 3 * h),
+                                     dl::bias_grad_partial_floats(T, f)});
+  gpu.add(buf::kDecPartials, MemKind::kWorkspace, partials * 4);
+  if (step.grad_dtype == DType::kF16) gpu.add(buf::kDecDw32, MemKind::kWorkspace, largest_gemm_weight(model) * 4);
+  gpu.add(buf::kDecTokens, MemKind::kActivations, T * 4);
+  gpu.add(buf::kDecTargets, MemKind::kActivations, T * 4);
+  gpu.add(buf::kDecTokenStarts, MemKind::kActivations, (V + 1) * 4);
+  gpu.add(buf::kDecTokenRows, MemKind::kActivations, T * 4);
+  gpu.add(buf::kDecRowLoss, MemKind::kActivations, T * 4);
+  gpu.add(buf::kDecLossSums, MemKind::kActivations, int64_t(step.grad_accum) * 4);
+  gpu.add(buf::kCublasWorkspace, MemKind::kWorkspace, kCublasWorkspaceBytes);
+  Lister(MemPlace::kHost, out)
+      .add(buf::kDecHostBatch, MemKind::kStaging, int64_t(step.grad_accum) * (3 * T + V + 1) * 4);
+  return out;
 }
 
 }  // namespace
@@ -171,8 +233,12 @@ std::vector<BufferSpec> workload_buffers(const ModelDesc& model, WorkloadType wo
       if (model.spec.type != ModelType::kMlp)
         throw InputError("workload mlp: model '" + model.spec.name + "' is not an MLP (model type mlp required)");
       return mlp_buffers(model, step);
+    case WorkloadType::kDecoder:
+      if (model.spec.type != ModelType::kDecoder)
+        throw InputError("workload decoder: model '" + model.spec.name + "' is not a decoder (an MLP)");
+      return decoder_buffers(model, step);
     case WorkloadType::kAuto:
-      return model.spec.type == ModelType::kMlp ? mlp_buffers(model, step) : decoder_estimate(model, step);
+      return model.spec.type == ModelType::kMlp ? mlp_buffers(model, step) : decoder_buffers(model, step);
   }
   return {};
 }
@@ -180,7 +246,7 @@ std::vector<BufferSpec> workload_buffers(const ModelDesc& model, WorkloadType wo
 AllocPlan plan_allocations(const ModelDesc& model, const Partition& part, const RankShard& shard,
                            const TwinFlowSplit& split, const MemoryOptions& opt) {
   AllocPlan plan;
-  engine_gpu_buffers(part, shard, split, opt.step, plan.buffers);
+  engine_gpu_buffers(model, part, shard, split, opt.step, plan.buffers);
   engine_host_buffers(split, opt.step, plan.buffers);
   for (BufferSpec& b : workload_buffers(model, opt.workload, opt.step)) plan.buffers.push_back(std::move(b));
   plan.buffers.push_back(

@@ -77,11 +77,49 @@ inline constexpr std::string_view kCublasWorkspace = "cublas_workspace";
 inline constexpr std::string_view kMlpAct = "mlp.act";    // .l, (B x d_l) bf16 + GEMM slack
 inline constexpr std::string_view kMlpDy = "mlp.dy";      // .c, (B x d_{l+1}) bf16 + slack, alternating
 inline constexpr std::string_view kMlpDw32 = "mlp.dw32";  // (out x in) fp32, fp16 gradients
-inline constexpr std::string_view kMlpBiasPartials = "mlp.bias_partials";       // (chunks x out) fp32
-inline constexpr std::string_view kMlpLossPartials = "mlp.loss_partials";       // (row blocks) fp32
-inline constexpr std::string_view kMlpLossSums = "mlp.loss_sums";               // (grad_accum) fp32
-inline constexpr std::string_view kMlpTaps = "mlp.taps";                        // (d_L x 4) u32, the teacher
-inline constexpr std::string_view kDecoderActivations = "decoder.activations";  // estimate (see workload_buffers)
+inline constexpr std::string_view kMlpBiasPartials = "mlp.bias_partials";  // (chunks x out) fp32
+inline constexpr std::string_view kMlpLossPartials = "mlp.loss_partials";  // (row blocks) fp32
+inline constexpr std::string_view kMlpLossSums = "mlp.loss_sums";          // (grad_accum) fp32
+inline constexpr std::string_view kMlpTaps = "mlp.taps";                   // (d_L x 4) u32, the teacher
+inline constexpr std::string_view kGatherShared = "gather_shared";  // (padded owner layer) bf16: the layer a shared
+                                                                    // tensor belongs to, gathered for its reader
+// The decoder workload's (backends/cuda/workload_decoder.cu; docs/decoder.md's names), for T = micro_batch x seq
+// rows. Every (T, width) bf16 buffer carries GEMM slack (core::decoder_layout::activation_buffer_bytes). Block
+// sets ".k": one per block (k = block index), or with activation checkpointing one set (k = 0) that the forward
+// and each block's recompute share.
+inline constexpr std::string_view kDecX = "decoder.x";             // .i, i in [0, L]: (T, h) bf16, block i's input
+inline constexpr std::string_view kDecA = "decoder.a";             // .k: (T, h) bf16, LN1(x) (pre-LN) or r1 (post-LN)
+inline constexpr std::string_view kDecQkv = "decoder.qkv";         // .k: (T, 3h) bf16
+inline constexpr std::string_view kDecO = "decoder.o";             // .k: (T, h) bf16, the attention's output
+inline constexpr std::string_view kDecX2 = "decoder.x2";           // .k: (T, h) bf16
+inline constexpr std::string_view kDecC = "decoder.c";             // .k: (T, h) bf16, LN2(x2) (pre-LN) or r2 (post-LN)
+inline constexpr std::string_view kDecU = "decoder.u";             // .k: (T, f) bf16, fc1 output + bias
+inline constexpr std::string_view kDecG = "decoder.g";             // .k: (T, f) bf16, act(u)
+inline constexpr std::string_view kDecStats = "decoder.stats";     // .k: (4T + T·H) fp32: mean1, rstd1, mean2, rstd2
+                                                                   //     (T each), lse (B, H, s)
+inline constexpr std::string_view kDecEin = "decoder.ein";         // (T, e) bf16 E[tok], e != h
+inline constexpr std::string_view kDecZ = "decoder.z";             // (T, h) bf16 LNf(x_L), pre-LN
+inline constexpr std::string_view kDecZStats = "decoder.z_stats";  // (2T) fp32 LNf's mean, rstd, pre-LN
+inline constexpr std::string_view kDecZp = "decoder.zp";           // (T, e) bf16 z·W_outᵀ, e != h
+inline constexpr std::string_view kDecLogits = "decoder.logits";   // (T, V) bf16 logits, then dlogits
+inline constexpr std::string_view kDecDx = "decoder.dx";           // (T, h) bf16 the residual stream's gradient
+inline constexpr std::string_view kDecDh = "decoder.dh";           // (T, h) bf16 a branch's input gradient
+inline constexpr std::string_view kDecDf = "decoder.df";           // (T, f) bf16 dg, then du
+inline constexpr std::string_view kDecDqkv = "decoder.dqkv";       // (T, 3h) bf16
+inline constexpr std::string_view kDecDe = "decoder.de";           // (T, e) bf16 dz' / dein, e != h
+inline constexpr std::string_view kDecDeHead = "decoder.de_head";  // (V, e) fp32 the tied head's dE
+inline constexpr std::string_view kDecDelta = "decoder.delta";     // (B, H, s) fp32 attention's D
+inline constexpr std::string_view kDecPartials = "decoder.partials";  // fp32 LayerNorm / bias column-sum partials
+inline constexpr std::string_view kDecDw32 = "decoder.dw32";          // (largest weight) fp32, fp16 gradients
+inline constexpr std::string_view kDecTokens = "decoder.tokens";      // (T) int32
+inline constexpr std::string_view kDecTargets = "decoder.targets";    // (T) int32
+inline constexpr std::string_view kDecTokenStarts = "decoder.token_starts";  // (V + 1) int32, core::sort_token_rows
+inline constexpr std::string_view kDecTokenRows = "decoder.token_rows";      // (T) int32
+inline constexpr std::string_view kDecRowLoss = "decoder.row_loss";          // (T) fp32
+inline constexpr std::string_view kDecLossSums = "decoder.loss_sums";        // (grad_accum) fp32
+// host, pinned: the step's batches, sampled at its start: per micro-batch tokens, targets, token_rows (T)
+// and token_starts (V + 1) int32, copied to the device at the micro-batch's first forward
+inline constexpr std::string_view kDecHostBatch = "decoder.host_batch";  // (grad_accum x (3T + V + 1)) int32
 }  // namespace buf
 
 struct MemoryOptions {
@@ -100,13 +138,15 @@ struct MemoryOptions {
 AllocPlan plan_allocations(const ModelDesc& model, const Partition& part, const RankShard& shard,
                            const TwinFlowSplit& split, const MemoryOptions& opt);
 
-// The device buffers of a workload for one micro-batch shape:
+// The buffers of a workload for one micro-batch shape (on the GPU unless the entry says otherwise):
 //   kSynthetic: none (its gradient is a function of the weights);
 //   kMlp:       backends/cuda/workload_mlp.cu's, exactly (it allocates this list by name);
-//   kAuto:      the model trained for real: an MLP's = kMlp; a decoder's activations by
-//               core::activation_bytes (one buffer, an estimate) until the decoder workload
-//               (docs/decoder.md) lands: its buffers are then listed here, and it allocates them.
-// Throws core::InputError for kMlp on a model that is not an MLP.
+//   kDecoder:   backends/cuda/workload_decoder.cu's, exactly (the buf::kDec* names above): the
+//               activations docs/decoder.md's forward keeps (with activation checkpointing the block
+//               inputs and one block's recompute set), backward scratch, data and loss, and the
+//               step's batches in pinned host memory;
+//   kAuto:      the model trained for real: kMlp for an MLP, kDecoder for a decoder.
+// Throws core::InputError for kMlp or kDecoder on a model of the other type.
 std::vector<BufferSpec> workload_buffers(const ModelDesc& model, WorkloadType workload, const StepConfig& step);
 
 }  // namespace tf::core

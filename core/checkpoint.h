@@ -69,8 +69,8 @@ struct CheckpointMeta {
   std::string ds_config_text;  // the resolved ds_config
 };
 
-// The save's phases are separated by a RankBarrier (core/io_hooks.h): directory ready, all shards
-// durable, manifest committed.
+// The save's phases are separated by a core::RankBarrier (core/io_hooks.h: an AND over ranks; this is
+// its name here): directory ready, all shards durable, manifest committed.
 using CheckpointBarrier = RankBarrier;
 
 // Where the staging arrays live. The CUDA engine passes page-locked allocations so that its GPU

@@ -41,6 +41,28 @@ int64_t fig_int(MapReader& m, std::string_view key, HardwareProfile& p, int64_t 
   return config::read_int(figure(m, key, p), lo, hi);
 }
 
+// An optional CPU curve [[count, gparam_s], ...] with counts ascending in [1, cores]; `count` names them
+// ("threads", "ranks") and `one` one of them ("thread", "rank").
+std::vector<std::pair<int, double>> count_rate_pairs(MapReader& c, std::string_view key, const std::string& count,
+                                                     const std::string& one, HardwareProfile& p) {
+  std::vector<std::pair<int, double>> m;
+  if (!c.has(key)) return m;
+  const Node& v = figure(c, key, p);
+  if (!v.is_seq() || v.children.empty())
+    config::fail(v, "expected a list of [" + count + ", gparam_s] pairs, got " + v.describe());
+  for (const Node& e : v.children) {
+    if (!e.is_seq() || e.children.size() != 2)
+      config::fail(e, "expected a pair [" + count + ", gparam_s], got " + e.describe());
+    const int n = int(config::read_int(e.children[0], 1, p.cpu.cores));
+    const double rate = config::read_number(e.children[1], 0, 1e4, true);
+    if (!m.empty() && n <= m.back().first)
+      config::fail(e.children[0],
+                   one + " counts must ascend; " + std::to_string(n) + " follows " + std::to_string(m.back().first));
+    m.emplace_back(n, rate);
+  }
+  return m;
+}
+
 std::vector<GemmPoint> read_gemm_points(const Node& v) {
   if (!v.is_seq() || v.children.empty())
     config::fail(v, "expected a list of [m, n, k, tflops] or [m, n, k, tflops, pass] entries, got " + v.describe());
@@ -56,14 +78,16 @@ std::vector<GemmPoint> read_gemm_points(const Node& v) {
     if (e.children.size() == 5) {
       const Node& pn = e.children[4];
       const std::optional<GemmPass> pass = pn.is_scalar() ? parse_gemm_pass(pn.scalar) : std::nullopt;
-      if (!pass) config::fail(pn, "unknown GEMM pass " + pn.describe() + "; allowed: forward, input_grad, weight_grad, any");
+      if (!pass)
+        config::fail(pn, "unknown GEMM pass " + pn.describe() + "; allowed: forward, input_grad, weight_grad, any");
       g.pass = *pass;
     }
     for (const GemmPoint& o : pts)
       if (o.m == g.m && o.n == g.n && o.k == g.k && o.pass == g.pass)
-        config::fail(e, "shape [" + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " + std::to_string(g.k) +
-                            "] is listed twice" +
-                            (g.pass == GemmPass::kAny ? std::string() : " for pass " + std::string(gemm_pass_name(g.pass))));
+        config::fail(
+            e, "shape [" + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " + std::to_string(g.k) +
+                   "] is listed twice" +
+                   (g.pass == GemmPass::kAny ? std::string() : " for pass " + std::string(gemm_pass_name(g.pass))));
     pts.push_back(g);
   }
   return pts;
@@ -123,6 +147,18 @@ double CpuProfile::optimizer_gparam_s(int threads) const {
   return std::min(r, optimizer_gparam_s_all_cores);
 }
 
+double CpuProfile::optimizer_node_gparam_s(int ranks) const {
+  const auto& m = optimizer_node_gparam_s_by_ranks;
+  if (m.empty()) return 0;
+  if (ranks <= m.front().first) return m.front().second;
+  for (size_t i = 1; i < m.size(); ++i)
+    if (ranks <= m[i].first) {
+      const double f = double(ranks - m[i - 1].first) / double(m[i].first - m[i - 1].first);
+      return m[i - 1].second + f * (m[i].second - m[i - 1].second);
+    }
+  return m.back().second;
+}
+
 HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::string& display_name) {
   const Node root = config::parse_yaml(yaml_text, display_name);
   HardwareProfile p;
@@ -144,6 +180,10 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
     if (g.has("event_record_ns")) p.gpu.event_record_ns = fig_num(g, "event_record_ns", p, 0, 1e9);
     if (g.has("event_sync_ns")) p.gpu.event_sync_ns = fig_num(g, "event_sync_ns", p, 0, 1e9);
     if (g.has("optimizer_gbps")) p.gpu.optimizer_gbps = fig_num(g, "optimizer_gbps", p, 0, 1e6, true);
+    for (const auto& [key, field] :
+         {std::pair{"compute_slowdown_during_collectives", &GpuProfile::compute_slowdown_during_collectives},
+          std::pair{"compute_slowdown_during_dma", &GpuProfile::compute_slowdown_during_dma}})
+      if (g.has(key)) p.gpu.*field = fig_num(g, key, p, 1, 100);
     if (g.has("bf16_gemm_tflops_by_shape"))
       p.gpu.bf16_gemm_tflops_by_shape = read_gemm_points(figure(g, "bf16_gemm_tflops_by_shape", p));
     g.warn_unknown();
@@ -204,22 +244,9 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
                        " is below optimizer_gparam_s_per_core " +
                        config::format_number(p.cpu.optimizer_gparam_s_per_core) + "; allowed [per-core rate, 1e+04]");
     p.cpu.dma_slowdown_factor = fig_num(c, "dma_slowdown_factor", p, 1, 100);
-    if (c.has("optimizer_gparam_s_by_threads")) {
-      const Node& v = figure(c, "optimizer_gparam_s_by_threads", p);
-      if (!v.is_seq() || v.children.empty())
-        config::fail(v, "expected a list of [threads, gparam_s] pairs, got " + v.describe());
-      for (const Node& e : v.children) {
-        if (!e.is_seq() || e.children.size() != 2)
-          config::fail(e, "expected a pair [threads, gparam_s], got " + e.describe());
-        const int threads = int(config::read_int(e.children[0], 1, p.cpu.cores));
-        const double rate = config::read_number(e.children[1], 0, 1e4, true);
-        auto& m = p.cpu.optimizer_gparam_s_by_threads;
-        if (!m.empty() && threads <= m.back().first)
-          config::fail(e.children[0], "thread counts must ascend; " + std::to_string(threads) + " follows " +
-                                          std::to_string(m.back().first));
-        m.emplace_back(threads, rate);
-      }
-    }
+    p.cpu.optimizer_gparam_s_by_threads = count_rate_pairs(c, "optimizer_gparam_s_by_threads", "threads", "thread", p);
+    p.cpu.optimizer_node_gparam_s_by_ranks =
+        count_rate_pairs(c, "optimizer_node_gparam_s_by_ranks", "ranks", "rank", p);
     c.warn_unknown();
   }
   {
@@ -367,6 +394,10 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
   if (measured(g.event_record_ns, "gpu.event_record_ns")) w.figure(2, "event_record_ns", num(g.event_record_ns));
   if (measured(g.event_sync_ns, "gpu.event_sync_ns")) w.figure(2, "event_sync_ns", num(g.event_sync_ns));
   if (measured(g.optimizer_gbps, "gpu.optimizer_gbps")) w.figure(2, "optimizer_gbps", num(g.optimizer_gbps));
+  if (g.compute_slowdown_during_collectives != 0)
+    w.figure(2, "compute_slowdown_during_collectives", num(g.compute_slowdown_during_collectives));
+  if (g.compute_slowdown_during_dma != 0)
+    w.figure(2, "compute_slowdown_during_dma", num(g.compute_slowdown_during_dma));
   if (!g.bf16_gemm_tflops_by_shape.empty()) {
     std::vector<std::string> rows;
     for (const GemmPoint& e : g.bf16_gemm_tflops_by_shape)
@@ -415,6 +446,12 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
     for (const auto& [threads, rate] : c.optimizer_gparam_s_by_threads)
       rows.push_back(std::to_string(threads) + ", " + num(rate));
     w.list_figure(2, "optimizer_gparam_s_by_threads", rows);
+  }
+  if (!c.optimizer_node_gparam_s_by_ranks.empty()) {
+    std::vector<std::string> rows;
+    for (const auto& [ranks, rate] : c.optimizer_node_gparam_s_by_ranks)
+      rows.push_back(std::to_string(ranks) + ", " + num(rate));
+    w.list_figure(2, "optimizer_node_gparam_s_by_ranks", rows);
   }
   w.figure(2, "dma_slowdown_factor", num(c.dma_slowdown_factor));
 

@@ -41,6 +41,11 @@ struct GpuProfile {
                                // then cudaEventSynchronize, host round trip
   double optimizer_gbps = 0;   // the engine's fused GPU optimizer kernel (AdamW, bf16 gradient and copy):
                                // bytes read + written per second (28 B/element); 0: use hbm_gbps
+  // A GEMM's time while the engine's collectives run on another stream of the same GPU (its SMs and
+  // HBM shared with the NCCL kernels), and while pinned H2D and D2H copies run, over its time alone
+  // (>= 1; 0: not measured, no slowdown). The simulator slows forward and backward by them.
+  double compute_slowdown_during_collectives = 0;
+  double compute_slowdown_during_dma = 0;
   std::vector<GemmPoint> bf16_gemm_tflops_by_shape;  // cuBLAS bf16 GEMM rates, in measurement order
   bool operator==(const GpuProfile&) const = default;
 };
@@ -87,10 +92,17 @@ struct CpuProfile {
   double dma_slowdown_factor = 1;           // CPU optimizer time x this while PCIe copies run
   // Optional measured rates by thread count, ascending (threads, Gparam/s).
   std::vector<std::pair<int, double>> optimizer_gparam_s_by_threads;
+  // Optional measured node rates by concurrent ranks, ascending (ranks, Gparam/s of all of them
+  // together): k processes at once, each on its k-th share of the cores, through the engine's CPU
+  // path (twinflow calibrate). The simulator shares the host by it (docs/ARCHITECTURE.md).
+  std::vector<std::pair<int, double>> optimizer_node_gparam_s_by_ranks;
   // With measurements: interpolated linearly between measured thread counts (below the first,
   // proportional to threads; above the last, that rate), capped by the all-core rate. Without:
   // min(threads x per-core rate, all-core rate).
   double optimizer_gparam_s(int threads) const;
+  // The node rate with `ranks` concurrent ranks: interpolated linearly between measured rank counts,
+  // the first measured rate below them and the last above; 0 without measurements.
+  double optimizer_node_gparam_s(int ranks) const;
   bool operator==(const CpuProfile&) const = default;
 };
 

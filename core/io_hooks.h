@@ -9,7 +9,10 @@
 namespace tf::core {
 
 // Called by every rank with its own `ok`; returns true only when every rank passed true (an AND over
-// ranks). It separates the phases of a write that several ranks share.
+// ranks), so every rank learns that one failed. It separates the phases of a write that several ranks
+// share: a checkpoint's (core::CheckpointBarrier is this type), --save-master's shared file. Ranks that
+// are threads use core::AndBarrier (core/and_barrier.h); processes, backend::launch::rank_barrier over
+// the rendezvous.
 using RankBarrier = std::function<bool(bool ok)>;
 
 // Tests only: called before every durable file-system step (op: "mkdir", "create", "write", "fsync",

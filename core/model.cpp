@@ -50,6 +50,7 @@ constexpr DecoderShape opt_shape(int64_t layers, int64_t hidden, int64_t heads, 
   d.vocab = 50272;
   d.activation = Activation::kRelu;
   d.pos_offset = 2;
+  d.pad_token = 1;
   d.family = ModelFamily::kOpt;
   return d;
 }
@@ -231,6 +232,9 @@ std::optional<ModelIssue> check_model(const ModelSpec& spec) {
   if (d.max_positions < d.seq)
     return ModelIssue{"seq", std::to_string(d.seq) + " exceeds max_positions " + std::to_string(d.max_positions) +
                                  "; allowed [1, max_positions] (raise max_positions to train longer sequences)"};
+  if (d.pad_token < -1 || d.pad_token >= d.vocab)
+    return ModelIssue{"pad_token", std::to_string(d.pad_token) + " is out of range; allowed -1 (none) or [0, vocab = " +
+                                       std::to_string(d.vocab) + ")"};
   if (!(d.ln_eps > 0 && d.ln_eps <= 1))
     return ModelIssue{"ln_eps", std::to_string(d.ln_eps) + " is out of range; allowed (0, 1]"};
   return std::nullopt;
@@ -255,6 +259,28 @@ const TensorDesc* ModelDesc::find_tensor(std::string_view name) const {
   for (const TensorDesc& t : tensors)
     if (t.name == name) return &t;
   return nullptr;
+}
+
+DecoderTensors::DecoderTensors(const ModelDesc& m) {
+  auto t = [&](const std::string& name) { return m.find_tensor(name); };
+  tokens = t("embed.tokens.weight");
+  positions = t("embed.positions.weight");
+  project_in = t("embed.project_in.weight");
+  for (int64_t i = 0; i < m.spec.decoder.layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    blocks.push_back({t(p + "ln1.weight"), t(p + "ln1.bias"), t(p + "attn.qkv.weight"), t(p + "attn.qkv.bias"),
+                      t(p + "attn.out.weight"), t(p + "attn.out.bias"), t(p + "ln2.weight"), t(p + "ln2.bias"),
+                      t(p + "mlp.fc1.weight"), t(p + "mlp.fc1.bias"), t(p + "mlp.fc2.weight"), t(p + "mlp.fc2.bias")});
+  }
+  lnf_w = t("final_ln.weight");
+  lnf_b = t("final_ln.bias");
+  project_out = t("head.project_out.weight");
+  head = m.spec.decoder.tied_embeddings ? tokens : t("lm_head.weight");
+}
+
+int32_t ModelDesc::shared_owner(size_t layer) const {
+  const int64_t t = layers.at(layer).shared_tensor;
+  return t < 0 ? -1 : tensors.at(size_t(t)).layer;
 }
 
 // FLOPs (multiply and add counted as 2), per token, matmuls only; LayerNorm, softmax, GELU, bias

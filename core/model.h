@@ -37,6 +37,9 @@ struct DecoderShape {
   bool pre_ln = true;      // false: post-LN (opt-350m), which has no final LN
   int64_t pos_offset = 0;  // first position's row in the table: 2 for OPT, 0 for GPT-2
   int64_t embed_dim = 0;   // e, OPT's word_embed_proj_dim; 0 (or hidden) means none: e = hidden
+  // OPT's padding_idx (pad_token_id 1): the row's lookups add nothing to its gradient (the tied head's
+  // part still does), as transformers' nn.Embedding(padding_idx) has it; -1: none (GPT-2).
+  int64_t pad_token = -1;
   double ln_eps = 1e-5;    // LayerNorm epsilon
   ModelFamily family = ModelFamily::kGpt2;
 };
@@ -128,6 +131,23 @@ struct ModelDesc {
   double train_flops_per_token(bool checkpointing) const;
   // The tensor called `name`, or nullptr.
   const TensorDesc* find_tensor(std::string_view name) const;
+  // The layer that owns the tensor layer `layer` reads but does not own (LayerDesc::shared_tensor: the
+  // tied LM head's token embedding), or -1.
+  int32_t shared_owner(size_t layer) const;
+};
+
+// A decoder's tensors by role (docs/decoder.md "Shapes and names"), nullptr where the model has none:
+// what every implementation (the reference decoder, the CUDA workload) reads its weights by. Points
+// into m.tensors: the ModelDesc must outlive it.
+struct DecoderTensors {
+  const TensorDesc *tokens = nullptr, *positions = nullptr, *project_in = nullptr;  // the embedding layer
+  struct Block {
+    const TensorDesc *ln1_w, *ln1_b, *qkv_w, *qkv_b, *out_w, *out_b, *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+  };
+  std::vector<Block> blocks;                                                    // one per block layer
+  const TensorDesc *lnf_w = nullptr, *lnf_b = nullptr, *project_out = nullptr;  // the head layer
+  const TensorDesc* head = nullptr;  // the LM head's (V, e) matrix: `tokens` when tied, else lm_head.weight
+  explicit DecoderTensors(const ModelDesc& m);
 };
 
 // Validates (throws InputError) and describes a model.

@@ -14,6 +14,7 @@ const char* plan_buffer_name(PlanBuffer b) {
   switch (b) {
     case PlanBuffer::kParams: return "params";
     case PlanBuffer::kGather: return "gather";
+    case PlanBuffer::kGatherShared: return "gather_shared";
     case PlanBuffer::kLayerGrad: return "layer_grad";
     case PlanBuffer::kRecv: return "recv";
     case PlanBuffer::kGradAccum: return "grad_accum";
@@ -47,7 +48,9 @@ class Uses {
 
 void compute_uses(const StepPlan& plan, const Op& op, Uses& u) {
   u.layer(PlanBuffer::kParams, op.layer, false);  // ZeRO-3 at world 1 and stages 1/2 read parameters in place
+  if (op.shared_layer >= 0) u.layer(PlanBuffer::kParams, op.shared_layer, false);
   if (op.gather_slot >= 0) u.add(PlanBuffer::kGather, op.gather_slot, Segment::kWhole, false);
+  if (op.gather_slot >= 0 && op.shared_layer >= 0) u.add(PlanBuffer::kGatherShared, -1, Segment::kWhole, false);
   if (op.kind == OpKind::kBackward) u.add(PlanBuffer::kLayerGrad, op.grad_slot, Segment::kWhole, true);
   (void)plan;
 }
@@ -154,6 +157,10 @@ std::vector<BufferUse> op_buffers(const StepPlan& plan, const Op& op) {
       if (op.micro_batch >= 0) {  // ZeRO-3: the layer's slices into a prefetch buffer
         u.layer(PlanBuffer::kParams, op.layer, false);
         u.add(PlanBuffer::kGather, op.gather_slot, Segment::kWhole, true);
+        if (op.shared_layer >= 0) {  // and the layer it shares a tensor with into the shared buffer
+          u.layer(PlanBuffer::kParams, op.shared_layer, false);
+          u.add(PlanBuffer::kGatherShared, -1, Segment::kWhole, true);
+        }
       } else {  // stages 1/2: every rank's updated slice into the replicated model
         u.layer(PlanBuffer::kParams, op.layer, true);
       }

@@ -15,6 +15,7 @@ enum class PlanBuffer : uint8_t {
   kParams,              // the bf16 parameters compute reads: the rank's shard (ZeRO-3; one rank computes on it
                         // directly) or the replicated model (stages 1/2); per (layer, segment)
   kGather,              // ZeRO-3 prefetch buffers, per slot
+  kGatherShared,        // ZeRO-3: the shared layer gathered for the layer that reads it (Op::shared_layer)
   kLayerGrad,           // the layer-gradient (send) buffers backward writes, per slot
   kRecv,                // the reduce-scatter's receive buffers, per slot
   kGradAccum,           // fp32 gradient accumulation across micro-batches, per (layer, segment)

@@ -9,6 +9,7 @@
 #include "core/scenario_builtin.h"
 #include "core/scenario_read.h"
 #include "core/strings.h"
+#include "core/token_data.h"
 
 namespace tf::core {
 
@@ -229,24 +230,95 @@ ClusterConfig read_cluster(const Node& n, Ctx& ctx) {
 
 void read_workload(const Node& w, Ctx& ctx) {
   Scenario& s = *ctx.s;
-  MapReader wm(w, s.warnings, "the workload {type: auto|synthetic|mlp, seed}");
+  MapReader wm(w, s.warnings, "the workload {type: auto|synthetic|mlp|decoder, seed}");
+  const bool mlp = s.model.type == ModelType::kMlp;
+  const std::string allowed = mlp ? "auto, synthetic, mlp" : "auto, synthetic, decoder";
   if (const Node* t = wm.find("type")) {
     const std::string v = ascii_lower(config::read_string(*t));
     if (v == "auto")
       s.workload.type = WorkloadType::kAuto;
     else if (v == "synthetic")
       s.workload.type = WorkloadType::kSynthetic;
-    else if (v == "mlp" && s.model.type == ModelType::kMlp)
+    else if (v == "mlp" && mlp)
       s.workload.type = WorkloadType::kMlp;
-    else if (v == "mlp")
-      config::fail(*t,
-                   "the mlp workload needs an MLP model (model: {type: mlp, dims: [...]}); the GPT/OPT "
-                   "decoder's GPU workload is not written yet; allowed here: auto, synthetic");
+    else if (v == "decoder" && !mlp)
+      s.workload.type = WorkloadType::kDecoder;
+    else if (v == "mlp" || v == "decoder")
+      config::fail(*t, "the " + v + " workload needs " +
+                           (v == "mlp" ? "an MLP model (model: {type: mlp, dims: [...]})"
+                                       : "a decoder model (a GPT-2/OPT preset or {type: decoder, ...})") +
+                           "; allowed here: " + allowed);
     else
-      config::fail(*t, "'" + config::excerpt(t->scalar) + "' is not a workload; allowed: auto, synthetic, mlp");
+      config::fail(*t, "'" + config::excerpt(t->scalar) + "' is not a workload; allowed: " + allowed);
   }
   if (const Node* sd = wm.find("seed")) s.workload.seed = uint64_t(config::read_int(*sd, 0, INT64_MAX));
   wm.fail_unknown();
+}
+
+// `data` and `init` describe a decoder's tokens and weights; an MLP trains on generated data.
+void require_decoder(const Node& n, const Ctx& ctx, std::string_view what) {
+  if (ctx.s->model.type != ModelType::kDecoder)
+    config::fail(n, std::string(what) + " needs a decoder model (a GPT-2/OPT preset or {type: decoder, ...}); model '" +
+                        ctx.s->model.name + "' is an MLP, which trains on generated data: remove this section");
+}
+
+// A decoder's section of one path ({train: PATH}, {from: PATH}): the key's node and the path resolved
+// against the scenario's directory.
+std::pair<const Node*, std::filesystem::path> read_path_section(const Node& n, Ctx& ctx, std::string_view section,
+                                                                std::string_view key, const std::string& hint) {
+  std::string what = "{";  // appended, not "{" + ...: GCC 12 warns falsely (-Wrestrict) on that form
+  what.append(key).append(": ").append(hint).append("}");
+  MapReader m(n, ctx.warnings(), what);
+  const Node& p = m.require(key, hint);
+  m.fail_unknown();
+  require_decoder(n, ctx, section);
+  return {&p, resolve(ctx, p, config::read_string(p))};
+}
+
+// data: {train: PATH}: the token file, validated now (before any GPU work) against the model's
+// vocabulary and sequence length; its errors name the file and the byte offset.
+void read_data(const Node& n, Ctx& ctx) {
+  const auto [train, path] =
+      read_path_section(n, ctx, "data", "train", "a path to a token file (llm.c/nanoGPT .bin of uint16 GPT-2 ids)");
+  const DecoderShape& d = ctx.s->model.decoder;
+  try {
+    const TokenFile file(path, d.vocab, d.seq, "token file");
+  } catch (const InputError& e) {
+    config::fail(*train, e.what());
+  }
+  ctx.s->data.train = path;
+}
+
+// init: {from: FILE.safetensors}: Hugging Face weights. The file must exist here; its tensors' names and
+// shapes are checked when the run loads it, before it allocates GPU memory (core::load_hf_weights).
+void read_init(const Node& n, Ctx& ctx) {
+  const auto [from, path] =
+      read_path_section(n, ctx, "init", "from", "a path to a Hugging Face .safetensors file (GPT-2 or OPT names)");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    config::fail(*from, "'" + config::excerpt(path.string(), 4096) +
+                            "' is not a regular file; allowed: a .safetensors file that save_pretrained wrote");
+  ctx.s->init.from = path;
+}
+
+// checkpoint: {dir, every_steps, keep}: where and how often a run saves (docs/ARCHITECTURE.md,
+// "Checkpoints"). The directory need not exist yet: the first save creates it.
+void read_checkpoint(const Node& n, Ctx& ctx) {
+  MapReader m(n, ctx.warnings(), "{dir, every_steps, keep}");
+  CheckpointConfig& c = ctx.s->checkpoint;
+  const Node& dir = m.require("dir", "the directory that holds the checkpoints (step-N/)");
+  const std::string text = config::read_string(dir);
+  if (text.empty()) config::fail(dir, "empty; allowed: a directory path (relative to the scenario's directory)");
+  c.dir = resolve(ctx, dir, text);
+  if (const Node* e = m.find("every_steps"))
+    c.every_steps = config::read_int(*e, 0, int64_t(1) << 40);
+  else
+    ctx.add_default("checkpoint.every_steps", "0", "Twin-Flow's: save after the last step and on SIGTERM/SIGINT only");
+  if (const Node* k = m.find("keep"))
+    c.keep = int(config::read_int(*k, 0, int64_t(1) << 20));
+  else
+    ctx.add_default("checkpoint.keep", "0", "Twin-Flow's: every checkpoint is kept");
+  m.fail_unknown();
 }
 
 ReferenceResult read_reference(const Node& r, Ctx& ctx) {
@@ -377,6 +449,9 @@ void parse(const Node& root, Ctx& ctx, const DsSource& ds_text) {
   }
 
   if (const Node* w = top.find("workload")) read_workload(*w, ctx);
+  if (const Node* d = top.find("data")) read_data(*d, ctx);
+  if (const Node* i = top.find("init")) read_init(*i, ctx);
+  if (const Node* c = top.find("checkpoint")) read_checkpoint(*c, ctx);
   if (const Node* r = top.find("reference")) s.reference = read_reference(*r, ctx);
   top.fail_unknown();
   check_hardware_and_activations(precision_node, training, ctx);
@@ -405,6 +480,7 @@ std::string_view workload_type_name(WorkloadType w) {
     case WorkloadType::kAuto: return "auto";
     case WorkloadType::kSynthetic: return "synthetic";
     case WorkloadType::kMlp: return "mlp";
+    case WorkloadType::kDecoder: return "decoder";
   }
   return "?";
 }

@@ -81,9 +81,10 @@ struct ClusterConfig {
 
 // What `twinflow run` trains (the simulator needs only the model's shape).
 enum class WorkloadType : uint8_t {
-  kAuto,       // mlp for an MLP model, synthetic for a decoder (whose GPU workload is not written yet)
+  kAuto,       // the model trained for real: mlp for an MLP model, decoder for a decoder
   kSynthetic,  // counter-based gradients: bitwise comparable with the functional simulator
   kMlp,        // the toy MLP with cuBLAS, on generated data
+  kDecoder,    // the GPT-2/OPT decoder of docs/decoder.md on token data (backends/cuda/workload_decoder.cu)
 };
 std::string_view workload_type_name(WorkloadType w);
 
@@ -92,8 +93,30 @@ struct WorkloadConfig {
   uint64_t seed = 1;  // data, initial weights and synthetic gradients
   // The workload `run` uses: kAuto resolved against the model type.
   WorkloadType resolved(ModelType m) const {
-    return type != WorkloadType::kAuto ? type : (m == ModelType::kMlp ? WorkloadType::kMlp : WorkloadType::kSynthetic);
+    return type != WorkloadType::kAuto ? type : (m == ModelType::kMlp ? WorkloadType::kMlp : WorkloadType::kDecoder);
   }
+};
+
+// A decoder's training tokens (docs/decoder.md, "Data"): `data: {train: PATH}`, a token file validated
+// when the scenario is read (core::TokenFile: header, size, every id < vocab, at least seq + 1 tokens).
+// Empty: the built-in token stream.
+struct DataConfig {
+  std::filesystem::path train;  // resolved against the scenario's directory
+};
+
+// A decoder's initial weights: `init: {from: FILE.safetensors}` (Hugging Face names, core/hf_names.h),
+// or GPT-2's initialisation from the workload seed when empty (core/init.h).
+struct InitConfig {
+  std::filesystem::path from;  // resolved against the scenario's directory; its tensors are checked when loaded
+};
+
+// Checkpoints (docs/ARCHITECTURE.md, "Checkpoints"): `checkpoint: {dir, every_steps, keep}`. DeepSpeed's
+// ds_config has no directory or interval (its save_checkpoint takes the directory as an argument), so
+// they live in the scenario; the ds_config's `checkpoint` section is read for what maps (ds_config.cpp).
+struct CheckpointConfig {
+  std::filesystem::path dir;  // resolved against the scenario's directory; empty: no checkpoints
+  int64_t every_steps = 0;    // save after every N steps (0: only after the last step, or on SIGTERM/SIGINT)
+  int keep = 0;               // complete checkpoints kept, the newest included (0: every one)
 };
 
 // A default that decided something the files did not say: the commands print them and write them to
@@ -121,6 +144,9 @@ struct Scenario {
   ZeroConfig zero;
   std::optional<ReferenceResult> reference;
   WorkloadConfig workload;
+  DataConfig data;  // decoders only
+  InitConfig init;  // decoders only
+  CheckpointConfig checkpoint;
   // Set when a ds_config supplied the training, optimizer and ZeRO settings.
   bool from_ds_config = false;
   std::filesystem::path ds_config_file;  // empty when embedded or absent

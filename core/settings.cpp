@@ -32,7 +32,9 @@ WorkloadType workload_of(const Scenario& sc, const SettingsOverrides& o) {
   if (o.workload) w.type = *o.workload;
   const WorkloadType resolved = w.resolved(sc.model.type);
   if (resolved == WorkloadType::kMlp && sc.model.type != ModelType::kMlp)
-    throw InputError("workload mlp: the model is a decoder; allowed: synthetic");
+    throw InputError("workload mlp: the model is a decoder; allowed: synthetic, decoder");
+  if (resolved == WorkloadType::kDecoder && sc.model.type != ModelType::kDecoder)
+    throw InputError("workload decoder: the model is an MLP; allowed: synthetic, mlp");
   return resolved;
 }
 
@@ -56,6 +58,8 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   s.loss_scaler = loss_scaler_of(sc.training);
   s.workload = workload_of(sc, o);
   s.seed = sc.workload.seed;
+  s.data_train = sc.data.train;
+  s.init_from = sc.init.from;
   s.cpu_threads = sc.cluster.cpu_cores_per_gpu;
   return s;
 }

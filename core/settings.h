@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -36,7 +37,9 @@ struct RunSettings {
   LossScaler loss_scaler;      // fp16: the scenario's initial scale and dynamics; else 1 and fixed
   WorkloadType workload = WorkloadType::kSynthetic;  // what `run` trains: the scenario's, resolved against the model
   uint64_t seed = 1;                                 // data, initial weights, synthetic gradients
-  int cpu_threads = 1;  // CPU optimizer threads per rank (the scenario's cpu_cores_per_gpu)
+  std::filesystem::path data_train;                  // the decoder's token file (validated); empty: the built-in stream
+  std::filesystem::path init_from;  // the decoder's Hugging Face weights; empty: GPT-2's init from `seed`
+  int cpu_threads = 1;              // CPU optimizer threads per rank (the scenario's cpu_cores_per_gpu)
   // The allocation plan's options: `step` and `workload` (the simulator counts kAuto instead).
   MemoryOptions memory_options() const {
     MemoryOptions m;
@@ -47,7 +50,8 @@ struct RunSettings {
 };
 
 // Throws core::InputError for an override out of range (world outside [1, kMaxWorld], grad_accum
-// outside [1, kMaxBatch], an MLP workload for a decoder), naming what set it.
+// outside [1, kMaxBatch]), naming what set it, and for an MLP workload for a decoder or a decoder
+// workload for an MLP.
 RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& overrides = {});
 
 // Throws core::InputError when simulating every rank of `sc` with `overrides` is too large

@@ -117,21 +117,30 @@ class Planner {
   }
   Op& last() { return plan_.ops.back(); }
 
-  // A ZeRO-3 gather of layer l into its prefetch buffer, after the last op that read that buffer.
+  // A ZeRO-3 gather of layer l into its prefetch buffer, after the last op that read that buffer; a
+  // layer that reads another's tensor gets that layer gathered too, into the shared buffer, after its
+  // last reader.
   uint32_t gather(int l, int mb) {
     const int8_t slot = gather_slot(l);
+    const int32_t owner = model_.shared_owner(size_t(l));
     std::vector<uint32_t> deps;
     if (auto it = gather_reader_.find(slot); it != gather_reader_.end()) deps.push_back(it->second);
+    if (owner >= 0 && shared_reader_ >= 0 &&
+        std::find(deps.begin(), deps.end(), uint32_t(shared_reader_)) == deps.end())
+      deps.push_back(uint32_t(shared_reader_));
     const uint32_t id = add(OpKind::kAllGather, Queue::kComm, l, mb, std::move(deps));
-    last().bytes = layer_bytes(l, cfg_.param_dtype);
+    last().bytes = layer_bytes(l, cfg_.param_dtype) + (owner >= 0 ? layer_bytes(owner, cfg_.param_dtype) : 0);
     last().gather_slot = slot;
+    last().shared_layer = owner;
     return id;
   }
-  // A forward/backward reads layer l's gathered parameters (ZeRO-3).
+  // A forward/backward reads layer l's gathered parameters (ZeRO-3), and the layer it shares a tensor with.
   void reads_gather(int l) {
+    last().shared_layer = model_.shared_owner(size_t(l));
     if (stage() != 3) return;
     last().gather_slot = gather_slot(l);
     gather_reader_[gather_slot(l)] = last().id;
+    if (last().shared_layer >= 0) shared_reader_ = last().id;
   }
 
   void forward(int mb) {
@@ -250,6 +259,7 @@ class Planner {
   std::vector<uint32_t> fwd_, bwd_, red_;     // (L) the latest forward / backward / reduction of each layer
   std::map<int, uint32_t> d2h_;               // layer -> D2H op (last micro-batch)
   std::map<int8_t, uint32_t> gather_reader_;  // prefetch buffer -> the last op that read it
+  int64_t shared_reader_ = -1;                // the last op that read the shared buffer
   std::map<int8_t, uint32_t> grad_reader_;    // layer-gradient buffer -> the last reduction that read it
   int backward_count_ = 0;
   StepPlan plan_;

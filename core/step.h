@@ -53,6 +53,12 @@ struct Op {
   int8_t gather_slot = -1;  // ZeRO-3 all-gather: the prefetch buffer it fills; forward/backward: the one they read
   int8_t grad_slot = -1;    // backward: the layer-gradient buffer it writes; reduce-scatter/all-reduce: the one
                             // it reads, with the receive buffer of the same index
+  // The layer whose parameters this op also needs because the op's layer reads one of its tensors
+  // (ModelDesc::shared_owner: the tied LM head reads the token embedding), -1 if none. A ZeRO-3
+  // all-gather of such a layer gathers this one too, into the one shared buffer ("gather_shared";
+  // its bytes counted in `bytes`), which the layer's forward and backward read; with stages 1/2 they
+  // read it in the replicated model.
+  int32_t shared_layer = -1;
   std::string label() const;
   bool operator==(const Op&) const = default;
 };
@@ -94,7 +100,8 @@ struct StepPlan {
 
 // Every dependency is listed, buffer reuse included: backward k writes the layer-gradient buffer that
 // reduction k-2 read, so it waits for that reduction; a ZeRO-3 gather waits for the last reader of its
-// prefetch buffer. core/plan_hazards.h checks that nothing is left implicit.
+// prefetch buffer (and of the shared buffer when it fills that too). core/plan_hazards.h checks that
+// nothing is left implicit.
 StepPlan plan_step(const ModelDesc& model, const Partition& part, const TwinFlowSplit& split, const StepConfig& cfg);
 
 // Op ids per queue (core::Queue order), in the order each queue issues and runs them: the plan's order.

@@ -149,4 +149,8 @@ void TokenSource::micro_batch(uint64_t seed, int64_t step, int64_t micro_shard, 
            targets.subspan(size_t(b * seq_), size_t(seq_)));
 }
 
+TokenSource open_token_source(const std::filesystem::path& file, int64_t vocab, int64_t seq) {
+  return file.empty() ? TokenSource(vocab, seq) : TokenSource(file, vocab, seq);
+}
+
 }  // namespace tf::core

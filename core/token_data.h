@@ -84,4 +84,8 @@ class TokenSource {
   int64_t builtin_ids_ = 0;
 };
 
+// The token file at `file`, or the built-in stream when `file` is empty (a scenario's data.train, as
+// core::RunSettings::data_train carries it).
+TokenSource open_token_source(const std::filesystem::path& file, int64_t vocab, int64_t seq);
+
 }  // namespace tf::core

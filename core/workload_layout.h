@@ -1,5 +1,6 @@
 // Geometry of the workloads' device buffers, which their sizes depend on: the cuBLAS workspace every
-// GEMM workload's handle owns, and the toy MLP workload's launch shapes. backends/cuda allocates and
+// GEMM workload's handle owns, GEMM slack, and the toy MLP workload's launch shapes (the decoder's are
+// core/decoder_layout.h's). backends/cuda allocates and
 // launches with these; core/alloc_plan.cpp sizes the buffers from them (usable from .cu files).
 #pragma once
 
@@ -11,10 +12,12 @@ namespace tf::core {
 // for Hopper. A fixed workspace keeps cuBLAS from allocating and from changing kernels between calls.
 constexpr int64_t kCublasWorkspaceBytes = int64_t(32) << 20;
 
-namespace mlp_layout {
 // GEMM operands get slack past their end: cuBLAS's small-n kernels (micro-batch below the tile width)
-// were seen reading up to one tile of rows past the operand under compute-sanitizer.
+// were seen reading up to one tile of rows past the operand under compute-sanitizer. The MLP and the
+// decoder workloads size their GEMM operands with it.
 constexpr int64_t kGemmSlackRows = 256;
+
+namespace mlp_layout {
 // Row-striding kernels (input, bias + activation, loss): blocks = min(B, this), fixed for a given B.
 constexpr int64_t kRowBlocks = 1024;
 // Bias gradient: blocks of 8 row lanes; row chunks per column block (partials summed in order),

@@ -312,4 +312,15 @@ TimeNs cpu_optimizer_ns(const CpuOptimizerParams& p, int64_t params) {
   return ceil_ns(static_cast<double>(params) / cpu_optimizer_gparam_s(p));  // 1 Gparam/s = 1 param/ns
 }
 
+double shared_cpu_gparam_s(const SharedCpuRates& r, int active) {
+  constexpr const char* kWhere = "shared_cpu_gparam_s";
+  require_positive(r.alone, kWhere, "alone");
+  require_positive(r.node_at_active, kWhere, "node_at_active");
+  require_positive(r.single_active_threads, kWhere, "single_active_threads");
+  require_positive(r.single_all_cores, kWhere, "single_all_cores");
+  if (active < 1)
+    throw std::invalid_argument(std::string(kWhere) + ": active = " + std::to_string(active) + "; allowed: >= 1");
+  return std::min(r.alone, r.node_at_active * r.single_active_threads / r.single_all_cores / active);
+}
+
 }  // namespace tf::sim

@@ -190,4 +190,18 @@ double cpu_optimizer_gparam_s(const CpuOptimizerParams& p);
 // params / cpu_optimizer_gparam_s, without DMA contention (CpuPool in resources.h applies that).
 TimeNs cpu_optimizer_ns(const CpuOptimizerParams& p, int64_t params);
 
+// One rank's CPU optimizer rate while `active` ranks of its host run their passes at once (processor
+// sharing of the host, docs/ARCHITECTURE.md "The simulator: the host is shared"), from measured rates
+// (Gparam/s): the rank can go no faster than alone, and the active ranks share what `active` processes
+// achieved together, scaled from the measured split (each process on its `active`-th of the cores) to
+// the threads the ranks have:
+//   min(alone, node_at_active x single_active_threads / single_all_cores / active)
+struct SharedCpuRates {
+  double alone = 0;                  // one process with the rank's threads (the thread curve)
+  double node_at_active = 0;         // `active` processes at once, each on its share (the rank curve)
+  double single_active_threads = 0;  // one process with active x the rank's threads (the thread curve)
+  double single_all_cores = 0;       // one process on every core (the thread curve's end)
+};
+double shared_cpu_gparam_s(const SharedCpuRates& r, int active);
+
 }  // namespace tf::sim

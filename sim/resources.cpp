@@ -334,39 +334,112 @@ Work SharedLink::transfer(Direction dir, int64_t bytes) {
 
 // ---- CpuPool --------------------------------------------------------------------------------------
 
-CpuPool::CpuPool(EventQueue& queue, double rate_gparam_s, double dma_slowdown_factor)
-    : rate_gparam_s_(rate_gparam_s),
+HostCpuPool::HostCpuPool(EventQueue& queue, int ranks, RateFn rate_of_active, double dma_slowdown_factor)
+    : rate_of_active_(std::move(rate_of_active)),
       slowdown_(dma_slowdown_factor),
-      server_(queue, 1, [this](int, std::span<const int> active) {
-        return rate_gparam_s_ / active[0] / (active_links_ > 0 ? slowdown_ : 1.0);
+      active_links_(static_cast<size_t>(std::max(ranks, 0)), 0),
+      server_(queue, std::max(ranks, 1), [this](int rank, std::span<const int> active) {
+        int total = 0;
+        for (int a : active) total += a;
+        const double rate = rate_of_active_(total);
+        if (!(rate > 0) || !std::isfinite(rate))
+          throw std::invalid_argument("HostCpuPool: the rate with " + std::to_string(total) + " passes active is " +
+                                      std::to_string(rate) + "; allowed: a finite value > 0");
+        return rate / (active_links_[static_cast<size_t>(rank)] > 0 ? slowdown_ : 1.0);
       }) {
-  if (!(rate_gparam_s > 0) || !std::isfinite(rate_gparam_s))
-    throw std::invalid_argument("CpuPool: rate_gparam_s = " + std::to_string(rate_gparam_s) +
-                                "; allowed: a finite value > 0");
+  if (ranks < 1) throw std::invalid_argument("HostCpuPool: ranks = " + std::to_string(ranks) + "; allowed: >= 1");
+  if (!rate_of_active_) throw std::invalid_argument("HostCpuPool: no rate function");
   if (!(dma_slowdown_factor >= 1) || !std::isfinite(dma_slowdown_factor))
-    throw std::invalid_argument("CpuPool: dma_slowdown_factor = " + std::to_string(dma_slowdown_factor) +
+    throw std::invalid_argument("HostCpuPool: dma_slowdown_factor = " + std::to_string(dma_slowdown_factor) +
                                 "; allowed: a finite value >= 1");
 }
 
-void CpuPool::watch(SharedLink& link) {
+void HostCpuPool::check_rank(int rank, const char* who) const {
+  if (rank < 0 || rank >= ranks())
+    throw std::invalid_argument(std::string(who) + ": rank " + std::to_string(rank) + "; allowed: [0, " +
+                                std::to_string(ranks()) + ")");
+}
+
+void HostCpuPool::watch(int rank, SharedLink& link) {
+  check_rank(rank, "HostCpuPool::watch");
+  int& links = active_links_[static_cast<size_t>(rank)];
   if (link.active()) {
-    ++active_links_;
+    ++links;
     server_.rates_changed();
   }
-  link.add_activity_listener([this](bool active) {
-    active_links_ += active ? 1 : -1;
+  link.add_activity_listener([this, &links](bool active) {
+    links += active ? 1 : -1;
     server_.rates_changed();
   });
 }
 
-void CpuPool::start(int64_t params, Callback on_done) {
-  if (params < 0) throw std::invalid_argument("CpuPool::start: params = " + std::to_string(params) + "; allowed: >= 0");
-  server_.start(0, static_cast<double>(params), std::move(on_done));
+void HostCpuPool::start(int rank, int64_t params, Callback on_done) {
+  check_rank(rank, "HostCpuPool::start");
+  if (params < 0)
+    throw std::invalid_argument("HostCpuPool::start: params = " + std::to_string(params) + "; allowed: >= 0");
+  server_.start(rank, static_cast<double>(params), std::move(on_done));
 }
 
-Work CpuPool::work(int64_t params) {
-  if (params < 0) throw std::invalid_argument("CpuPool::work: params = " + std::to_string(params) + "; allowed: >= 0");
-  return Work::async([this, params](Callback done) { start(params, std::move(done)); });
+Work HostCpuPool::work(int rank, int64_t params) {
+  check_rank(rank, "HostCpuPool::work");
+  if (params < 0)
+    throw std::invalid_argument("HostCpuPool::work: params = " + std::to_string(params) + "; allowed: >= 0");
+  return Work::async([this, rank, params](Callback done) { start(rank, params, std::move(done)); });
 }
+
+SlowedServer::SlowedServer(EventQueue& queue)
+    : server_(queue, 1, [this](int, std::span<const int> active) { return 1.0 / current_factor() / active[0]; }) {}
+
+int SlowedServer::add_source(double factor) {
+  if (!(factor >= 1) || !std::isfinite(factor))
+    throw std::invalid_argument("SlowedServer: factor = " + std::to_string(factor) + "; allowed: a finite value >= 1");
+  factor_.push_back(factor);
+  active_.push_back(0);
+  return static_cast<int>(factor_.size()) - 1;
+}
+
+void SlowedServer::set_active(int source, bool active) {
+  if (source < 0 || source >= static_cast<int>(factor_.size()))
+    throw std::invalid_argument("SlowedServer::set_active: source " + std::to_string(source) + " does not exist");
+  int& a = active_[static_cast<size_t>(source)];
+  a += active ? 1 : -1;
+  if (a < 0) throw std::logic_error("SlowedServer::set_active: source " + std::to_string(source) + " ended twice");
+  server_.rates_changed();
+}
+
+void SlowedServer::watch(SharedLink& link, double factor) {
+  const int id = add_source(factor);
+  if (link.active()) set_active(id, true);
+  link.add_activity_listener([this, id](bool active) { set_active(id, active); });
+}
+
+double SlowedServer::current_factor() const {
+  double f = 1;
+  for (size_t i = 0; i < factor_.size(); ++i)
+    if (active_[i] > 0) f *= factor_[i];
+  return f;
+}
+
+void SlowedServer::start(TimeNs alone_ns, Callback on_done) {
+  if (alone_ns < 0)
+    throw std::invalid_argument("SlowedServer::start: alone_ns = " + std::to_string(alone_ns) + "; allowed: >= 0");
+  server_.start(0, static_cast<double>(alone_ns), std::move(on_done));
+}
+
+Work SlowedServer::work(TimeNs alone_ns) {
+  return Work::async([this, alone_ns](Callback done) { start(alone_ns, std::move(done)); });
+}
+
+namespace {
+HostCpuPool::RateFn equal_share(double rate_gparam_s) {
+  if (!(rate_gparam_s > 0) || !std::isfinite(rate_gparam_s))
+    throw std::invalid_argument("CpuPool: rate_gparam_s = " + std::to_string(rate_gparam_s) +
+                                "; allowed: a finite value > 0");
+  return [rate_gparam_s](int active) { return rate_gparam_s / active; };
+}
+}  // namespace
+
+CpuPool::CpuPool(EventQueue& queue, double rate_gparam_s, double dma_slowdown_factor)
+    : host_(queue, 1, equal_share(rate_gparam_s), dma_slowdown_factor) {}
 
 }  // namespace tf::sim

@@ -232,11 +232,73 @@ class SharedLink {
   FluidServer server_;
 };
 
-// The CPU optimizer's throughput as a fluid server: rate_gparam_s (e.g. cpu_optimizer_gparam_s) shared
-// by the jobs in flight, divided by dma_slowdown_factor while any watched SharedLink carries a
-// transfer (memory bandwidth taken by DMA: CPU Adam ran 1.68x slower on our H100 host during copies).
-// The CPU optimizer Resource runs its chunks through it:
-//   cpu.submit("adam chunk 3", pool.work(params), {grads_landed});
+// The CPU optimizer passes of the ranks of one host, sharing its cores and memory bandwidth as a
+// processor-sharing server: while `a` passes of the host run at once, each progresses at
+// rate_of_active(a) Gparam/s, divided by dma_slowdown_factor while a link that rank watches carries a
+// transfer (memory bandwidth taken by DMA: CPU Adam ran 1.35-1.68x slower on our H100 host during
+// copies). Each rank's CPU optimizer Resource runs its chunks through it:
+//   cpu.submit("adam chunk 3", host.work(local_rank, params), {grads_landed});
+// (docs/ARCHITECTURE.md, "The simulator: the host is shared".)
+class HostCpuPool {
+ public:
+  // Gparam/s of one pass while `active` (>= 1) passes run; called whenever that number changes, and
+  // must return a finite value > 0 (std::invalid_argument otherwise).
+  using RateFn = std::function<double(int active)>;
+  HostCpuPool(EventQueue& queue, int ranks, RateFn rate_of_active, double dma_slowdown_factor = 1);
+  HostCpuPool(const HostCpuPool&) = delete;
+  HostCpuPool& operator=(const HostCpuPool&) = delete;
+
+  // Rank `rank`'s passes slow down by the factor while this link is active.
+  void watch(int rank, SharedLink& link);
+
+  void start(int rank, int64_t params, Callback on_done);
+  Work work(int rank, int64_t params);
+
+  int ranks() const noexcept { return static_cast<int>(active_links_.size()); }
+  int active() const noexcept { return server_.active_total(); }
+  bool slowed(int rank) const { return active_links_.at(static_cast<size_t>(rank)) > 0; }
+  // The current rate of one pass of this rank, Gparam/s (0 when it runs none).
+  double current_gparam_s(int rank) const { return server_.current_rate(rank); }
+
+ private:
+  void check_rank(int rank, const char* who) const;
+  RateFn rate_of_active_;
+  double slowdown_;
+  std::vector<int> active_links_;  // per rank
+  FluidServer server_;
+};
+
+// Work whose time was measured alone (ns) and that runs slower while other activity shares its
+// hardware: while a source is active its factor multiplies the time of the work in progress (the GPU's
+// forward and backward while the rank's collectives or PCIe copies run: docs/ARCHITECTURE.md, "Compute
+// slowed by collectives and copies"). Factors of 1 change nothing. Jobs in flight share it equally.
+class SlowedServer {
+ public:
+  explicit SlowedServer(EventQueue& queue);
+  SlowedServer(const SlowedServer&) = delete;
+  SlowedServer& operator=(const SlowedServer&) = delete;
+
+  // A source of contention with its slowdown factor (finite, >= 1; std::invalid_argument otherwise);
+  // returns its id. Active while set_active(id, true) calls outnumber set_active(id, false) ones.
+  int add_source(double factor);
+  void set_active(int source, bool active);
+  // A link as a source: active while it carries a transfer.
+  void watch(SharedLink& link, double factor);
+
+  void start(TimeNs alone_ns, Callback on_done);
+  Work work(TimeNs alone_ns);
+  // The time of one ns of alone-work now (the product of the active sources' factors).
+  double current_factor() const;
+
+ private:
+  std::vector<double> factor_;
+  std::vector<int> active_;
+  FluidServer server_;
+};
+
+// One CPU pool on its own: rate_gparam_s shared equally by the jobs in flight, divided by
+// dma_slowdown_factor while any watched SharedLink carries a transfer (a HostCpuPool of one rank).
+//   cpu.submit("stats 3", pool.work(params), {grads_landed});
 class CpuPool {
  public:
   CpuPool(EventQueue& queue, double rate_gparam_s, double dma_slowdown_factor = 1);
@@ -244,22 +306,19 @@ class CpuPool {
   CpuPool& operator=(const CpuPool&) = delete;
 
   // The rate divides by the slowdown factor while this link is active.
-  void watch(SharedLink& link);
+  void watch(SharedLink& link) { host_.watch(0, link); }
 
-  void start(int64_t params, Callback on_done);
-  Work work(int64_t params);
+  void start(int64_t params, Callback on_done) { host_.start(0, params, std::move(on_done)); }
+  Work work(int64_t params) { return host_.work(0, params); }
 
   // Whether a watched link is active now.
-  bool slowed() const noexcept { return active_links_ > 0; }
-  int active() const noexcept { return server_.active_total(); }
+  bool slowed() const { return host_.slowed(0); }
+  int active() const noexcept { return host_.active(); }
   // The current rate of one job, Gparam/s (0 when none is running).
-  double current_gparam_s() const { return server_.current_rate(0); }
+  double current_gparam_s() const { return host_.current_gparam_s(0); }
 
  private:
-  double rate_gparam_s_;
-  double slowdown_;
-  int active_links_ = 0;
-  FluidServer server_;
+  HostCpuPool host_;
 };
 
 }  // namespace tf::sim

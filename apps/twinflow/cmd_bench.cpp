@@ -7,12 +7,16 @@
 #include <optional>
 #include <sstream>
 
+#include "apps/twinflow/bench_ranks.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/cpu_ranks.h"
 #include "apps/twinflow/measure.h"
 #include "apps/twinflow/table.h"
+#include "backends/cpu/host_topology.h"
 #include "core/config_node.h"
 #include "core/error.h"
+#include "core/hardware.h"
 #include "core/strings.h"
 #if defined(TWINFLOW_HAVE_CUDA)
 #include "backends/cuda/cuda_backend.h"
@@ -60,12 +64,14 @@ struct BenchOptions {
   nlohmann::json peer = nlohmann::json::object();
   backend::cpu::CpuOptions cpu;
   bool cpu_variants = false;
-  OutputFiles out;  // csv, json
+  OutputFiles out;                         // csv, json
+  std::optional<RanksBenchOptions> ranks;  // --cpu-ranks: the node table instead
 };
 
 const IntOption kCpuN{"n", 1, int64_t(1) << 32, int64_t(1) << 25, "elements per CPU measurement"};
 const IntOption kGpuN{"gpu-n", 1, int64_t(1) << 32, int64_t(1) << 28, "elements per GPU measurement"};
 const IntOption kIters{"iters", 1, 100000, 10, "timed repetitions (median reported)"};
+const IntOption kLayers{"layers", 1, 100000, 32, "with --cpu-ranks and no scenario: CPU ops per rank"};
 const IntOption kPrefetch{"prefetch", 0, int64_t(1) << 20, backend::cpu::CpuOptions{}.tuning.prefetch_elems,
                           "CPU software prefetch distance in elements (0: off)"};
 
@@ -77,13 +83,31 @@ po::options_description bench_description() {
   add("optimizers", po::value<std::string>()->default_value("adamw,adam,adagrad,lion"), "comma list");
   add("grads", po::value<std::string>()->default_value("bf16,fp32"),
       "gradient dtypes; bf16/fp16 grads write a copy of the same dtype, fp32 grads write none (torch's setting)");
-  add("threads", po::value<size_t>()->default_value(0), "CPU threads (0: all allowed CPUs)");
-  add("pin", po::bool_switch(), "pin CPU threads to cores");
+  add("threads", po::value<long long>(),
+      "CPU threads, 1 to 4 x the host's cores (default: all allowed CPUs; with --cpu-ranks: per rank, its share's "
+      "cores)");
+  add("pin", po::bool_switch(), "pin CPU threads to cores (--cpu-ranks always pins)");
   add("isa", po::value<std::string>(), "force a SIMD path: scalar|avx2|avx512");
   add_int_option(desc, kPrefetch);
   add("stream-copy", po::value<bool>()->default_value(backend::cpu::CpuOptions{}.tuning.stream_copy),
       "CPU non-temporal stores for the bf16/fp16 copy (true|false)");
   add("cpu-variants", po::bool_switch(), "also time AdamW under each CPU tuning variant (pin, prefetch, streaming)");
+  add("cpu-ranks", po::value<std::string>(),
+      "node mode: comma list of rank counts k; for each, k processes run the engine's CPU path at once, each on its "
+      "share of the cores (the elements are --n over all ranks, or --scenario's CPU segments at world k)");
+  add("scenario", po::value<std::string>(), "with --cpu-ranks: each rank's CPU layers from this scenario");
+  add("ratio", po::value<double>(), "with --scenario: the CPU share (default: the scenario's)");
+  add_int_option(desc, kLayers);
+  add("blocks", po::value<std::string>(), "with --cpu-ranks: AdamW variants, work-stealing blocks in tiles (0: off)");
+  add("prefetches", po::value<std::string>(), "with --cpu-ranks: AdamW variants, prefetch distances in elements");
+  add("dma", po::value<std::string>()->default_value("off"),
+      "with --cpu-ranks: off | on | both: H2D and D2H copies on GPU 0 during the passes");
+  add("per-layer", po::bool_switch(), "with --cpu-ranks: also each CPU op's time and rate (rank 0)");
+  add("pinning", po::value<std::string>()->default_value("partitioned"),
+      "with --cpu-ranks: partitioned (each rank its share of the cores) | identical (every rank pins cores / k "
+      "threads to the same first CPUs: the engine before the shares, for comparison)");
+  add("profile", po::value<std::string>(),
+      "with --cpu-ranks: the simulator's node time from this hardware profile beside the AdamW bf16 rows");
   add("gpu", po::value<std::string>()->default_value("auto"), "auto|on|off");
   add("peer-json", po::value<std::string>(), "torch figures from bench/peer/torch_adamw.py, shown as ratios");
   add_output_options(desc, {.csv = "write the table as CSV", .json = "write the table as JSON"});
@@ -105,6 +129,51 @@ nlohmann::json read_peer_json(const std::string& path) {
   }
 }
 
+// A comma list of integers in [lo, hi] for `option` (each checked as cli's integer options are).
+template <class T>
+std::vector<T> int_list(const po::variables_map& vm, const char* option, int64_t lo, int64_t hi) {
+  std::vector<T> out;
+  for (const std::string& x : split_list(vm[option].as<std::string>()))
+    out.push_back(T(checked_int(x, std::string("--") + option, lo, hi)));
+  if (out.empty()) throw core::InputError(std::string("--") + option + ": an empty list");
+  return out;
+}
+
+RanksBenchOptions ranks_options(const po::variables_map& vm, const BenchOptions& b) {
+  RanksBenchOptions r;
+  const int cores = backend::cpu::host_topology().physical_cores();
+  r.ranks = int_list<int>(vm, "cpu-ranks", 1, cores);
+  if (vm.count("n") && !vm["n"].defaulted()) r.n = int64_t(b.n);
+  if (vm.count("scenario")) r.scenario = vm["scenario"].as<std::string>();
+  if (vm.count("ratio")) {
+    r.ratio = vm["ratio"].as<double>();
+    if (!(r.ratio >= 0 && r.ratio <= 1)) throw core::InputError("--ratio must be in [0, 1]");
+  }
+  r.layers = int(int_option(vm, kLayers));
+  r.threads = b.cpu.threads;
+  r.iters = b.iters;
+  r.kinds = b.kinds;
+  r.grads = b.grads;
+  const CpuRankSetup d;
+  r.blocks = vm.count("blocks") ? int_list<size_t>(vm, "blocks", 0, 1 << 20) : std::vector<size_t>{d.steal_block_tiles};
+  r.prefetches = vm.count("prefetches") ? int_list<uint32_t>(vm, "prefetches", 0, 1 << 20)
+                                        : std::vector<uint32_t>{d.prefetch_elems};
+  r.dma = vm["dma"].as<std::string>();
+  if (r.dma != "off" && r.dma != "on" && r.dma != "both")
+    throw core::InputError("--dma must be off, on or both, got '" + r.dma + "'");
+  r.per_layer = vm["per-layer"].as<bool>();
+  const std::string pinning = vm["pinning"].as<std::string>();
+  if (pinning != "partitioned" && pinning != "identical")
+    throw core::InputError("--pinning must be partitioned or identical, got '" + pinning + "'");
+  r.identical_pinning = pinning == "identical";
+  if (vm.count("profile")) {
+    r.profile = vm["profile"].as<std::string>();
+    (void)core::find_hardware_profile(*r.profile);  // bad input fails before any measuring
+  }
+  r.out = b.out;
+  return r;
+}
+
 std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& args) {
   const std::optional<po::variables_map> parsed = parse_command(args, bench_description(), nullptr, kBenchEpilog);
   if (!parsed) return std::nullopt;
@@ -123,13 +192,16 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   if (o.gpu_mode != "auto" && o.gpu_mode != "on" && o.gpu_mode != "off")
     throw core::InputError("--gpu must be auto, on or off, got '" + o.gpu_mode + "'");
   if (vm.count("peer-json")) o.peer = read_peer_json(vm["peer-json"].as<std::string>());
-  o.cpu.threads = vm["threads"].as<size_t>();
+  if (vm.count("threads"))
+    o.cpu.threads = backend::cpu::checked_thread_count(vm["threads"].as<long long>(),
+                                                       backend::cpu::host_topology().physical_cores(), "--threads");
   o.cpu.pin_threads = vm["pin"].as<bool>();
   if (vm.count("isa")) o.cpu.isa = int(backend::cpu::parse_isa(vm["isa"].as<std::string>()));
   o.cpu.tuning.prefetch_elems = uint32_t(int_option(vm, kPrefetch));
   o.cpu.tuning.stream_copy = vm["stream-copy"].as<bool>();
   o.cpu_variants = vm["cpu-variants"].as<bool>();
   o.out = read_output_options(vm);
+  if (vm.count("cpu-ranks")) o.ranks = ranks_options(vm, o);
   return o;
 }
 
@@ -241,9 +313,11 @@ void bench_gpu(const BenchOptions& o, Table& t) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
+  if (args.size() == 1 && args[0] == "--cpu-rank-worker") return run_cpu_rank_worker(std::cin, std::cout);
   const std::optional<BenchOptions> parsed = parse_bench_options(args);
   if (!parsed) return kExitOk;
   const BenchOptions& o = *parsed;
+  if (o.ranks) return bench_cpu_ranks(*o.ranks);
   backend::cpu::CpuBackend cpu(o.cpu);
   Table t({"device", "kernel", "grad", "copy", "n", "B/elem", "ms", "Gparam/s", "GB/s", "% bound", "vs peer", "peer"});
   const size_t total = 3 + o.kinds.size() * o.grads.size();

@@ -20,6 +20,7 @@
 
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/cpu_ranks.h"
 #include "apps/twinflow/measure.h"
 #include "apps/twinflow/table.h"
 #include "core/error.h"
@@ -207,6 +208,16 @@ std::vector<int> thread_counts(int cores) {
   return t;
 }
 
+// The rank counts whose CPU halves run at once in measure_cpu_ranks: 1, 2, 4 and the GPUs of this
+// host, at most one per core.
+std::vector<int> rank_counts(int cores, int gpus) {
+  std::vector<int> k;
+  for (int x : {1, 2, 4, gpus})
+    if (x >= 1 && x <= cores && std::find(k.begin(), k.end(), x) == k.end()) k.push_back(x);
+  std::sort(k.begin(), k.end());
+  return k;
+}
+
 std::vector<int64_t> nccl_sizes(bool quick) {
   if (quick) return {int64_t(64) << 10, int64_t(1) << 20, int64_t(16) << 20, int64_t(256) << 20};
   std::vector<int64_t> s = {int64_t(64) << 10, int64_t(256) << 10};
@@ -241,6 +252,7 @@ class Calibrator {
         gemms_(gemm_cases(o.quick, load_scenarios(o))),
         builtin_cases_(gemm_cases(o.quick, {}).size()),  // the rest are the scenarios' shapes
         threads_(thread_counts(cores_)),
+        cpu_ranks_(rank_counts(cores_, gpus_)),
         sizes_(nccl_sizes(o.quick)),
         c_(o, planned_steps()),
         gpu_label_(dev_.name + " (device 0)") {
@@ -258,8 +270,10 @@ class Calibrator {
     measure_launch_and_events();
     measure_cpu_optimizer();
     measure_cpu_memory();
+    measure_cpu_ranks();
     measure_dma_slowdown();
-    measure_collectives();
+    measure_collectives();  // and, with >= 2 GPUs, the compute slowdown under collectives and copies
+    if (gpus_ <= 1) measure_compute_slowdown(nullptr);
     write_profile();
     return kExitOk;
   }
@@ -277,12 +291,13 @@ class Calibrator {
     return out;
   }
   // gemms (and the scenarios' shapes on random data too, for the table: the data effect), fp16 + fp32,
-  // 2 hbm, 1 gpu optimizer, 8 pcie, 5 launch/event, the thread sweep, mem + 2 dma; with several GPUs
-  // the concurrent H2D, the all-gather curve and the reduce-scatter's (3 rows per size)
+  // 2 hbm, 1 gpu optimizer, 8 pcie, 5 launch/event, the thread sweep, the rank counts, mem + 2 dma, a
+  // GEMM alone and under copies; with several GPUs the concurrent H2D, the all-gather curve and the
+  // reduce-scatter's (3 rows per size), the GEMM under both collectives
   int planned_steps() const {
     const int random_rows = o_.gemm_relu ? int(gemms_.size() - builtin_cases_) : 0;
-    return int(gemms_.size()) + random_rows + 2 + 3 + 8 + 5 + int(threads_.size()) + 3 +
-           (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) : 0);
+    return int(gemms_.size()) + random_rows + 2 + 3 + 8 + 5 + int(threads_.size()) + int(cpu_ranks_.size()) + 3 + 2 +
+           (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
   }
 
   void announce() const {
@@ -529,6 +544,31 @@ class Calibrator {
   }
 
   // The same all-core pass while an H2D and a D2H run: alone (the sweep's), under DMA, alone again.
+  // The node rate with k ranks' CPU halves at once (apps/twinflow/cpu_ranks.h: k processes, each on its
+  // k-th share of the cores, through the engine's CPU path), for the simulator's shared host.
+  void measure_cpu_ranks() {
+    const int layers = 32;
+    for (int k : cpu_ranks_) {
+      CpuRankGroup g(flat_layouts(int64_t(cpu_n_), k, layers), 0, o_.pin);
+      g.setup(CpuRankSetup{});
+      const PassTimes t = g.passes(R_);
+      std::vector<double> rates;
+      for (double sec : t.node_s) rates.push_back(double(g.elems()) / sec / 1e9);
+      const cal::Stat st = cal::make_stat(std::move(rates));
+      c_.done("cpu adamw bf16, " + std::to_string(k) + " rank process" + (k > 1 ? "es" : "") + " at once, node",
+              st.median, "Gparam/s", st, "cpu.optimizer_node_gparam_s_by_ranks");
+      p_.cpu.optimizer_node_gparam_s_by_ranks.emplace_back(k, sig4(st.median));
+      worst_rank_spread_ = std::max(worst_rank_spread_, st.spread);
+    }
+    src()["cpu.optimizer_node_gparam_s_by_ranks"] =
+        c_.origin() + ": k processes at once through the engine's CPU path (tf::backend::cpu::CpuSegment), each " +
+        "confined to its k-th share of the cores (cpu::rank_cpu_share) with one pinned thread per core, AdamW, bf16 " +
+        "gradient and bf16 copy (" + kAdamWBf16Text + "), " + std::to_string(cpu_n_) + " elements over all ranks in " +
+        std::to_string(layers) + " CPU ops per rank; node Gparam/s = elements / (first start to last end) of " +
+        "each synchronised pass; [ranks, Gparam/s], each the median of " + std::to_string(R_) +
+        " passes, spreads up to " + fmt(worst_rank_spread_ * 100, 1) + "%";
+  }
+
   void measure_dma_slowdown() {
     const cal::Stat& before = rates_.back().second;
     cal::BackgroundDma dma(0, dma_chunk_);
@@ -583,6 +623,66 @@ class Calibrator {
     measure_all_gather(group);
     measure_reduce_scatter(group);
     fit_link();
+    measure_compute_slowdown(&group);
+  }
+
+  // ---- compute under collectives and copies ------------------------------------------------------
+  // The GEMM the slowdowns are measured on: the largest of the --scenario shapes, else an 8B MLP
+  // layer's forward (4096 tokens, hidden 8192).
+  GemmCase slowdown_gemm() const {
+    GemmCase g{core::GemmPass::kForward, 4096, 8192, 8192};
+    const auto flops = [](const GemmCase& x) { return double(x.m) * double(x.n) * double(x.k); };
+    if (gemms_.size() > builtin_cases_)
+      g = *std::max_element(gemms_.begin() + std::ptrdiff_t(builtin_cases_), gemms_.end(),
+                            [&](const GemmCase& a, const GemmCase& b) { return flops(a) < flops(b); });
+    return g;
+  }
+
+  // How much slower a GEMM runs while pinned H2D and D2H copies, and (group) the engine's all-gather and
+  // reduce-scatter, run on other streams of its GPU: the simulator's gpu.compute_slowdown_* (it slows
+  // forward and backward while they overlap).
+  void measure_compute_slowdown(cal::NcclGroup* group) {
+    const GemmCase g = slowdown_gemm();
+    const cal::GemmData data = o_.gemm_relu ? cal::GemmData::kReluMlp : cal::GemmData::kRandom;
+    const std::string what = "gemm bf16 " + std::string(core::gemm_pass_name(g.pass)) + " " + std::to_string(g.m) +
+                             "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
+    const auto rate = [&](const cal::BackgroundLoad* load) {
+      return cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_, data, load);
+    };
+    const cal::Stat alone = rate(nullptr);
+    c_.done(what + ", alone", alone.median, "TFLOP/s", alone);
+    cal::BackgroundDma dma(0, dma_chunk_);
+    const cal::BackgroundLoad copies{[&] { dma.start(); }, [&] { return dma.stop(); }};
+    const cal::Stat under_dma = rate(&copies);
+    const double f_dma = std::max(1.0, sig4(alone.median / under_dma.median));
+    c_.done(what + ", while pinned H2D and D2H copies run", under_dma.median, "TFLOP/s", under_dma,
+            "gpu.compute_slowdown_during_dma");
+    p_.gpu.compute_slowdown_during_dma = f_dma;
+    src()["gpu.compute_slowdown_during_dma"] =
+        c_.source(what + " (the workload's operands and handle): " + fmt(alone.median, 1) + " TFLOP/s alone, " +
+                      fmt(under_dma.median, 1) + " while " + with_units(double(dma_chunk_)) +
+                      " H2D and D2H copies ran back to back on " + gpu_label_ + "; the ratio, at least 1",
+                  under_dma);
+    if (!group) return;
+    const int64_t bytes = group->message_bytes_for(std::min<int64_t>(int64_t(128) << 20, sizes_.back()));
+    std::string parts;
+    double sum = 0, worst = 0;
+    for (const auto& [kind, name] : {std::pair{cal::Collective::kAllGather, "all-gather"},
+                                     std::pair{cal::Collective::kReduceScatter, "engine reduce-scatter"}}) {
+      const cal::BackgroundLoad load = group->background(kind, bytes);
+      const cal::Stat under = rate(&load);
+      c_.done(what + ", while the " + name + " of " + with_units(double(bytes)) + " runs", under.median, "TFLOP/s",
+              under, "gpu.compute_slowdown_during_collectives");
+      sum += alone.median / under.median;
+      worst = std::max(worst, under.spread);
+      parts += (parts.empty() ? "" : ", ") + fmt(under.median, 1) + " under the " + name;
+    }
+    p_.gpu.compute_slowdown_during_collectives = std::max(1.0, sig4(sum / 2));
+    src()["gpu.compute_slowdown_during_collectives"] =
+        c_.origin() + ": " + what + ": " + fmt(alone.median, 1) + " TFLOP/s alone, " + parts + " (" +
+        with_units(double(bytes)) + " messages back to back on all " + std::to_string(gpus_) +
+        " GPUs, the engine's functions); the mean of the two ratios alone / under, at least 1; medians of " +
+        std::to_string(R_) + ", spreads up to " + fmt(std::max(worst, alone.spread) * 100, 1) + "%";
   }
 
   std::string nccl_how() const {
@@ -690,6 +790,8 @@ class Calibrator {
   const std::vector<GemmCase> gemms_;
   const size_t builtin_cases_;
   const std::vector<int> threads_;
+  const std::vector<int> cpu_ranks_;  // k of measure_cpu_ranks
+  double worst_rank_spread_ = 0;
   const std::vector<int64_t> sizes_;
   Calibration c_;
   const std::string gpu_label_;
@@ -713,7 +815,9 @@ std::vector<std::pair<std::string, double>> profile_figures(const core::Hardware
                      {"gpu.fp32_tflops", g.fp32_tflops},
                      {"gpu.kernel_launch_ns", g.kernel_launch_ns},
                      {"gpu.event_record_ns", g.event_record_ns},
-                     {"gpu.event_sync_ns", g.event_sync_ns}});
+                     {"gpu.event_sync_ns", g.event_sync_ns},
+                     {"gpu.compute_slowdown_during_collectives", g.compute_slowdown_during_collectives},
+                     {"gpu.compute_slowdown_during_dma", g.compute_slowdown_during_dma}});
   for (const core::GemmPoint& e : g.bf16_gemm_tflops_by_shape)
     f.emplace_back("gpu.bf16_gemm " + std::string(core::gemm_pass_name(e.pass)) + " " + std::to_string(e.m) + "x" +
                        std::to_string(e.n) + "x" + std::to_string(e.k),
@@ -731,6 +835,8 @@ std::vector<std::pair<std::string, double>> profile_figures(const core::Hardware
   const core::CpuProfile& c = p.cpu;
   for (const auto& [t, r] : c.optimizer_gparam_s_by_threads)
     f.emplace_back("cpu.optimizer_gparam_s " + std::to_string(t) + " threads", r);
+  for (const auto& [k, r] : c.optimizer_node_gparam_s_by_ranks)
+    f.emplace_back("cpu.optimizer_node_gparam_s " + std::to_string(k) + " ranks", r);
   f.insert(f.end(), {{"cpu.mem_gbps", c.mem_gbps}, {"cpu.dma_slowdown_factor", c.dma_slowdown_factor}});
   return f;
 }
@@ -786,7 +892,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       args, desc, nullptr,
       "\nMeasures: cuBLAS bf16 GEMMs of the workloads' shapes (and one fp16, one fp32), HBM (a kernel and\n"
       "cudaMemcpy), PCIe (pinned H2D, D2H, both at once, pageable H2D, the fixed cost per copy), kernel\n"
-      "launch and event overheads, the CPU AdamW rate against threads and its slowdown while DMA runs,\n"
+      "launch and event overheads, the CPU AdamW rate against threads, the node's rate with 1, 2, 4 (and\n"
+      "GPUs) rank processes at once on their shares of the cores, the slowdown while DMA runs,\n"
       "and with >= 2 GPUs NCCL all-gather and the engine's reduce-scatter (its exchange's bus bandwidth)\n"
       "against message size.\n"
       "Progress goes to stderr, one line per measurement; the table to stdout. Every figure is the\n"

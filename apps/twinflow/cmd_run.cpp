@@ -1,6 +1,8 @@
 // `twinflow run`: trains a scenario on this process's GPU (one rank of ZeRO-3 + Twin-Flow) with the
-// real backend, printing per-step loss, step time, phase times and memory; optionally checks the
-// final master weights bit for bit against the functional simulator.
+// real backend, printing per-step loss, step time, phase times, a decoder's tokens/s and MFU, and
+// predicted against measured memory; optionally checks the final master weights bit for bit against
+// the functional simulator, or dumps a decoder's batches and gradients for the Hugging Face oracle.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,11 +17,14 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/master_weights.h"
+#include "apps/twinflow/run_decoder.h"
+#include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/table.h"
-#include "backends/cpu/thread_pool.h"
+#include "backends/cpu/host_topology.h"
 #include "backends/launch/rank_env.h"
 #include "backends/launch/rendezvous.h"
 #include "backends/sim/functional.h"
@@ -31,6 +36,7 @@
 #include "metrics/sim_samples.h"
 #include "metrics/step_metrics.h"
 #ifdef TWINFLOW_HAVE_CUDA
+#include "apps/twinflow/run_checkpoint.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/engine.h"
 #endif
@@ -70,14 +76,28 @@ struct RunOptions {
   int steps = 1;
   std::vector<double> ratios;
   core::WorkloadType workload = core::WorkloadType::kSynthetic;
-  std::optional<int> grad_accum, threads;
+  std::optional<int> grad_accum;
+  std::optional<size_t> threads;
   OutputFiles out;  // json, trace
   bool verify = false, no_pin = false;
   std::optional<std::string> save_master;
+  std::optional<std::string> dump_step, dump_batches;  // decoder: the oracle's files
   int inject_inf_at = -1;
   int timeout_s = 120;
   MetricsOptions metrics;
+  std::optional<std::filesystem::path> resume;  // --resume's checkpoint
+  bool checkpoints() const { return !sc.checkpoint.dir.empty() || resume; }
 };
+
+// The rendezvous's all_ok channels (docs/ARCHITECTURE.md, "Checkpoints"): the stop vote after each step
+// on the training thread, the checkpoint writer's phases on its own thread, --save-master's shared file
+// (core::write_shared_output_file) after training.
+constexpr uint32_t kStopChannel = 1;
+constexpr uint32_t kCheckpointChannel = 2;
+constexpr uint32_t kSaveMasterChannel = 3;
+// A shared write's phases (a checkpoint, --save-master) wait for the slowest rank's writing: longer than
+// a rendezvous timeout.
+constexpr std::chrono::milliseconds kFileBarrierTimeout = std::chrono::minutes(30);
 
 CommandOptions run_options() {
   CommandOptions o(
@@ -89,13 +109,13 @@ CommandOptions run_options() {
   add("steps", po::value<int>(), "training steps (default: the scenario's)");
   add("ratio", po::value<double>(), "CPU share of each rank's optimizer shard in [0, 1] (default: the scenario's)");
   add("ratios", po::value<std::string>(), "a sweep: comma-separated ratios, each trained from scratch");
-  add("workload", po::value<std::string>(), "synthetic | mlp (default: the scenario's workload)");
+  add("workload", po::value<std::string>(), "synthetic | mlp | decoder (default: the scenario's workload)");
   add("grad-accum", po::value<int>(),
       "micro-batches per rank per step (default: the scenario's); keep grad_accum x ranks fixed to compare world "
       "sizes");
-  add("threads", po::value<int>(),
-      "CPU optimizer threads (default: the scenario's cpu_cores_per_gpu, capped by the CPUs of this process / local "
-      "ranks)");
+  add("threads", po::value<long long>(),
+      "CPU optimizer threads, 1 to 4 x the host's cores (default: the scenario's cpu_cores_per_gpu, capped by this "
+      "rank's share of the host's cores: LOCAL_RANK's part of LOCAL_WORLD_SIZE)");
   add_output_options(o.desc, {.json = "write every step's figures as JSON (ranks > 0 write FILE.rankN)",
                               .trace = "Chrome/Perfetto trace of the last step (rank 0; with --ratios one file per "
                                        "ratio, FILE's stem + -rRATIO)"});
@@ -104,9 +124,16 @@ CommandOptions run_options() {
       "models)");
   add("save-master", po::value<std::string>(),
       "write the final fp32 master weights (model order, raw float32) to FILE");
+  add("dump-step", po::value<std::string>(),
+      "decoder, one rank: after step 1 write its global batch to FILE (bench/peer/hf_decoder.py's batch file) and "
+      "the step's reduced gradients, unscaled, before the optimizer, to FILE.grads.safetensors (Hugging Face names, "
+      "fp32)");
+  add("dump-batches", po::value<std::string>(),
+      "decoder: write every step's global batch to FILE (for `hf_decoder.py train`)");
   add("no-pin", po::bool_switch(), "leave the CPU segment in pageable memory (to measure what pinning buys)");
   add("inject-inf-at-step", po::value<int>(), "synthetic workload: make one gradient +Inf at this step (fault test)");
   add("timeout", po::value<int>()->default_value(120), "rendezvous timeout in seconds (multi-rank)");
+  add_resume_option(o.desc);
   add_metrics_options(o.desc, "serve Prometheus metrics on this port (0: a free port; rank r uses PORT + r)",
                       "address the metrics endpoint binds", "keep serving metrics this many seconds after the run");
   return o;
@@ -121,10 +148,12 @@ const char kRunEpilog[] =
 core::WorkloadType workload_option(const po::variables_map& vm, const core::Scenario& sc) {
   if (!vm.count("workload")) return sc.workload.resolved(sc.model.type);
   const std::string w = vm["workload"].as<std::string>();
+  const bool mlp = sc.model.type == core::ModelType::kMlp;
   if (w == "synthetic") return core::WorkloadType::kSynthetic;
-  if (w == "mlp" && sc.model.type == core::ModelType::kMlp) return core::WorkloadType::kMlp;
-  throw core::InputError("--workload '" + w + "': allowed synthetic" +
-                         std::string(sc.model.type == core::ModelType::kMlp ? ", mlp" : " (the model is a decoder)"));
+  if (w == "mlp" && mlp) return core::WorkloadType::kMlp;
+  if (w == "decoder" && !mlp) return core::WorkloadType::kDecoder;
+  throw core::InputError("--workload '" + w + "': allowed synthetic, " +
+                         std::string(mlp ? "mlp (the model is an MLP)" : "decoder (the model is a decoder)"));
 }
 
 // What the real backend can train, and the options that need the synthetic workload.
@@ -141,11 +170,20 @@ void check_run_options(const RunOptions& o) {
     throw core::InputError("--verify compares bits with the functional simulator: it needs --workload synthetic");
   if (o.inject_inf_at >= 0 && o.workload != core::WorkloadType::kSynthetic)
     throw core::InputError("--inject-inf-at-step needs --workload synthetic");
+  if ((o.dump_step || o.dump_batches) && o.workload != core::WorkloadType::kDecoder)
+    throw core::InputError(
+        "--dump-step and --dump-batches write a decoder's tokens and gradients: they need the "
+        "decoder workload (a decoder model)");
+  if (o.dump_step && o.ratios.size() > 1) throw core::InputError("--dump-step takes one ratio, not --ratios");
   for (double r : o.ratios)
     if (!(r >= 0 && r <= 1)) throw core::InputError("--ratio must be in [0, 1]");
   if (o.grad_accum && (*o.grad_accum < 1 || *o.grad_accum > 4096))
     throw core::InputError("--grad-accum must be in [1, 4096]");
-  if (o.threads && (*o.threads < 1 || *o.threads > 4096)) throw core::InputError("--threads must be in [1, 4096]");
+  if (o.checkpoints() && o.ratios.size() > 1)
+    throw core::InputError(
+        "checkpoints (checkpoint.dir, --resume) follow one training run: give --ratio, not --ratios");
+  if (o.resume && (o.dump_step || o.dump_batches))
+    throw core::InputError("--dump-step and --dump-batches write the batches from step 1: drop --resume");
 }
 
 std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args) {
@@ -163,26 +201,22 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   if (vm.count("ratio")) o.ratios = {vm["ratio"].as<double>()};
   if (vm.count("ratios")) o.ratios = parse_ratio_list(vm["ratios"].as<std::string>());
   if (vm.count("grad-accum")) o.grad_accum = vm["grad-accum"].as<int>();
-  if (vm.count("threads")) o.threads = vm["threads"].as<int>();
+  if (vm.count("threads"))
+    o.threads = backend::cpu::checked_thread_count(vm["threads"].as<long long>(),
+                                                   backend::cpu::host_topology().physical_cores(), "--threads");
   o.out = read_output_options(vm);
   if (vm.count("save-master")) o.save_master = vm["save-master"].as<std::string>();
+  if (vm.count("dump-step")) o.dump_step = vm["dump-step"].as<std::string>();
+  if (vm.count("dump-batches")) o.dump_batches = vm["dump-batches"].as<std::string>();
   o.no_pin = vm["no-pin"].as<bool>();
   o.timeout_s = vm["timeout"].as<int>();
   o.metrics = read_metrics_options(vm);
+  o.resume = resume_option(vm, o.sc);
   check_run_options(o);
   return o;
 }
 
 // ---- set-up: ranks, settings, engine configuration ------------------------------------------------------
-
-// A lost rank stops this one (from the rendezvous's watch thread).
-std::function<void(const std::string&)> lost_peer_handler(int rank) {
-  return [rank](const std::string& what) {
-    std::fprintf(stderr, "rank %d: stopping: %s\n", rank, what.c_str());
-    std::fflush(stderr);
-    std::_Exit(kExitRuntime);
-  };
-}
 
 // Rank 0's NCCL ids (one per ratio) reach every rank; a lost rank stops the others.
 std::unique_ptr<backend::launch::Rendezvous> rendezvous(const backend::launch::RankEnv& env, int timeout_s,
@@ -199,6 +233,8 @@ std::unique_ptr<backend::launch::Rendezvous> rendezvous(const backend::launch::R
   ro.master_port = env.master_port;
   ro.rank = env.rank;
   ro.world_size = env.world_size;
+  ro.local_rank = env.local_rank;
+  ro.local_world_size = env.local_world_size;
   ro.timeout_ms = std::chrono::milliseconds(int64_t(timeout_s) * 1000);
   auto rdv = std::make_unique<backend::launch::Rendezvous>(ro, blob);
   const std::vector<uint8_t>& got = rdv->blob();
@@ -208,22 +244,38 @@ std::unique_ptr<backend::launch::Rendezvous> rendezvous(const backend::launch::R
                                " (do all ranks run the same command?)");
   for (size_t i = 0; i < ids.size(); ++i)
     std::memcpy(ids[i].data(), got.data() + i * sizeof(cu::NcclId), sizeof(cu::NcclId));
-  rdv->start_watch(lost_peer_handler(env.rank));
+  const int rank = env.rank;
+  rdv->start_watch([rank](const std::string& what) {
+    std::fprintf(stderr, "rank %d: stopping: %s\n", rank, what.c_str());
+    std::fflush(stderr);
+    std::_Exit(kExitRuntime);
+  });
   return rdv;
 }
 
-// The scenario's CPU threads per GPU, capped by this process's CPUs shared among the node's ranks;
-// --threads instead when given.
-size_t cpu_threads(const RunOptions& o, const backend::launch::RankEnv& env) {
-  if (o.threads) return size_t(*o.threads);
-  const size_t cpus = backend::cpu::available_cpus();
-  return std::min<size_t>(size_t(o.sc.cluster.cpu_cores_per_gpu),
-                          std::max<size_t>(1, cpus / size_t(std::max(1, env.local_world_size))));
+// This rank's part of the host (docs/ARCHITECTURE.md, "CPU path"): LOCAL_RANK's contiguous share of the
+// physical cores of LOCAL_WORLD_SIZE ranks. The whole process is confined to it before CUDA and NCCL
+// start their threads, so no thread of this rank preempts another rank's optimizer threads.
+backend::cpu::CpuShare take_cpu_share(const backend::launch::RankEnv& env) {
+  const backend::cpu::HostTopology topo = backend::cpu::host_topology();
+  backend::cpu::CpuShare share = backend::cpu::rank_cpu_share(topo, env.local_rank, env.local_world_size);
+  if (env.local_world_size > topo.physical_cores())
+    std::cerr << "warning: " << env.local_world_size << " ranks on this host share its " << topo.physical_cores()
+              << " physical cores: their CPU optimizers will slow each other down\n";
+  backend::cpu::confine_calling_thread(share.cpus);
+  return share;
+}
+
+// --threads when given; else the scenario's CPU threads per GPU, capped by the rank's share of cores.
+size_t cpu_threads(const RunOptions& o, const backend::cpu::CpuShare& share) {
+  if (o.threads) return *o.threads;
+  return std::max<size_t>(1, std::min<size_t>(size_t(o.sc.cluster.cpu_cores_per_gpu), size_t(share.cores)));
 }
 
 // Every ratio's engine configuration but the ratio and its NCCL id: the scenario's settings as
 // core::resolve_settings maps them, at the launched world.
-cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv& env, size_t threads) {
+cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv& env, size_t threads,
+                             const backend::cpu::CpuShare& share) {
   core::SettingsOverrides overrides;
   overrides.world = env.world_size;
   overrides.world_from = "the launched world (WORLD_SIZE)";
@@ -235,6 +287,7 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
   base.rank = env.rank;
   base.device = env.local_rank;
   base.cpu_threads = threads;
+  base.cpu_cpus = share.worker_cpus;
   base.pin_memory = !o.no_pin;
   base.overflow_at_step = o.inject_inf_at;
   base.host_bytes_limit = 0;
@@ -245,7 +298,8 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
   return base;
 }
 
-void print_banner(const RunOptions& o, const cu::EngineConfig& base, const std::string& gpu, size_t threads) {
+void print_banner(const RunOptions& o, const cu::EngineConfig& base, const std::string& gpu, size_t threads,
+                  const backend::cpu::CpuShare& share) {
   const core::Scenario& sc = o.sc;
   const core::ModelDesc& model = base.settings.model;
   std::cout << "run: " << (sc.name.empty() ? sc.file.string() : sc.name) << " | " << sc.model.name << " ("
@@ -253,7 +307,8 @@ void print_banner(const RunOptions& o, const cu::EngineConfig& base, const std::
             << base.settings.world << " rank(s), " << gpu << " | workload " << core::workload_type_name(o.workload)
             << " | " << core::precision_name(sc.training.precision) << " | " << optimizer_name(sc.optimizer.kind)
             << " | clip " << sc.training.gradient_clipping << " | micro_batch " << sc.training.micro_batch
-            << " x grad_accum " << sc.training.grad_accum << " | " << threads << " CPU optimizer threads\n";
+            << " x grad_accum " << sc.training.grad_accum << " | " << threads
+            << " CPU optimizer threads (rank 0 on CPUs " << backend::cpu::cpu_list_text(share.cpus) << ")\n";
 }
 
 // ---- Prometheus exposition: one sample per step (rank r serves on PORT + r when PORT > 0) -------------
@@ -314,6 +369,8 @@ class RunMetrics {
 struct RunPoint {
   double requested = 0, actual = 0;
   std::vector<cu::StepReport> steps;
+  std::vector<Throughput> throughput;       // decoder: per step
+  std::optional<MemoryCheck> memory_check;  // after step 1
   cu::EngineMemory memory;
   int64_t gpu_elems = 0, cpu_elems = 0;
   std::string parity;  // empty: not checked
@@ -330,7 +387,7 @@ double median(std::vector<double> v) {
 double steady_median(const RunPoint& p, const std::function<double(const cu::StepReport&)>& f) {
   std::vector<double> v;
   for (const cu::StepReport& r : p.steps)
-    if (r.step > 1 || p.steps.size() == 1) v.push_back(f(r));
+    if (r.step > p.steps.front().step || p.steps.size() == 1) v.push_back(f(r));
   return median(v);
 }
 
@@ -376,37 +433,107 @@ void write_trace(const RunPoint& pt, const cu::Engine& eng, int world, std::file
   backend::sim::write_chrome_trace(sp, path.string());
 }
 
+// After step 1: the plan's GPU and pinned host bytes against what the run holds, and (--dump-step) the
+// oracle's batch and gradient files.
+void after_first_step(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, RunPoint& pt) {
+  const cu::EngineMemory& m = eng.memory();
+  pt.memory_check = MemoryCheck{m.planned.gpu_total, eng.gpu_bytes_in_use(), m.planned.host_total, m.host_pinned};
+  if (ec.rank == 0) std::cout << memory_report(*pt.memory_check) << "\n";
+  if (!o.dump_step) return;
+  if (ec.settings.world != 1)
+    throw core::InputError("--dump-step writes the whole model's gradients: run it on one rank (world " +
+                           std::to_string(ec.settings.world) + ")");
+  write_batch_file(*o.dump_step, ec.settings, 1, 1, "--dump-step");
+  write_gradients(*o.dump_step + ".grads.safetensors", ec.settings.model, eng.last_gradients());
+  std::cerr << "dump: step 1's batch in " << *o.dump_step << ", its gradients in " << *o.dump_step
+            << ".grads.safetensors (loss " << num(pt.steps.front().loss, 6) << ")\n";
+}
+
 // The steps of one ratio, with the per-step table (rank 0) and metrics.
-void train(cu::Engine& eng, int steps, int rank, RunMetrics& metrics, RunPoint& pt) {
-  Table t({"step", "loss", "grad_norm", "scale", "step", "fwd", "bwd", "ag", "rs", "d2h", "cpu_opt", "gpu_opt", "h2d",
-           "opt_phase", "exp_xfer"});
-  for (int s = 1; s <= steps; ++s) {
+void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics, RunPoint& pt,
+           RunCheckpoints* ck) {
+  const bool decoder = ec.settings.workload == core::WorkloadType::kDecoder;
+  std::vector<std::string> head = {"step", "loss", "grad_norm", "scale",   "step", "fwd",       "bwd",     "ag",
+                                   "rs",   "d2h",  "cpu_opt",   "gpu_opt", "h2d",  "opt_phase", "exp_xfer"};
+  if (decoder) head.insert(head.end(), {"tok/s", "MFU"});
+  Table t(head);
+  const int first = ck ? int(ck->first_step()) : 1;
+  for (int s = first; s <= o.steps; ++s) {
     cu::StepReport r = eng.step();
     const backend::StepTimeline& tl = r.timeline;
-    t.add({std::to_string(r.step) + (r.skipped ? " skip" : ""), num(r.loss, 5), num(r.grad_norm, 4),
-           num(r.loss_scale, 0), num(ms(tl.step_ns)), num(kind_ms(tl, core::OpKind::kForward)),
-           num(kind_ms(tl, core::OpKind::kBackward)), num(kind_ms(tl, core::OpKind::kAllGather)),
-           num(kind_ms(tl, core::OpKind::kReduceScatter)), num(kind_ms(tl, core::OpKind::kD2HGrad)),
-           num(kind_ms(tl, core::OpKind::kCpuOptimizer)), num(kind_ms(tl, core::OpKind::kGpuOptimizer)),
-           num(kind_ms(tl, core::OpKind::kH2DParam)), num(ms(tl.optimizer_phase_ns)), num(ms(tl.exposed_transfer_ns))});
-    if (rank == 0)
-      std::cerr << "  step " << r.step << "/" << steps << ": " << num(ms(tl.step_ns)) << " ms"
-                << (std::isnan(r.loss) ? "" : ", loss " + num(r.loss, 5)) << (r.skipped ? " (skipped: overflow)" : "")
-                << "\n";
+    std::vector<std::string> row = {std::to_string(r.step) + (r.skipped ? " skip" : ""),
+                                    num(r.loss, 5),
+                                    num(r.grad_norm, 4),
+                                    num(r.loss_scale, 0),
+                                    num(ms(tl.step_ns)),
+                                    num(kind_ms(tl, core::OpKind::kForward)),
+                                    num(kind_ms(tl, core::OpKind::kBackward)),
+                                    num(kind_ms(tl, core::OpKind::kAllGather)),
+                                    num(kind_ms(tl, core::OpKind::kReduceScatter)),
+                                    num(kind_ms(tl, core::OpKind::kD2HGrad)),
+                                    num(kind_ms(tl, core::OpKind::kCpuOptimizer)),
+                                    num(kind_ms(tl, core::OpKind::kGpuOptimizer)),
+                                    num(kind_ms(tl, core::OpKind::kH2DParam)),
+                                    num(ms(tl.optimizer_phase_ns)),
+                                    num(ms(tl.exposed_transfer_ns))};
+    std::string rate;
+    if (decoder) {
+      const Throughput th = throughput(ec.settings, o.sc.training.precision, o.sc.cluster.hardware.gpu, tl.step_ns);
+      row.insert(row.end(), {num(th.tokens_per_s, 0), num(th.mfu, 3)});
+      rate = ", " + num(th.tokens_per_s, 0) + " tokens/s, MFU " + num(th.mfu, 3);
+      pt.throughput.push_back(th);
+    }
+    t.add(row);
+    if (ec.rank == 0)
+      std::cerr << "  step " << r.step << "/" << o.steps << ": " << num(ms(tl.step_ns)) << " ms"
+                << (std::isnan(r.loss) ? "" : ", loss " + num(r.loss, 5)) << rate
+                << (r.skipped ? " (skipped: overflow)" : "") << "\n";
     metrics.publish(r, eng);
     pt.steps.push_back(std::move(r));
+    if (s == first) after_first_step(eng, o, ec, pt);
+    if (ck && ck->after_step(s)) break;  // a stop signal: saved, the run ends here
   }
-  if (rank == 0) {
+  if (ec.rank == 0) {
     std::cout << "\nratio " << num(pt.requested, 3) << " (actual " << num(pt.actual, 4) << ")\n";
     t.print(std::cout);
+    if (decoder)
+      std::cout << "tokens/s: all ranks' tokens of a step over its wall time; MFU: "
+                << num(model_flops_per_token(ec.settings) / 1e9, 3)
+                << " GFLOP per token (6 x matmul parameters + causal attention, no recompute) over the profile's "
+                << (o.sc.training.precision == core::Precision::kFP16 ? "fp16" : "bf16") << " peak of "
+                << (o.sc.training.precision == core::Precision::kFP16 ? o.sc.cluster.hardware.gpu.fp16_tflops
+                                                                      : o.sc.cluster.hardware.gpu.bf16_tflops)
+                << " TFLOP/s per GPU (" << o.sc.cluster.hardware.name << ")\n";
   }
 }
 
-// One ratio from scratch: the engine, its steps, then the checks and files that need its state.
+// The checkpoints of one run (docs/ARCHITECTURE.md, "Checkpoints"): the scenario's, a resume, and with
+// several ranks the rendezvous's votes.
+std::unique_ptr<RunCheckpoints> make_checkpoints(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec,
+                                                 backend::launch::Rendezvous* rdv, const StopSignals* signals) {
+  if (!o.checkpoints()) return nullptr;
+  RunCheckpointOptions co;
+  co.config = o.sc.checkpoint;
+  co.resume = o.resume;
+  co.texts = scenario_texts(o.sc);
+  co.total_steps = o.steps;
+  co.rank = ec.rank;
+  co.ratio = ec.ratio;
+  co.signals = signals;
+  if (rdv) {
+    co.barrier = backend::launch::rank_barrier(*rdv, kCheckpointChannel, kFileBarrierTimeout);
+    co.continue_vote = [rdv](bool go_on) { return rdv->all_ok(go_on, kStopChannel); };
+  }
+  return std::make_unique<RunCheckpoints>(eng, ec.settings, std::move(co));
+}
+
+// One ratio from scratch (or from --resume's checkpoint): the engine, its steps, then the checks and
+// files that need its state.
 RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics,
-                   const core::RankBarrier& barrier) {
+                   backend::launch::Rendezvous* rdv, const StopSignals* signals) {
   const int rank = ec.rank;
   const std::unique_ptr<cu::Engine> eng = cu::Engine::create(ec);
+  const std::unique_ptr<RunCheckpoints> ck = make_checkpoints(*eng, o, ec, rdv, signals);
   RunPoint pt;
   pt.requested = ec.ratio;
   pt.actual = eng->split().actual_ratio;
@@ -418,17 +545,20 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
               << ", CPU segment " << pt.cpu_elems << " elements; GPU " << core::format_gb(pt.memory.gpu_used_by_process)
               << " in use (model " << core::format_gb(pt.memory.planned.gpu_total) << "), host pinned "
               << core::format_gb(pt.memory.host_pinned) << "\n";
-  train(*eng, o.steps, rank, metrics, pt);
+  train(*eng, o, ec, metrics, pt, ck.get());
   // (index, value) pairs of every owned weight: 16 B each, so only when asked for
   const bool need_master = o.verify || o.save_master;
   const auto mine = need_master ? eng->master_weights() : std::vector<std::pair<int64_t, float> >{};
   if (o.verify) {
-    pt.parity = check_parity(ec, o.steps, mine, pt.parity_ok);
+    pt.parity = check_parity(ec, pt.steps.back().step, mine, pt.parity_ok);  // the last step reached
     std::cout << "rank " << rank << ": parity at ratio " << num(pt.requested, 3) << ": " << pt.parity << "\n";
   }
-  if (o.save_master)
+  if (o.save_master) {  // the ranks write one file together (nothing to wait for with one rank)
+    const core::RankBarrier barrier =
+        rdv ? backend::launch::rank_barrier(*rdv, kSaveMasterChannel, kFileBarrierTimeout) : core::RankBarrier{};
     write_master_weights(*o.save_master + (o.ratios.size() > 1 ? ".r" + num(pt.requested, 3) : ""),
                          ec.settings.model.total_params, mine, rank, ec.settings.world, barrier);
+  }
   if (o.out.trace && rank == 0) write_trace(pt, *eng, ec.settings.world, *o.out.trace, o.ratios.size() > 1);
   return pt;
 }
@@ -437,8 +567,9 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
 
 // Over steady steps (all but the first), rank 0.
 void print_summary(const std::vector<RunPoint>& points, int steps) {
-  Table s({"ratio", "actual", "step_ms", "opt_phase_ms", "exp_xfer_ms", "cpu_opt_ms", "gpu_opt_ms", "busy_compute",
-           "busy_cpu", "gpu_GB", "host_pinned_GB", "x_vs_r1"});
+  Table s({"ratio", "actual", "step_ms", "fwd_ms", "bwd_ms", "opt_phase_ms", "exp_xfer_ms", "exp_cpu_opt_ms",
+           "exp_copies_ms", "cpu_opt_ms", "gpu_opt_ms", "busy_compute", "busy_cpu", "gpu_GB", "host_pinned_GB", "tok/s",
+           "MFU", "x_vs_r1"});
   const auto step_ms = [](const cu::StepReport& r) { return ms(r.timeline.step_ns); };
   double r1 = std::nan("");
   for (const RunPoint& p : points)
@@ -453,12 +584,22 @@ void print_summary(const std::vector<RunPoint>& points, int steps) {
     auto kind = [&](core::OpKind k) {
       return num(steady_median(p, [k](const cu::StepReport& r) { return kind_ms(r.timeline, k); }));
     };
-    s.add({num(p.requested, 3), num(p.actual, 4), num(step),
-           num(steady_median(p, [](const cu::StepReport& r) { return ms(r.timeline.optimizer_phase_ns); })),
-           num(steady_median(p, [](const cu::StepReport& r) { return ms(r.timeline.exposed_transfer_ns); })),
-           kind(core::OpKind::kCpuOptimizer), kind(core::OpKind::kGpuOptimizer), num(busy(core::Queue::kCompute), 3),
-           num(busy(core::Queue::kCpu), 3), num(double(p.memory.gpu_used_by_process) / 1e9),
-           num(double(p.memory.host_pinned) / 1e9), num(r1 / step, 2)});
+    auto field = [&](int64_t backend::StepTimeline::*f) {
+      return num(steady_median(p, [f](const cu::StepReport& r) { return ms(r.timeline.*f); }));
+    };
+    auto rate = [&](double Throughput::*f) {  // a decoder's, per step
+      if (p.throughput.size() != p.steps.size()) return std::nan("");
+      return steady_median(
+          p, [&](const cu::StepReport& r) { return p.throughput[size_t(r.step - p.steps.front().step)].*f; });
+    };
+    const double tok_s = rate(&Throughput::tokens_per_s), mfu = rate(&Throughput::mfu);
+    s.add({num(p.requested, 3), num(p.actual, 4), num(step), kind(core::OpKind::kForward),
+           kind(core::OpKind::kBackward), field(&backend::StepTimeline::optimizer_phase_ns),
+           field(&backend::StepTimeline::exposed_transfer_ns), field(&backend::StepTimeline::exposed_cpu_optimizer_ns),
+           field(&backend::StepTimeline::exposed_copies_ns), kind(core::OpKind::kCpuOptimizer),
+           kind(core::OpKind::kGpuOptimizer), num(busy(core::Queue::kCompute), 3), num(busy(core::Queue::kCpu), 3),
+           num(double(p.memory.gpu_used_by_process) / 1e9), num(double(p.memory.host_pinned) / 1e9), num(tok_s, 0),
+           num(mfu, 3), num(r1 / step, 2)});
   }
   std::cout << "\nsummary (median of steps 2.." << steps << ", rank 0)\n";
   s.print(std::cout);
@@ -475,6 +616,8 @@ nlohmann::json step_json(const cu::StepReport& r) {
   js["optimizer_phase_ns"] = r.timeline.optimizer_phase_ns;
   js["exposed_ns"] = r.timeline.exposed_ns;
   js["exposed_transfer_ns"] = r.timeline.exposed_transfer_ns;
+  js["exposed_cpu_optimizer_ns"] = r.timeline.exposed_cpu_optimizer_ns;
+  js["exposed_copies_ns"] = r.timeline.exposed_copies_ns;
   js["d2h_bytes"] = r.d2h_bytes;
   js["h2d_bytes"] = r.h2d_bytes;
   for (int q = 0; q < core::kQueueCount; ++q)
@@ -499,6 +642,12 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
   doc["micro_batch"] = base.settings.step.micro_batch;
   doc["pinned"] = base.pin_memory;
   doc["params"] = base.settings.model.total_params;
+  if (base.settings.workload == core::WorkloadType::kDecoder) {
+    doc["tokens_per_step"] = tokens_per_step(base.settings);
+    doc["model_flops_per_token"] = model_flops_per_token(base.settings);
+    doc["peak_tflops"] = o.sc.training.precision == core::Precision::kFP16 ? o.sc.cluster.hardware.gpu.fp16_tflops
+                                                                           : o.sc.cluster.hardware.gpu.bf16_tflops;
+  }
   for (const RunPoint& p : points) {
     nlohmann::json jp;
     jp["ratio"] = p.requested;
@@ -511,8 +660,24 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
                     {"host_pinned", p.memory.host_pinned},
                     {"host_pageable", p.memory.host_pageable},
                     {"host_planned", p.memory.planned.host_total}};
+    if (p.memory_check)
+      jp["memory_check"] = {
+          {"gpu_predicted", p.memory_check->gpu_predicted},
+          {"gpu_measured", p.memory_check->gpu_measured},
+          {"gpu_diff_percent", percent_diff(p.memory_check->gpu_predicted, p.memory_check->gpu_measured)},
+          {"host_pinned_predicted", p.memory_check->host_predicted},
+          {"host_pinned_measured", p.memory_check->host_measured},
+          {"host_diff_percent", percent_diff(p.memory_check->host_predicted, p.memory_check->host_measured)}};
     if (!p.parity.empty()) jp["parity"] = {{"ok", p.parity_ok}, {"detail", p.parity}};
-    for (const cu::StepReport& r : p.steps) jp["steps"].push_back(step_json(r));
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      nlohmann::json js = step_json(p.steps[i]);
+      if (i < p.throughput.size()) {
+        js["tokens_per_s"] = p.throughput[i].tokens_per_s;
+        js["model_tflops"] = p.throughput[i].tflops;
+        js["mfu"] = std::isfinite(p.throughput[i].mfu) ? nlohmann::json(p.throughput[i].mfu) : nlohmann::json();
+      }
+      jp["steps"].push_back(js);
+    }
     doc["points"].push_back(jp);
   }
   add_scenario_record(doc, o.sc);
@@ -526,6 +691,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!parsed) return kExitOk;
   const RunOptions& o = *parsed;
   const backend::launch::RankEnv env = backend::launch::rank_env_from_process();
+  const backend::cpu::CpuShare share = take_cpu_share(env);
   std::string why;
   if (!cu::cuda_available(&why))
     throw core::RuntimeFailure("no usable CUDA device (" + why +
@@ -535,16 +701,16 @@ int cmd_run(const std::vector<std::string>& args) {
               << " rank(s) as launched\n";
   std::vector<cu::NcclId> ids(o.ratios.size());
   const std::unique_ptr<backend::launch::Rendezvous> rdv = rendezvous(env, o.timeout_s, ids);
-  const size_t threads = cpu_threads(o, env);
-  const cu::EngineConfig base = base_config(o, env, threads);
+  const size_t threads = cpu_threads(o, share);
+  const cu::EngineConfig base = base_config(o, env, threads, share);
   const std::string gpu = cu::gpu_info(env.local_rank).name;
-  if (env.rank == 0) print_banner(o, base, gpu, threads);
+  if (env.rank == 0) print_banner(o, base, gpu, threads, share);
   const core::StepConfig& step = base.settings.step;
   RunMetrics metrics(o.metrics, o.sc, base.settings, env.rank,
                      step.micro_batch * base.settings.model.tokens_per_sample() * step.grad_accum);
-  // --save-master: the ranks write one file together (nothing to wait for with one rank)
-  const core::RankBarrier barrier =
-      rdv ? backend::launch::rank_barrier(*rdv, lost_peer_handler(env.rank)) : core::RankBarrier{};
+
+  std::optional<StopSignals> signals;  // with checkpoints: SIGTERM/SIGINT end the run after a step, saved
+  if (o.checkpoints()) signals.emplace();
 
   std::vector<RunPoint> points;
   bool all_ok = true;
@@ -553,10 +719,14 @@ int cmd_run(const std::vector<std::string>& args) {
     ec.ratio = o.ratios[i];
     ec.nccl_id = ids[i];
     metrics.set_ratio(ec.ratio);
-    points.push_back(run_ratio(o, ec, metrics, barrier));
+    points.push_back(run_ratio(o, ec, metrics, rdv.get(), signals ? &*signals : nullptr));
     all_ok = all_ok && points.back().parity_ok;
   }
   if (env.rank == 0) print_summary(points, o.steps);
+  if (o.dump_batches && env.rank == 0) {
+    write_batch_file(*o.dump_batches, base.settings, 1, o.steps, "--dump-batches");
+    std::cerr << "dump: " << o.steps << " steps' batches in " << *o.dump_batches << "\n";
+  }
   if (o.out.json) write_run_json(o, base, gpu, threads, points);
   if (metrics.serving() && o.metrics.linger_s > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(o.metrics.linger_s));

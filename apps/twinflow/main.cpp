@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"launch", "start N ranks of a command on this node (torchrun-style variables)", tf::app::cmd_launch},
     {"calibrate", "measure this GPU machine and write a hardware profile", tf::app::cmd_calibrate},
     {"validate", "a measured ratio sweep against the simulator, per point, with the MAPE", tf::app::cmd_validate},
+    {"export", "a checkpoint's weights as a Hugging Face safetensors file (GPT-2, OPT)", tf::app::cmd_export},
 };
 
 void usage(std::ostream& os) {
@@ -32,7 +33,7 @@ void usage(std::ostream& os) {
     os << "  " << c.name << std::string(10 - std::strlen(c.name), ' ') << c.summary << "\n";
   os << "\n`twinflow <command> --help` lists a command's options.\n"
         "exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 runtime failure (the machine, a backend, "
-        "I/O, out of memory), 4 internal error\n";
+        "I/O, out of memory), 4 internal error, 128+N a second stop signal N (README \"Exit codes\")\n";
 }
 
 }  // namespace

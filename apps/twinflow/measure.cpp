@@ -80,8 +80,7 @@ struct HostArray {
   std::unique_ptr<backend::Buffer> buf;
   float* f;
   HostArray(backend::cpu::CpuBackend& be, size_t n, size_t k)
-      : buf(be.allocate(n * 4 + k * 4160)),
-        f(reinterpret_cast<float*>(static_cast<char*>(buf->data()) + k * 4160)) {}
+      : buf(be.allocate(n * 4 + k * 4160)), f(reinterpret_cast<float*>(static_cast<char*>(buf->data()) + k * 4160)) {}
   float& operator[](size_t i) { return f[i]; }
   float* get() { return f; }
 };
@@ -122,6 +121,40 @@ double same_streams_bytes() {
   return double(core::bytes_per_element(core::OptimizerKind::kAdamW, core::DType::kF32, core::DType::kNone).total());
 }
 
+void same_streams_pass(backend::cpu::ThreadPool& pool, float* p, float* m, float* v, const float* g, size_t n,
+                       size_t pf) {
+  const size_t parts = pool.size();
+  pool.run(parts, [&](size_t w) {
+    size_t b, e;
+    backend::cpu::ThreadPool::split(n, parts, w, b, e);
+    float* __restrict pp = p;
+    float* __restrict mm = m;
+    float* __restrict vv = v;
+    const float* __restrict gg = g;
+    size_t i = b;
+    for (; i + 16 <= e; i += 16) {  // one 64-byte line per stream per block, prefetched like the kernels
+      if (pf) {
+        __builtin_prefetch(gg + i + pf, 0, 3);
+        __builtin_prefetch(pp + i + pf, 1, 3);
+        __builtin_prefetch(mm + i + pf, 1, 3);
+        __builtin_prefetch(vv + i + pf, 1, 3);
+      }
+      for (size_t j = i; j < i + 16; ++j) {
+        const float x = gg[j];
+        pp[j] += x;
+        mm[j] += x;
+        vv[j] += x;
+      }
+    }
+    for (; i < e; ++i) {
+      const float x = gg[i];
+      pp[i] += x;
+      mm[i] += x;
+      vv[i] += x;
+    }
+  });
+}
+
 double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int iters, std::vector<double>* samples) {
   backend::cpu::ThreadPool& pool = be.pool();
   HostArray p(be, n, 0), m(be, n, 1), v(be, n, 2), g(be, n, 3);
@@ -132,37 +165,7 @@ double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int ite
     backend::cpu::ThreadPool::split(n, parts, w, b, e);
     for (size_t i = b; i < e; ++i) p[i] = 1.0f, m[i] = 0.5f, v[i] = 0.25f, g[i] = 1e-7f;
   });
-  const auto pass = [&] {
-    pool.run(parts, [&](size_t w) {
-      size_t b, e;
-      backend::cpu::ThreadPool::split(n, parts, w, b, e);
-      float* __restrict pp = p.get();
-      float* __restrict mm = m.get();
-      float* __restrict vv = v.get();
-      const float* __restrict gg = g.get();
-      size_t i = b;
-      for (; i + 16 <= e; i += 16) {  // one 64-byte line per stream per block, prefetched like the kernels
-        if (pf) {
-          __builtin_prefetch(gg + i + pf, 0, 3);
-          __builtin_prefetch(pp + i + pf, 1, 3);
-          __builtin_prefetch(mm + i + pf, 1, 3);
-          __builtin_prefetch(vv + i + pf, 1, 3);
-        }
-        for (size_t j = i; j < i + 16; ++j) {
-          const float x = gg[j];
-          pp[j] += x;
-          mm[j] += x;
-          vv[j] += x;
-        }
-      }
-      for (; i < e; ++i) {
-        const float x = gg[i];
-        pp[i] += x;
-        mm[i] += x;
-        vv[i] += x;
-      }
-    });
-  };
+  const auto pass = [&] { same_streams_pass(pool, p.get(), m.get(), v.get(), g.get(), n, pf); };
   const double t = median_seconds(iters, pass, samples);
   if (samples)
     for (double& x : *samples) x = same_streams_bytes() * double(n) / x / 1e9;

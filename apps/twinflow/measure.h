@@ -27,6 +27,12 @@ double measure_rmw_gbps(backend::cpu::CpuBackend& be, size_t n, int iters);
 // (core::bytes_per_element: 4 + 12 read, 12 written = 28).
 double same_streams_bytes();
 
+// One same-streams pass (below) over n elements of p, m, v (read-modify-write) and g (read), on the
+// pool's workers with the static split: p += g; m += g; v += g. Prefetches `prefetch_elems` ahead as
+// the kernels do (0: off).
+void same_streams_pass(backend::cpu::ThreadPool& pool, float* p, float* m, float* v, const float* g, size_t n,
+                       size_t prefetch_elems);
+
 // The optimizer's own memory traffic with no arithmetic: read g, read-modify-write p, m, v
 // (fp32), i.e. p += g; m += g; v += g: same_streams_bytes() per element, the same streams as AdamW
 // with fp32 gradients. Returns GB/s. This is the bound the fused pass is held to. `samples`, when

@@ -2,13 +2,14 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <cpuid.h>
-#include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "backends/cpu/host_region.h"
 #include "core/error.h"
 
 namespace tf::backend::cpu {
@@ -95,21 +96,12 @@ Isa select_isa() {
 namespace {
 class HostBuffer final : public Buffer {
  public:
-  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
-    const size_t align = 2u << 20;  // 2 MiB: huge-page friendly
-    const size_t rounded = (bytes + align - 1) / align * align;
-    data_ = rounded == 0 ? nullptr : std::aligned_alloc(align, rounded);
-    if (rounded != 0 && data_ == nullptr)
-      throw core::RuntimeFailure("host allocation of " + std::to_string(bytes) + " bytes failed");
-    if (rounded >= align) madvise(data_, rounded, MADV_HUGEPAGE);  // best effort
-  }
-  ~HostBuffer() override { std::free(data_); }
-  void* data() override { return data_; }
-  size_t bytes() const override { return bytes_; }
+  explicit HostBuffer(size_t bytes) : region_(bytes) {}
+  void* data() override { return region_.data(); }
+  size_t bytes() const override { return region_.bytes(); }
 
  private:
-  void* data_;
-  size_t bytes_;
+  HostRegion region_;  // 2 MiB aligned, huge pages requested, untouched until first written
 };
 
 void check_range(Buffer& b, size_t bytes, const char* what) {
@@ -122,7 +114,7 @@ void check_range(Buffer& b, size_t bytes, const char* what) {
 CpuBackend::CpuBackend(const CpuOptions& opt)
     : isa_(opt.isa < 0 ? select_isa() : static_cast<Isa>(opt.isa)),
       k_(table(isa_)),
-      pool_(opt.threads, opt.pin_threads),
+      pool_(opt.threads, opt.pin_threads, opt.cpus),
       opt_(opt) {
   if (!isa_available(isa_))
     throw core::InputError("SIMD path '" + std::string(isa_name(isa_)) + "' is not available on this CPU");
@@ -145,24 +137,48 @@ void CpuBackend::download(void* dst, Buffer& src, size_t bytes) {
   if (bytes) std::memcpy(dst, src.data(), bytes);
 }
 
+namespace {
+// One worker's static part of the global tile sequence, claimed in blocks (its own line: no false sharing).
+struct alignas(64) PartCursor {
+  std::atomic<size_t> next{0};
+  size_t end = 0;
+};
+}  // namespace
+
 template <class Fn>
-void CpuBackend::for_tiles(const std::vector<size_t>& tiles_per_chunk, Fn&& fn) {
+void CpuBackend::for_tiles(const std::vector<size_t>& tiles_per_chunk, bool steal, Fn&& fn) {
   std::vector<size_t> first(tiles_per_chunk.size() + 1, 0);  // global index of each chunk's tile 0
   for (size_t c = 0; c < tiles_per_chunk.size(); ++c) first[c + 1] = first[c] + tiles_per_chunk[c];
   const size_t total = first.back();
   size_t parts = (total + opt_.min_tiles_per_thread - 1) / std::max<size_t>(opt_.min_tiles_per_thread, 1);
   parts = std::max<size_t>(1, std::min(parts, pool_.size()));
-  pool_.run(parts, [&](size_t w) {
+  // Global tiles [b, e) as runs within chunks.
+  const auto run = [&](size_t b, size_t e) {
+    for (size_t c = size_t(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
+         c < tiles_per_chunk.size() && first[c] < e; ++c) {
+      const size_t lo = std::max(b, first[c]), hi = std::min(e, first[c + 1]);
+      if (lo < hi) fn(Work{c, lo - first[c], hi - first[c], lo});
+    }
+  };
+  const size_t block = steal ? opt_.steal_block_tiles : 0;
+  std::vector<PartCursor> cursor(block ? parts : 0);
+  for (size_t w = 0; w < cursor.size(); ++w) {
     size_t b, e;
     ThreadPool::split(total, parts, w, b, e);
-    std::vector<Work> items;
-    for (size_t c = 0; c < tiles_per_chunk.size() && b < e; ++c) {
-      const size_t cb = first[c], ce = first[c + 1];
-      if (ce <= b) continue;
-      const size_t lo = std::max(b, cb), hi = std::min(e, ce);
-      if (lo < hi) items.push_back({c, lo - cb, hi - cb, lo});
+    cursor[w].next.store(b, std::memory_order_relaxed);
+    cursor[w].end = e;
+  }
+  pool_.run(parts, [&](size_t w) {
+    if (!block) {
+      size_t b, e;
+      ThreadPool::split(total, parts, w, b, e);
+      return run(b, e);
     }
-    fn(w, items);
+    for (size_t i = 0; i < parts; ++i) {  // its own part first, then the others' leftovers
+      PartCursor& c = cursor[(w + i) % parts];
+      for (size_t b; (b = c.next.fetch_add(block, std::memory_order_relaxed)) < c.end;)
+        run(b, std::min(b + block, c.end));
+    }
   });
 }
 
@@ -176,11 +192,8 @@ GradStats CpuBackend::step(OptimizerKind k, std::span<const OptimChunk> chunks, 
   for (size_t t : tiles) total += t;
   sums_.assign(total, 0.0);
   std::atomic<uint64_t> bad{0};
-  for_tiles(tiles, [&](size_t, const std::vector<Work>& items) {
-    uint64_t mine = 0;
-    for (const Work& w : items)
-      mine += k_.step(k, chunks[w.chunk], s, opt_.tuning, w.tile_begin, w.tile_end, sums_.data() + w.sum_offset);
-    bad += mine;
+  for_tiles(tiles, true, [&](const Work& w) {
+    bad += k_.step(k, chunks[w.chunk], s, opt_.tuning, w.tile_begin, w.tile_end, sums_.data() + w.sum_offset);
   });
   GradStats out;
   out.nonfinite = bad.load();
@@ -220,27 +233,22 @@ uint64_t CpuBackend::tile_sums(std::span<const BufferView> grads, double* out) {
     tiles[c] = core::stats_tiles(g.count);
   }
   std::atomic<uint64_t> bad{0};
-  for_tiles(tiles, [&](size_t, const std::vector<Work>& items) {
-    uint64_t mine = 0;
-    for (const Work& w : items) mine += k_.stats(grads[w.chunk], w.tile_begin, w.tile_end, out + w.sum_offset);
-    bad += mine;
-  });
+  for_tiles(tiles, true,
+            [&](const Work& w) { bad += k_.stats(grads[w.chunk], w.tile_begin, w.tile_end, out + w.sum_offset); });
   return bad.load();
 }
 
 void CpuBackend::first_touch(std::span<const OptimChunk> chunks) {
   std::vector<size_t> tiles(chunks.size());
   for (size_t c = 0; c < chunks.size(); ++c) tiles[c] = core::stats_tiles(chunks[c].param.count);
-  for_tiles(tiles, [&](size_t, const std::vector<Work>& items) {
-    for (const Work& w : items) {
-      const OptimChunk& c = chunks[w.chunk];
-      const size_t b = w.tile_begin * core::kStatsTile;
-      const size_t e = std::min(c.param.count, w.tile_end * core::kStatsTile);
-      for (const BufferView* v : {&c.param, &c.state1, &c.state2, &c.grad, &c.param_copy}) {
-        if (v->data == nullptr || v->dtype == DType::kNone) continue;
-        const size_t eb = core::dtype_bytes(v->dtype);
-        std::memset(static_cast<char*>(v->data) + b * eb, 0, (e - b) * eb);
-      }
+  for_tiles(tiles, false, [&](const Work& w) {  // the static split: each tile's owner touches it
+    const OptimChunk& c = chunks[w.chunk];
+    const size_t b = w.tile_begin * core::kStatsTile;
+    const size_t e = std::min(c.param.count, w.tile_end * core::kStatsTile);
+    for (const BufferView* v : {&c.param, &c.state1, &c.state2, &c.grad, &c.param_copy}) {
+      if (v->data == nullptr || v->dtype == DType::kNone) continue;
+      const size_t eb = core::dtype_bytes(v->dtype);
+      std::memset(static_cast<char*>(v->data) + b * eb, 0, (e - b) * eb);
     }
   });
 }

@@ -21,11 +21,24 @@ bool isa_available(Isa isa);
 Isa select_isa();
 
 struct CpuOptions {
-  size_t threads = 0;               // 0: all CPUs of the affinity mask
+  // The leading knobs in order (the remaining members take their defaults).
+  CpuOptions(size_t threads_ = 0, bool pin_threads_ = false, int isa_ = -1, size_t min_tiles_per_thread_ = 4,
+             KernelTuning tuning_ = {})
+      : threads(threads_),
+        pin_threads(pin_threads_),
+        isa(isa_),
+        min_tiles_per_thread(min_tiles_per_thread_),
+        tuning(tuning_) {}
+  size_t threads = 0;               // 0: one per CPU of `cpus`
   bool pin_threads = false;         // bind each worker to one CPU
   int isa = -1;                     // -1: select_isa(); else an Isa value
   size_t min_tiles_per_thread = 4;  // small chunks use fewer threads (8192 elements each at least)
   KernelTuning tuning;              // memory-access knobs (bits do not depend on them)
+  std::vector<int> cpus;            // the workers' CPUs (a rank's CpuShare::worker_cpus); empty: the affinity mask
+  // Work stealing: each worker updates its own static part of a call in blocks of this many tiles, then
+  // takes blocks from the parts of workers not yet done, so one preempted or slow core no longer holds
+  // the whole pass back (the bits do not depend on who updates a tile). 0: the static split alone.
+  size_t steal_block_tiles = 16;
 };
 
 // One call at a time per backend object (the pool and the tile-sum scratch are shared by its calls);
@@ -59,9 +72,11 @@ class CpuBackend final : public OptimizerBackend {
   struct Work {  // a run of tiles of one chunk
     size_t chunk, tile_begin, tile_end, sum_offset;
   };
-  // Splits the global tile sequence over parts; calls fn(part, work-items of that part).
+  // Splits the global tile sequence over the workers (the static split; with `steal`, in blocks of
+  // steal_block_tiles that idle workers take over) and calls fn(work) for every run of tiles, each tile
+  // exactly once, from the worker threads.
   template <class Fn>
-  void for_tiles(const std::vector<size_t>& tiles_per_chunk, Fn&& fn);
+  void for_tiles(const std::vector<size_t>& tiles_per_chunk, bool steal, Fn&& fn);
 
   Capabilities caps_;
   Isa isa_;

@@ -6,20 +6,11 @@
 
 #include <exception>
 
+#include "backends/cpu/host_topology.h"
+
 namespace tf::backend::cpu {
 
 namespace {
-std::vector<int> allowed_cpus() {
-  std::vector<int> cpus;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  if (cpus.empty()) cpus.push_back(0);
-  return cpus;
-}
-
 void pin_to(std::thread::native_handle_type h, int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -28,14 +19,14 @@ void pin_to(std::thread::native_handle_type h, int cpu) {
 }
 }  // namespace
 
-size_t available_cpus() { return allowed_cpus().size(); }
+size_t available_cpus() { return affinity_cpus().size(); }
 
-ThreadPool::ThreadPool(size_t threads, bool pin) {
-  const std::vector<int> cpus = allowed_cpus();
-  if (threads == 0) threads = cpus.size();
+ThreadPool::ThreadPool(size_t threads, bool pin, std::vector<int> cpus) : cpus_(std::move(cpus)), pinned_(pin) {
+  if (cpus_.empty()) cpus_ = rank_cpu_share(host_topology(), 0, 1).worker_cpus;
+  if (threads == 0) threads = cpus_.size();
   for (size_t i = 0; i < threads; ++i) {
     workers_.emplace_back([this, i] { worker(i); });
-    if (pin) pin_to(workers_.back().native_handle(), cpus[i % cpus.size()]);
+    if (pin) pin_to(workers_.back().native_handle(), cpus_[i % cpus_.size()]);
   }
 }
 

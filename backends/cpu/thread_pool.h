@@ -13,15 +13,20 @@ namespace tf::backend::cpu {
 
 class ThreadPool {
  public:
-  // threads == 0: one per CPU in the calling thread's affinity mask. pin: bind worker i to the i-th
-  // allowed CPU. All work runs on the pool's own threads; the caller is never pinned (threads it
-  // creates later inherit its affinity, so pinning it would squeeze them onto one CPU).
-  explicit ThreadPool(size_t threads = 0, bool pin = false);
+  // `cpus`: the CPUs the workers may use (a rank's share, host_topology.h: the first CPU of each core,
+  // then their SMT siblings); empty: this process's affinity mask in that order. threads == 0: one per
+  // CPU of that list. pin: bind worker i to cpus[i % cpus.size()]. All work runs on the pool's own
+  // threads; the caller is never pinned (threads it creates later inherit its affinity, so pinning it
+  // would squeeze them onto one CPU).
+  explicit ThreadPool(size_t threads = 0, bool pin = false, std::vector<int> cpus = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   size_t size() const { return workers_.size(); }
+  // The CPUs worker i is bound to (cpus()[i % cpus().size()]) when pinned; the CPUs it may use otherwise.
+  const std::vector<int>& cpus() const { return cpus_; }
+  bool pinned() const { return pinned_; }
 
   // Runs fn(w) for w in [0, parts) on workers 0..parts-1 (parts <= size()) and waits for all.
   // Exceptions from any part are rethrown (the first one).
@@ -36,6 +41,8 @@ class ThreadPool {
  private:
   void worker(size_t index);
 
+  std::vector<int> cpus_;
+  bool pinned_ = false;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -209,7 +210,7 @@ DeviceInfo device_info(int device) {
 // ---- GEMM --------------------------------------------------------------------------------------------
 
 Stat gemm_tflops(int device, GemmType type, core::GemmPass pass, int64_t m, int64_t n, int64_t k, int reps,
-                 GemmData data) {
+                 GemmData data, const BackgroundLoad* load) {
   check_reps(reps, "gemm_tflops");
   if (pass == core::GemmPass::kAny)
     throw core::InputError("gemm_tflops: a GEMM is timed in the layout of its pass; 'any' names none");
@@ -257,7 +258,16 @@ Stat gemm_tflops(int device, GemmType type, core::GemmPass pass, int64_t m, int6
   const int inner = calls_for(stream.get(), 2e-3, call);
   const double flops = 2.0 * double(m) * double(n) * double(k);
   std::vector<double> tflops;
-  for (double s : event_timed(stream.get(), reps, inner, call)) tflops.push_back(flops / s / 1e12);
+  if (load) load->start();
+  std::vector<double> secs;
+  try {
+    secs = event_timed(stream.get(), reps, inner, call);
+  } catch (...) {
+    if (load) (void)load->stop();
+    throw;
+  }
+  if (load) (void)load->stop();
+  for (double s : secs) tflops.push_back(flops / s / 1e12);
   return make_stat(std::move(tflops));
 }
 
@@ -679,6 +689,54 @@ struct NcclGroup::Impl {
                              " must be a positive multiple of 2 x ranks and at most " + std::to_string(max_bytes));
   }
 };
+
+BackgroundLoad NcclGroup::background(Collective kind, int64_t message_bytes) {
+  impl_->check_size(message_bytes, "NcclGroup::background");
+  struct State {
+    std::thread worker;
+    std::atomic<bool> stopping{false};
+    std::atomic<int64_t> calls{0};
+    std::exception_ptr error;
+    Clock::time_point t0;
+    ~State() {  // a load dropped while running: stop it (the worker may hold the last reference)
+      stopping = true;
+      if (!worker.joinable()) return;
+      if (worker.get_id() == std::this_thread::get_id())
+        worker.detach();
+      else
+        worker.join();
+    }
+  };
+  auto st = std::make_shared<State>();
+  Impl* impl = impl_.get();
+  BackgroundLoad load;
+  load.start = [st, impl, kind, message_bytes] {
+    if (st->worker.joinable()) throw std::logic_error("NcclGroup::background: already running");
+    st->stopping = false;
+    st->calls = 0;
+    st->error = nullptr;
+    st->t0 = Clock::now();
+    st->worker = std::thread([st, impl, kind, message_bytes] {
+      try {
+        while (!st->stopping.load(std::memory_order_relaxed)) {
+          impl->launch(kind, message_bytes);
+          impl->sync();
+          st->calls.fetch_add(1, std::memory_order_relaxed);
+        }
+      } catch (...) {
+        st->error = std::current_exception();
+      }
+    });
+  };
+  load.stop = [st, impl, message_bytes] {
+    st->stopping = true;
+    if (st->worker.joinable()) st->worker.join();
+    if (st->error) std::rethrow_exception(st->error);
+    const double n = impl->n();
+    return double(message_bytes) * (n - 1) / n * double(st->calls.load()) / seconds_since(st->t0) / 1e9;
+  };
+  return load;
+}
 
 NcclGroup::NcclGroup(int gpus, size_t max_message_bytes) : impl_(std::make_unique<Impl>(gpus, max_message_bytes)) {}
 NcclGroup::~NcclGroup() = default;

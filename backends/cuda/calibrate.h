@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,10 +51,18 @@ enum class GemmType { kBF16, kFP16, kFP32 };  // A, B and C in this type
 //   kReluMlp: as the MLP workload's operands are: activations max(0, uniform [-1, 1)) (half exactly 0)
 //             and ReLU-masked gradients alike, weights uniform in [-1, 1) (bf16 only).
 enum class GemmData { kRandom, kReluMlp };
+// A load kept running while a measurement is timed (BackgroundDma, NcclGroup's background
+// collectives): started after the warm-up, stopped after the last repetition (stop returns what it
+// moved, in GB/s).
+struct BackgroundLoad {
+  std::function<void()> start;
+  std::function<double()> stop;
+};
 // TFLOP/s of C (m, n) = A (m, k) B (k, n), 2mnk FLOP per product; when one set of operands fits in
-// twice the L2 cache, several sets rotate so that the timing is not of the cache.
+// twice the L2 cache, several sets rotate so that the timing is not of the cache. With `load`, timed
+// while it runs (on other streams: the GEMM shares the GPU's SMs and HBM with it).
 Stat gemm_tflops(int device, GemmType type, core::GemmPass pass, int64_t m, int64_t n, int64_t k, int reps,
-                 GemmData data = GemmData::kRandom);
+                 GemmData data = GemmData::kRandom, const BackgroundLoad* load = nullptr);
 
 // ---- device memory -------------------------------------------------------------------------------
 // cudaMemcpy device-to-device of `bytes`; GB/s counting bytes read + written (2 x bytes).
@@ -138,6 +147,9 @@ class NcclGroup {
     Stat whole_us, sum_us, exchange_bus_gbps;
   };
   ReduceScatterStat engine_reduce_scatter(int64_t message_bytes, int reps);
+  // `kind` of `message_bytes` on every rank, back to back from a host thread, while the load runs
+  // (its stop returns the bus GB/s moved; it rethrows a failure of that thread).
+  BackgroundLoad background(Collective kind, int64_t message_bytes);
 
  private:
   struct Impl;

@@ -9,6 +9,7 @@
 #include "backends/cuda/attention_tiles.cuh"  // pack_bf16x2
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/decoder_kernels.cuh"
+#include "core/decoder_layout.h"
 #include "core/error.h"
 #include "core/optim/dtype.h"
 
@@ -19,12 +20,12 @@ constexpr int kThreads = 256;           // elementwise kernels
 constexpr unsigned kMaxBlocks = 16384;  // grid-stride beyond this (results never depend on the grid)
 constexpr int kLnThreads = 256;         // layer norm: a block of 8 warps (16 for n > 8192)
 constexpr int kLnWarpMaxWidth = 1024;   // widest row a single warp takes
-constexpr int kLnChunkRows = 16;        // layer-norm backward: rows per block (one dw/db partial each)
-constexpr int kBiasCols = 32;           // bias gradient: block (32 column groups of 8, 8 row lanes)
+constexpr int kLnChunkRows = int(core::decoder_layout::kLayerNormChunkRows);  // layer-norm backward: rows per block
+constexpr int kBiasCols = 32;  // bias gradient: block (32 column groups of 8, 8 row lanes)
 constexpr int kBiasLanes = 8;
-constexpr int kBiasChunkRows = 64;  // rows per bias-gradient partial
-constexpr int kFoldLanes = 8;       // fold of partials: block (32 columns, 8 lanes)
-constexpr int kCeThreads = 512;     // cross-entropy: a block per row
+constexpr int kBiasChunkRows = int(core::decoder_layout::kBiasChunkRows);  // rows per bias-gradient partial
+constexpr int kFoldLanes = 8;    // fold of partials: block (32 columns, 8 lanes)
+constexpr int kCeThreads = 512;  // cross-entropy: a block per row
 constexpr int kLossSumThreads = 1024;
 
 constexpr float kGeluK = 0.7978845608f;  // sqrt(2 / pi), as docs/decoder.md writes it
@@ -109,6 +110,25 @@ __device__ __forceinline__ uint16_t round_to(float v, bool fp16) {
   return fp16 ? core::f32_to_f16(v) : core::f32_to_bf16(v);
 }
 
+// Stores elements col .. col + 7 (those below n) rounded once to bf16 and replaces f with the stored
+// values (what a later step reads back: docs/decoder.md's stored activations).
+template <bool kVec>
+__device__ __forceinline__ void store8_keep(uint16_t* row, int64_t col, int64_t n, float* f) {
+  if constexpr (kVec) {
+    const uint4 q{attn::pack_bf16x2(f[0], f[1]), attn::pack_bf16x2(f[2], f[3]), attn::pack_bf16x2(f[4], f[5]),
+                  attn::pack_bf16x2(f[6], f[7])};
+    *reinterpret_cast<uint4*>(row + col) = q;
+    unpack8(q, f);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const uint16_t h = core::f32_to_bf16(f[e]);
+      if (col + e < n) row[col + e] = h;
+      f[e] = core::bf16_to_f32(h);
+    }
+  }
+}
+
 // Stores elements col .. col + 7 (those below n), each rounded once to bf16 (or fp16).
 template <bool kVec>
 __device__ __forceinline__ void store8(uint16_t* row, int64_t col, int64_t n, const float* f, bool fp16 = false) {
@@ -131,6 +151,10 @@ __device__ __forceinline__ void store8(uint16_t* row, int64_t col, int64_t n, co
       if (col + e < n) row[col + e] = round_to(f[e], fp16);
   }
 }
+
+// Starts moving the 128-byte line at p into L2 (no register, no wait): a later load of it then waits for
+// L2 rather than DRAM.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 // ---- elementwise kernels over (rows, n) ------------------------------------------------------------
 // Threads take consecutive 8-column groups of a row (a warp moves 512 contiguous bytes per access);
@@ -293,8 +317,8 @@ struct BiasActOp {
     load8<kVec>(u + int64_t(r) * n, col, n, x);
     load8<kVec>(b, col, n, bias);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = core::bf16_to_f32(core::f32_to_bf16(x[e] + bias[e]));  // the stored u
-    store8<kVec>(u + int64_t(r) * n, col, n, x);
+    for (int e = 0; e < 8; ++e) x[e] = x[e] + bias[e];
+    store8_keep<kVec>(u + int64_t(r) * n, col, n, x);  // x is now the stored u
     if constexpr (kAct != Activation::kNone) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) x[e] = kAct == Activation::kRelu ? relu_bf16(x[e]) : gelu_tanh(x[e]);
@@ -494,8 +518,10 @@ __device__ __forceinline__ void ln_write_partials(const float (&dw)[kVecs][8], c
 // dx = bf16(dresid + ((g - Σg/n) - xhat·(Σ(g·xhat)/n))·rstd) and this chunk's dw, db partials.
 // Block b takes rows [16b, 16b + 16); row group k of the block takes rows 16b + k, 16b + k + groups, ...
 // dy and x stay packed bf16 between the two passes; xhat = (x - mean)·rstd and g = dy·w are computed
-// again in the second (the same operations, the same bits), w is re-read from L1. Reads dy, x, dresid
-// (T, n), mean, rstd, w; writes dx (T, n) and 2n partials per chunk: layer_norm_backward_bytes.
+// again in the second (the same operations, the same bits), w is re-read from L1. A row's loads are
+// round trips in series (dy and x, then the sums, then dresid): while a row is summed, its dresid (and,
+// for kVecs <= 3, the next row's dy and x) are already on their way into L2 (prefetch_l2). Reads dy,
+// x, dresid (T, n), mean, rstd, w; writes dx (T, n) and 2n partials per chunk: layer_norm_backward_bytes.
 // dx may alias dy or dresid: a thread writes only elements it read itself.
 template <int kWarpsPerRow, int kVecs, bool kVec>
 __global__ void __launch_bounds__(LnShape<kWarpsPerRow>::kBlockThreads, LnShape<kWarpsPerRow>::kBwdMinBlocks)
@@ -521,6 +547,12 @@ __global__ void __launch_bounds__(LnShape<kWarpsPerRow>::kBlockThreads, LnShape<
       const int64_t col = share_col<kWarpsPerRow>(lane, j);
       dyp[j] = col < n ? load8_bits<kVec>(dy + row * n, col, n) : uint4{0, 0, 0, 0};
       xp[j] = col < n ? load8_bits<kVec>(x + row * n, col, n) : uint4{0, 0, 0, 0};
+      if (col < n && lane % 8 == 0) {  // one thread per 128-byte line (8 threads share it)
+        const int64_t next = row + S::kRowsPerBlock;
+        if (dresid) prefetch_l2(dresid + row * n + col);
+        if constexpr (kVecs <= 3)  // with 4 the addresses would spill registers
+          if (next < r1) prefetch_l2(dy + next * n + col), prefetch_l2(x + next * n + col);
+      }
     }
     const float mu = mean[row], rs = rstd[row];
     float sums[2] = {0.0f, 0.0f};
@@ -577,17 +609,23 @@ void dispatch_layer_norm(int64_t n, bool vec, F&& f) {
     else
       f(wpr, vecs, std::false_type{});
   };
+  // kVecs is the fewest that cover the row (a thread's unused groups still cost registers: 3 for
+  // GPT-2's 768 and 6144 keeps the backward below its 128-register budget without spilling)
   const int64_t groups = (n + 7) / 8;  // 8-column groups in a row
   if (groups <= 32)
     go(Int<1>{}, Int<1>{});
   else if (groups <= 64)
     go(Int<1>{}, Int<2>{});
+  else if (groups <= 96)
+    go(Int<1>{}, Int<3>{});
   else if (groups <= kLnWarpMaxWidth / 8)
     go(Int<1>{}, Int<4>{});
   else if (groups <= 256)
     go(Int<8>{}, Int<1>{});
   else if (groups <= 512)
     go(Int<8>{}, Int<2>{});
+  else if (groups <= 768)
+    go(Int<8>{}, Int<3>{});
   else if (groups <= 1024)
     go(Int<8>{}, Int<4>{});
   else
@@ -598,35 +636,47 @@ void dispatch_layer_norm(int64_t n, bool vec, F&& f) {
 
 // partials[chunk][c] = Σ over the chunk's rows of v[r][c], v = dy (kNone) or the bf16 du = bf16(dg·act'(u)),
 // which is also stored. Block (32 column groups, 8 row lanes) over 256 columns x 64 rows: lane l adds
-// rows r0 + l, r0 + l + 8, ... in order, then lanes are added in lane order. Reads dy (and u) (T, n),
-// writes du (T, n) and n partials per chunk: bias_grad_bytes / bias_act_backward_bytes.
+// rows r0 + l, r0 + l + 8, ... in order, then lanes are added in lane order. A thread loads its 8 rows
+// before it computes and stores any (8 loads in flight; du may alias dg, element by element). Reads dy
+// (and u) (T, n), writes du (T, n) and n partials per chunk: bias_grad_bytes / bias_act_backward_bytes.
 template <Activation kAct, bool kVec>
 __global__ void __launch_bounds__(kBiasCols* kBiasLanes)
     bias_grad_kernel(const uint16_t* dy, const uint16_t* __restrict__ u, int64_t rows, int64_t n, uint16_t* du,
                      float* __restrict__ partials) {
+  constexpr int kRowsPerLane = kBiasChunkRows / kBiasLanes;
   __shared__ float lanes[kBiasLanes][8][kBiasCols];  // (lane, element, column group) fp32
   const int tx = threadIdx.x % kBiasCols, ty = threadIdx.x / kBiasCols;
   const int64_t col = (int64_t(blockIdx.x) * kBiasCols + tx) * 8;
-  const int64_t r0 = int64_t(blockIdx.y) * kBiasChunkRows;
-  const int64_t r1 = min64(r0 + kBiasChunkRows, rows);
+  const int64_t r0 = int64_t(blockIdx.y) * kBiasChunkRows + ty;
+  const int64_t r1 = min64(int64_t(blockIdx.y) * kBiasChunkRows + kBiasChunkRows, rows);
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (col < n)
-    for (int64_t r = r0 + ty; r < r1; r += kBiasLanes) {
+  if (col < n) {
+    uint4 vb[kRowsPerLane] = {}, ub[kRowsPerLane] = {};  // packed bf16 of rows r0 + 8k
+#pragma unroll
+    for (int k = 0; k < kRowsPerLane; ++k) {
+      const int64_t r = r0 + int64_t(k) * kBiasLanes;
+      if (r >= r1) break;
+      vb[k] = load8_bits<kVec>(dy + r * n, col, n);
+      if constexpr (kAct != Activation::kNone) ub[k] = load8_bits<kVec>(u + r * n, col, n);
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsPerLane; ++k) {
+      const int64_t r = r0 + int64_t(k) * kBiasLanes;
+      if (r >= r1) break;
       float v[8];
-      load8<kVec>(dy + r * n, col, n, v);
+      unpack8(vb[k], v);
       if constexpr (kAct != Activation::kNone) {
         float uv[8];
-        load8<kVec>(u + r * n, col, n, uv);
+        unpack8(ub[k], uv);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float d = kAct == Activation::kRelu ? (uv[e] > 0.0f ? v[e] : 0.0f) : v[e] * gelu_tanh_grad(uv[e]);
-          v[e] = core::bf16_to_f32(core::f32_to_bf16(d));  // the stored du, which the sum adds
-        }
-        store8<kVec>(du + r * n, col, n, v);
+        for (int e = 0; e < 8; ++e)
+          v[e] = kAct == Activation::kRelu ? (uv[e] > 0.0f ? v[e] : 0.0f) : v[e] * gelu_tanh_grad(uv[e]);
+        store8_keep<kVec>(du + r * n, col, n, v);  // v is now the stored du, which the sum adds
       }
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[e] = acc[e] + v[e];
     }
+  }
 #pragma unroll
   for (int e = 0; e < 8; ++e) lanes[ty][e][tx] = acc[e];
   __syncthreads();
@@ -764,22 +814,20 @@ __global__ void __launch_bounds__(kCeThreads)
   MaxSum r = warp_pairs[0];
   for (int w = 1; w < kCeThreads / 32; ++w) r = merge(r, warp_pairs[w]);
   if (t == 0) row_loss[row] = valid ? (r.m + logf(r.s)) - x_target : __uint_as_float(0x7FC00000u);
-  const auto grad = [&](int64_t j, float v) {
+  const auto grad = [&](int64_t j, float v) {  // fp32, rounded to bf16 by the store
     const float prob = expf(v - r.m) / r.s;
-    return core::f32_to_bf16((j == target ? prob - 1.0f : prob) * gscale);
+    return (j == target ? prob - 1.0f : prob) * gscale;
   };
-  if (t < p.head) x[t] = grad(t, core::bf16_to_f32(x[t]));
+  if (t < p.head) x[t] = core::f32_to_bf16(grad(t, core::bf16_to_f32(x[t])));
   for (int64_t i = t; i < p.vecs; i += kCeThreads) {
-    uint16_t* q = x + p.head + i * 8;
     float v[8];
-    unpack8(*reinterpret_cast<const uint4*>(q), v);
-    uint16_t h[8];
+    unpack8(*reinterpret_cast<const uint4*>(x + p.head + i * 8), v);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) h[e] = grad(p.head + i * 8 + e, v[e]);
-    *reinterpret_cast<uint4*>(q) = uint4{h[0] | uint32_t(h[1]) << 16, h[2] | uint32_t(h[3]) << 16,
-                                         h[4] | uint32_t(h[5]) << 16, h[6] | uint32_t(h[7]) << 16};
+    for (int e = 0; e < 8; ++e) v[e] = grad(p.head + i * 8 + e, v[e]);
+    store8<true>(x + p.head, i * 8, p.vecs * 8, v);
   }
-  if (p.tail_start + t < vocab) x[p.tail_start + t] = grad(p.tail_start + t, core::bf16_to_f32(x[p.tail_start + t]));
+  if (p.tail_start + t < vocab)
+    x[p.tail_start + t] = core::f32_to_bf16(grad(p.tail_start + t, core::bf16_to_f32(x[p.tail_start + t])));
 }
 
 // *sum = Σ row_loss in a fixed order: thread t adds rows t, t + 1024, ..., then a halving tree.
@@ -851,7 +899,7 @@ void position_grad(const uint16_t* dx0, const EmbeddingDims& d, core::DType grad
 }
 int64_t position_grad_bytes(const EmbeddingDims& d) { return 2 * d.width * (d.rows() + d.pos_rows); }
 
-TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab) {
+TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab, int64_t pad_token) {
   constexpr const char* fn = "sort_token_rows";
   require(rows >= 0 && rows <= INT32_MAX, fn, "rows must be in [0, 2^31), got " + std::to_string(rows));
   require(vocab >= 1 && vocab < INT32_MAX, fn, "vocab must be in [1, 2^31 - 1), got " + std::to_string(vocab));
@@ -863,12 +911,13 @@ TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab) {
     require(id >= 0 && id < vocab, fn,
             "token id " + std::to_string(id) + " at row " + std::to_string(r) + " is outside [0, V = " +
                 std::to_string(vocab) + "); validate the data before it reaches the GPU (docs/decoder.md \"Data\")");
-    ++ix.starts[size_t(id) + 1];
+    if (id != pad_token) ++ix.starts[size_t(id) + 1];
   }
   for (int64_t v = 0; v < vocab; ++v) ix.starts[size_t(v) + 1] += ix.starts[size_t(v)];
   std::vector<int32_t> next(ix.starts.begin(), ix.starts.end() - 1);
-  ix.rows.resize(size_t(rows));
-  for (int64_t r = 0; r < rows; ++r) ix.rows[size_t(next[size_t(tok[r])]++)] = int32_t(r);  // ascending r
+  ix.rows.assign(size_t(rows), 0);  // the first starts[V] entries are used
+  for (int64_t r = 0; r < rows; ++r)
+    if (tok[r] != pad_token) ix.rows[size_t(next[size_t(tok[r])]++)] = int32_t(r);  // ascending r
   return ix;
 }
 
@@ -913,7 +962,9 @@ void layer_norm_forward(const uint16_t* x, const uint16_t* w, const uint16_t* b,
 int64_t layer_norm_forward_bytes(int64_t rows, int64_t n) { return 2 * 2 * n + rows * (2 * 2 * n + 2 * 4); }
 
 int64_t layer_norm_chunk_rows() { return kLnChunkRows; }
-int64_t layer_norm_partial_floats(int64_t rows, int64_t n) { return (rows + kLnChunkRows - 1) / kLnChunkRows * 2 * n; }
+int64_t layer_norm_partial_floats(int64_t rows, int64_t n) {
+  return core::decoder_layout::layer_norm_partial_floats(rows, n);
+}
 
 void layer_norm_backward(const uint16_t* dy, const uint16_t* x, const float* mean, const float* rstd, const uint16_t* w,
                          const uint16_t* dresid, int64_t rows, int64_t n, uint16_t* dx, float* partials,
@@ -1012,7 +1063,9 @@ void bias_grad(const uint16_t* dy, int64_t rows, int64_t n, float* partials, cor
   fold_partials(fn, partials, (rows + kBiasChunkRows - 1) / kBiasChunkRows, n, n, db, nullptr, grad, stream);
 }
 int64_t bias_grad_chunk_rows() { return kBiasChunkRows; }
-int64_t bias_grad_partial_floats(int64_t rows, int64_t n) { return (rows + kBiasChunkRows - 1) / kBiasChunkRows * n; }
+int64_t bias_grad_partial_floats(int64_t rows, int64_t n) {
+  return core::decoder_layout::bias_grad_partial_floats(rows, n);
+}
 int64_t bias_grad_bytes(int64_t rows, int64_t n) {
   return rows * n * 2 + 2 * 4 * bias_grad_partial_floats(rows, n) + 2 * n;
 }

@@ -86,7 +86,9 @@ struct TokenRowIndex {
   std::vector<int32_t> starts;  // (V + 1)
   std::vector<int32_t> rows;    // (T)
 };
-TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab);
+// Rows of `pad_token` (OPT's padding_idx; -1: none) are left out: that token's row list is empty, so its
+// dE row is the head's part alone (core::DecoderShape::pad_token).
+TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab, int64_t pad_token = -1);
 
 // dE (V, e) in the grad dtype, written whole into a flat (V·e) buffer:
 //   dE[v] = round(dE_head[v] + S_v),  S_v = fp32 sum over the rows r of token v in ascending r of
@@ -194,12 +196,22 @@ struct AttentionDims {
   int64_t rows() const { return batch * seq; }
 };
 
+// The forward's tile shape for d = 64 (d = 80 and 128 have one): 128 query rows a block as 4 warps of
+// 32 rows (two m16 tiles a warp: each K/V fragment read from shared memory serves two products) or as
+// 8 warps of 16 rows (twice the warps an SM to hide latency, half the registers a thread, twice the
+// shared-memory reads a product). Both give the same bits; kDefault is the one measured faster on the
+// H100 (bench/results/attention-notes.md), the other stays for the comparison on a new GPU.
+enum class ForwardTiles : uint8_t { kDefault, kWarps4x32, kWarps8x16 };
+
 // Causal flash attention forward (docs/decoder.md): per (sample, head), S = (q·kᵀ)·d^-½ in fp32
 // (scaled in base 2: S·log2(e) = (q·kᵀ)·(d^-½·log2 e), one fp32 constant), online softmax in fp32,
-// o = (Σ_k bf16(p_k)·v_k) / l with l = Σ_k p_k of the fp32 p, lse = max + log(l) (natural log).
+// o = (Σ_k bf16(p_k)·v_k) / l with l = Σ_k p_k of the fp32 p, lse = max + log(l) (natural log). The
+// order of l's fp32 additions: per 64-key tile and thread, a tree over the thread's 16 keys of the row,
+// added to the running l·alpha; at the end the 4 threads of the row in a butterfly.
 // qkv (T, 3h) bf16: q at column j·d, k at h + j·d, v at 2h + j·d for head j; o (T, h) bf16;
 // lse (B, H, s) fp32. Key tiles above the diagonal are skipped, not masked.
-void attention_forward(const uint16_t* qkv, const AttentionDims& d, uint16_t* o, float* lse, cudaStream_t stream);
+void attention_forward(const uint16_t* qkv, const AttentionDims& d, uint16_t* o, float* lse, cudaStream_t stream,
+                       ForwardTiles tiles = ForwardTiles::kDefault);
 
 // Backward: D = rowsum(dO ∘ O) (fp32, ascending columns) into `delta`, then dK, dV with one block per
 // key tile looping over query tiles and dQ with one block per query tile looping over key tiles (no
@@ -208,6 +220,11 @@ void attention_forward(const uint16_t* qkv, const AttentionDims& d, uint16_t* o,
 // scratch; dqkv (T, 3h) bf16 in qkv's layout, every element written.
 void attention_backward(const uint16_t* qkv, const uint16_t* o, const uint16_t* dout, const float* lse,
                         const AttentionDims& d, float* delta, uint16_t* dqkv, cudaStream_t stream);
+
+// out (n) uint32 = bf16x2 of src[2i] (low half) and src[2i + 1] (high half), src (2n) fp32: the rounding
+// that turns P and dS into tensor-core operands (attn::pack_bf16x2_operand) on its own, so that a test
+// can hold its bits to core::f32_to_bf16.
+void attention_operand_pack(const float* src, int64_t n, uint32_t* out, cudaStream_t stream);
 
 // FLOPs as counted for throughput: causal forward = half of 4·s²·d per (sample, head); backward 2.5x.
 double attention_forward_flops(const AttentionDims& d);

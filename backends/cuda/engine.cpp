@@ -16,15 +16,20 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
-#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_segment.h"
+#include "backends/cpu/host_region.h"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/cuda_tuning.h"
 #include "backends/cuda/launch.h"
@@ -32,6 +37,8 @@
 #include "backends/cuda/reduce_scatter.h"
 #include "backends/cuda/workload.cuh"
 #include "core/error.h"
+#include "core/hf_names.h"
+#include "core/init.h"
 #include "core/local_kernels.h"
 #include "core/optim/dtype.h"
 #include "core/optim/grad_stats.h"
@@ -58,53 +65,64 @@ namespace buf = core::buf;
 
 // ---- host memory for the CPU segment ---------------------------------------------------------------
 
-// Page-locked when possible (cudaHostAlloc); otherwise pageable, and the owner warns once.
+// Untouched huge-page memory (cpu::HostRegion) first, so that the CPU optimizer's pinned threads place
+// its pages by first touch; then page-locked in place (cudaHostRegister). cudaHostAlloc would fault
+// every page in on the allocating thread, in small pages, before any optimizer thread touched it: it is
+// the fallback when registering fails, and when that fails too the buffer stays pageable (the owner
+// warns once).
 class HostBuffer {
  public:
   HostBuffer() = default;
-  HostBuffer(size_t bytes, bool pin) : bytes_(bytes) {
-    if (!bytes) return;
-    if (pin && cudaHostAlloc(&p_, bytes, cudaHostAllocPortable) == cudaSuccess) {
-      pinned_ = true;
-      return;
-    }
-    (void)cudaGetLastError();
-    p_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p_)
-      throw core::RuntimeFailure("host allocation of " + core::format_gb(int64_t(bytes)) +
-                                 " for the CPU segment failed: lower the ratio or free host memory");
-  }
+  explicit HostBuffer(size_t bytes) : region_(bytes), bytes_(bytes) {}
   ~HostBuffer() { release(); }
-  HostBuffer(HostBuffer&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)), pinned_(o.pinned_) {}
+  HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
   HostBuffer& operator=(HostBuffer&& o) noexcept {
     if (this != &o) {
       release();
-      p_ = std::exchange(o.p_, nullptr);
+      region_ = std::move(o.region_);
+      alloc_ = std::exchange(o.alloc_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
-      pinned_ = o.pinned_;
+      registered_ = std::exchange(o.registered_, false);
     }
     return *this;
   }
+  // Page-locks the buffer for the copy engines: registered in place, else replaced by zeroed
+  // cudaHostAlloc memory (its address changes: the result says so), else left pageable.
+  enum class Pinned { kInPlace, kMoved, kNo };
+  Pinned pin() {
+    if (!bytes_) return Pinned::kNo;
+    if (registered_ || alloc_) return Pinned::kInPlace;
+    const size_t pages = (bytes_ + 4095) / 4096 * 4096;  // whole pages: within the region's 2 MiB mapping
+    registered_ = cudaHostRegister(region_.data(), pages, cudaHostRegisterPortable) == cudaSuccess;
+    if (registered_) return Pinned::kInPlace;
+    (void)cudaGetLastError();
+    if (cudaHostAlloc(&alloc_, bytes_, cudaHostAllocPortable) != cudaSuccess) {
+      (void)cudaGetLastError();
+      alloc_ = nullptr;
+      return Pinned::kNo;
+    }
+    std::memset(alloc_, 0, bytes_);
+    region_ = cpu::HostRegion();
+    return Pinned::kMoved;
+  }
   template <class T>
   T* as() const {
-    return static_cast<T*>(p_);
+    return static_cast<T*>(alloc_ ? alloc_ : region_.data());
   }
   size_t bytes() const { return bytes_; }
-  bool pinned() const { return pinned_; }
+  bool pinned() const { return registered_ || alloc_; }
 
  private:
-  void release() {
-    if (!p_) return;
-    if (pinned_)
-      (void)cudaFreeHost(p_);
-    else
-      std::free(p_);
-    p_ = nullptr;
+  void release() noexcept {
+    if (registered_) (void)cudaHostUnregister(region_.data());
+    if (alloc_) (void)cudaFreeHost(alloc_);
+    registered_ = false;
+    alloc_ = nullptr;
   }
-  void* p_ = nullptr;
+  cpu::HostRegion region_;
+  void* alloc_ = nullptr;  // the cudaHostAlloc fallback
   size_t bytes_ = 0;
-  bool pinned_ = false;
+  bool registered_ = false;
 };
 
 DeviceMemory device_alloc(size_t bytes, const std::string& name) {
@@ -129,6 +147,7 @@ class EngineImpl final : public Engine {
     DeviceGuard guard(cfg_.device);
     plan_rank();
     check_memory();
+    load_hf_weights();
     build_tables();
     allocate_device();
     upload_descriptors();
@@ -165,6 +184,16 @@ class EngineImpl final : public Engine {
 
   StepReport step() override;
   std::vector<std::pair<int64_t, float>> master_weights() override;
+  std::vector<std::pair<int64_t, float>> last_gradients() override;
+  core::TrainingPosition position() const override { return {step_, opt_step_, scaler_}; }
+  void snapshot_optimizer(std::span<const std::span<float>> arrays) override;
+  void restore_optimizer(std::span<const std::vector<float>> arrays, const core::TrainingPosition& pos) override;
+  int64_t gpu_bytes_in_use() override {
+    DeviceGuard guard(cfg_.device);
+    size_t free_b = 0, total_b = 0;
+    TF_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return int64_t(total_b - free_b);
+  }
 
  private:
   // --- set-up -------------------------------------------------------------------------------------
@@ -183,8 +212,9 @@ class EngineImpl final : public Engine {
     if (s_.step.param_dtype != core::DType::kBF16) throw core::InputError("engine: parameters must be bf16");
     if (s_.step.optimizer != s_.policy.kind)
       throw core::InputError("engine: the step's optimizer does not match the policy's");
-    if (s_.workload != core::WorkloadType::kSynthetic && s_.workload != core::WorkloadType::kMlp)
-      throw core::InputError("engine: the workload must be synthetic or mlp (resolve it against the model)");
+    if (s_.workload != core::WorkloadType::kSynthetic && s_.workload != core::WorkloadType::kMlp &&
+        s_.workload != core::WorkloadType::kDecoder)
+      throw core::InputError("engine: the workload must be synthetic, mlp or decoder (resolve it against the model)");
     if (c.overflow_at_step > 0 && s_.workload != core::WorkloadType::kSynthetic)
       throw core::InputError("engine: overflow_at_step needs the synthetic workload");
     core::validate(s_.policy.kind, s_.policy.hp);
@@ -227,6 +257,16 @@ class EngineImpl final : public Engine {
     core::check_ratio_fits(s_.model, part_, s_.memory_options(), cfg_.ratio, gpu_limit, host_limit);
   }
 
+  // A decoder's init.from, read and checked (names, shapes: core::load_hf_weights) before anything is
+  // allocated. The whole file is read into host memory (4 B a parameter, freed after the weights are
+  // set): Hugging Face's layouts (GPT-2's transposed Conv1D weights, OPT's separate q/k/v) scatter a
+  // rank's contiguous slice over the file, and a model whose optimizer state fits this rank's memory
+  // fits the host as fp32 too.
+  void load_hf_weights() {
+    if (s_.workload != core::WorkloadType::kDecoder || s_.init_from.empty()) return;
+    hf_weights_ = core::load_hf_weights(s_.model, s_.init_from);
+  }
+
   // Canonical element indexes, per-layer CPU ranges, the queues' op lists.
   void build_tables() {
     const size_t L = s_.model.layers.size();
@@ -256,8 +296,7 @@ class EngineImpl final : public Engine {
   }
   HostBuffer host_buffer(std::string_view name) {
     const core::BufferSpec& b = mem_.plan.at(name);
-    HostBuffer h(size_t(b.bytes), cfg_.pin_memory);
-    (h.pinned() ? mem_.host_pinned : mem_.host_pageable) += b.bytes;
+    HostBuffer h(size_t(b.bytes));
     mem_.allocated.push_back(b);
     return h;
   }
@@ -272,6 +311,7 @@ class EngineImpl final : public Engine {
     if (ap.has(buf::kGradAccum)) d_acc_ = gpu_buffer(buf::kGradAccum);
     for (int i = 0; ap.has(core::buffer_name(buf::kGather, i)); ++i)
       d_ag_.push_back(gpu_buffer(core::buffer_name(buf::kGather, i)));
+    if (ap.has(buf::kGatherShared)) d_ag_shared_ = gpu_buffer(buf::kGatherShared);
     for (int i = 0; i < core::kGradSlots; ++i) {
       d_layer_grad_[size_t(i)] = gpu_buffer(core::buffer_name(buf::kLayerGrad, i));
       if (ap.has(core::buffer_name(buf::kRecv, i))) d_recv_[size_t(i)] = gpu_buffer(core::buffer_name(buf::kRecv, i));
@@ -332,7 +372,8 @@ class EngineImpl final : public Engine {
     TF_CUDA_CHECK(cudaMemset(d_grad_.get(), 0, d_grad_.bytes()));
   }
 
-  // Host: the CPU segment (master, states, gradient and copy staging) and the norm's result.
+  // Host: the CPU segment (master, states, gradient and copy staging) and the norm's result, untouched
+  // until make_cpu_backend places and pins them.
   void allocate_host() {
     h_master_ = host_buffer(buf::kHostMaster);
     h_s1_ = host_buffer(buf::kHostState1);
@@ -340,34 +381,48 @@ class EngineImpl final : public Engine {
     h_grad_ = host_buffer(buf::kHostGrad);
     h_copy_ = host_buffer(buf::kHostCopy);
     h_norm_ = host_buffer(buf::kHostNorm);
-    if (mem_.host_pageable <= 0) return;
+  }
+
+  // Page-locks the host buffers (after the first touch placed them), or warns once that they stay
+  // pageable. Returns whether one moved (the cudaHostAlloc fallback).
+  bool pin_host() {
+    bool moved = false;
+    for (HostBuffer* h : {&h_master_, &h_s1_, &h_s2_, &h_grad_, &h_copy_, &h_norm_}) {
+      const HostBuffer::Pinned p = cfg_.pin_memory ? h->pin() : HostBuffer::Pinned::kNo;
+      moved = moved || p == HostBuffer::Pinned::kMoved;
+      (h->pinned() ? mem_.host_pinned : mem_.host_pageable) += int64_t(h->bytes());
+    }
+    if (mem_.host_pageable <= 0) return moved;
     const std::string msg =
         "warning: " + core::format_gb(mem_.host_pageable) + " of the CPU segment could not be page-locked" +
-        (cfg_.pin_memory ? " (cudaHostAlloc failed: raise `ulimit -l` or free memory)" : " (pin_memory is off)") +
+        (cfg_.pin_memory ? " (cudaHostRegister failed: raise `ulimit -l` or free memory)" : " (pin_memory is off)") +
         "; PCIe copies from pageable memory run at ~8-16 GB/s instead of ~55 GB/s, so the D2H/H2D of the CPU "
         "segment will take 3-7x longer";
     if (cfg_.warn)
       cfg_.warn(msg);
     else
       std::fprintf(stderr, "%s\n", msg.c_str());
+    return moved;
   }
 
-  OptimChunk cpu_chunk(size_t offset, size_t n) const {
-    return OptimChunk{{h_master_.as<float>() + offset, n, core::DType::kF32},
-                      {h_s1_.as<float>() + offset, n, core::DType::kF32},
-                      h_s2_.as<float>() ? BufferView{h_s2_.as<float>() + offset, n, core::DType::kF32} : BufferView{},
-                      {h_grad_.as<uint16_t>() + offset, n, s_.step.grad_dtype},
-                      {h_copy_.as<uint16_t>() + offset, n, core::DType::kBF16}};
-  }
-
+  // The CPU half (cpu::CpuSegment, the code the CPU measurements run): the rank's threads on its CPUs,
+  // the segment's pages first touched by the threads that update each layer, then pinned, then the
+  // optimizer's initial state.
   void make_cpu_backend() {
-    cpu_ = std::make_unique<cpu::CpuBackend>(cpu::CpuOptions{cfg_.cpu_threads, cfg_.pin_threads, -1, 4, {}});
+    cpu::CpuOptions co;
+    co.threads = cfg_.cpu_threads;
+    co.pin_threads = cfg_.pin_threads;
+    co.cpus = cfg_.cpu_cpus;
+    const auto segment = [&] {
+      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),  h_s2_.as<float>(), h_grad_.as<void>(),
+                                     h_copy_.as<void>(),    s_.step.grad_dtype, core::DType::kBF16};
+      cpu_ = std::make_unique<cpu::CpuSegment>(co, s_.policy.kind, bufs, cpu::segment_ranges(split_));
+      cpu_->first_touch();
+    };
+    segment();
+    if (pin_host()) segment();  // a buffer moved to cudaHostAlloc memory: the segment's views follow
     const size_t n = size_t(split_.cpu_elems);
-    if (!n) return;
-    // first touch by the threads that will update each page; then the optimizer's initial state
-    const OptimChunk all = cpu_chunk(0, n);
-    cpu_->first_touch(std::span<const OptimChunk>(&all, 1));
-    if (initial_state1() != 0.f) std::fill(h_s1_.as<float>(), h_s1_.as<float>() + n, initial_state1());
+    if (n && initial_state1() != 0.f) std::fill(h_s1_.as<float>(), h_s1_.as<float>() + n, initial_state1());
   }
 
   void make_queues() {
@@ -388,23 +443,31 @@ class EngineImpl final : public Engine {
     wc.grad_dtype = s_.step.grad_dtype;
     wc.grad_accum = s_.step.grad_accum;
     wc.micro_batch = s_.step.micro_batch;
+    wc.checkpointing = s_.step.checkpointing;
+    wc.data = s_.data_train;
     for (size_t l = 0; l < s_.model.layers.size(); ++l) wc.layer_padded.push_back(part_.layer_slice[l] * s_.world);
     wc.overflow_at_step = cfg_.overflow_at_step;
-    workload_ = s_.workload == core::WorkloadType::kMlp ? make_mlp_workload(wc) : make_synthetic_workload(wc);
+    switch (s_.workload) {
+      case core::WorkloadType::kMlp: workload_ = make_mlp_workload(wc); break;
+      case core::WorkloadType::kDecoder: workload_ = make_decoder_workload(wc); break;
+      default: workload_ = make_synthetic_workload(wc); break;
+    }
     for (const core::BufferSpec& b : workload_->allocated()) {
       if (!mem_.plan.has(b.name) || !(mem_.plan.at(b.name) == b))
         throw std::logic_error("engine: the " + std::string(workload_->name()) + " workload allocated '" + b.name +
                                "' outside the allocation plan");
       mem_.allocated.push_back(b);
-      mem_.gpu_allocated += b.bytes;
+      (b.place == core::MemPlace::kGpu ? mem_.gpu_allocated : mem_.host_pinned) += b.bytes;
     }
   }
 
-  // Initial weights: each (piece, tensor) range of the shard, scaled per tensor by the workload.
+  // Initial weights: each (piece, tensor) range of the shard, scaled per tensor by the workload; a
+  // decoder's from GPT-2's initialisation or its init.from file.
   void init_weights_all() {
     TF_CUDA_CHECK(cudaMemset(d_lp_.get(), 0, d_lp_.bytes()));
     if (split_.gpu_elems) TF_CUDA_CHECK(cudaMemset(d_master_.get(), 0, d_master_.bytes()));
     if (split_.cpu_elems) std::memset(h_master_.as<float>(), 0, h_master_.bytes());
+    if (s_.workload == core::WorkloadType::kDecoder) return init_decoder_weights();
     for (const core::ShardPiece& p : shard_.pieces) {
       const core::LayerDesc& ld = s_.model.layers[p.layer];
       int64_t tensor_begin = 0;  // within the layer
@@ -416,6 +479,39 @@ class EngineImpl final : public Engine {
         if (lo < hi) init_weights(t, layer_first_[p.layer] + lo, p.shard_offset + (lo - p.layer_offset), hi - lo);
       }
     }
+    TF_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  // The decoder's shard, a piece (one layer's contiguous run of model elements) at a time in chunks: fp32
+  // values on the host (core::init_weights from the seed, or the loaded file), then the GPU segment's
+  // master and bf16 copy, the CPU segment's master and its bf16 copy on the device.
+  void init_decoder_weights() {
+    constexpr int64_t kChunk = int64_t(1) << 24;
+    std::vector<float> values;  // (chunk) fp32
+    std::vector<uint16_t> lp;   // (chunk) bf16
+    for (const core::ShardPiece& p : shard_.pieces)
+      for (int64_t c0 = 0; c0 < p.real_count; c0 += kChunk) {
+        const int64_t n = std::min(kChunk, p.real_count - c0);
+        const int64_t model_first = layer_first_[p.layer] + p.layer_offset + c0;
+        values.resize(size_t(n));
+        lp.resize(size_t(n));
+        if (hf_weights_.empty())
+          core::init_weights(s_.model, s_.seed, model_first, values, int(cfg_.cpu_threads));  // 0: all cores
+        else
+          std::copy_n(hf_weights_.begin() + model_first, n, values.begin());
+        for (int64_t j = 0; j < n; ++j) lp[size_t(j)] = core::f32_to_bf16(values[size_t(j)]);
+        const int64_t off = p.shard_offset + c0;
+        const int64_t gpu_n = std::clamp<int64_t>(split_.gpu_elems - off, 0, n);
+        if (gpu_n > 0)
+          TF_CUDA_CHECK(
+              cudaMemcpy(d_master_.as<float>() + off, values.data(), size_t(gpu_n) * 4, cudaMemcpyHostToDevice));
+        if (gpu_n < n)
+          std::copy(values.begin() + gpu_n, values.begin() + n,
+                    h_master_.as<float>() + (off + gpu_n - split_.gpu_elems));
+        TF_CUDA_CHECK(cudaMemcpy(d_lp_.as<uint16_t>() + off, lp.data(), size_t(n) * 2, cudaMemcpyHostToDevice));
+      }
+    hf_weights_.clear();
+    hf_weights_.shrink_to_fit();
     TF_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
@@ -434,7 +530,7 @@ class EngineImpl final : public Engine {
     std::vector<uint16_t> host_lp(static_cast<size_t>(m));
     float* master = h_master_.as<float>() + (cpu_lo - split_.gpu_elems);
     const int64_t mf = model_first + (cpu_lo - off);
-    cpu::ThreadPool& pool = cpu_->pool();
+    cpu::ThreadPool& pool = cpu_->backend().pool();
     const size_t parts = std::max<size_t>(1, std::min<size_t>(pool.size(), size_t(m / 65536) + 1));
     pool.run(parts, [&](size_t w) {
       size_t b = 0, e = 0;
@@ -516,13 +612,19 @@ class EngineImpl final : public Engine {
     if (s_.world == 1) return d_lp_.as<uint16_t>() + piece(size_t(op.layer)).shard_offset;
     return d_ag_.at(size_t(op.gather_slot)).as<uint16_t>();
   }
+  // The layer the op's layer shares a tensor with (Op::shared_layer), as gathered for it; null if none.
+  const uint16_t* shared(const core::Op& op) const {
+    if (op.shared_layer < 0) return nullptr;
+    if (s_.world == 1) return d_lp_.as<uint16_t>() + piece(size_t(op.shared_layer)).shard_offset;
+    return d_ag_shared_.as<uint16_t>();
+  }
 
   void execute_gpu(const core::Op& op, cudaStream_t s) {
     switch (op.kind) {
       case core::OpKind::kAllGather: return all_gather(op, s);
-      case core::OpKind::kForward: return workload_->forward(op.layer, op.micro_batch, gathered(op), s);
+      case core::OpKind::kForward: return workload_->forward(op.layer, op.micro_batch, {gathered(op), shared(op)}, s);
       case core::OpKind::kBackward:
-        return workload_->backward(op.layer, op.micro_batch, gathered(op),
+        return workload_->backward(op.layer, op.micro_batch, {gathered(op), shared(op)},
                                    d_layer_grad_.at(size_t(op.grad_slot)).as<uint16_t>(), s);
       case core::OpKind::kReduceScatter: return reduce_scatter(op, s);
       case core::OpKind::kD2HGrad: return d2h(op, s);
@@ -536,11 +638,20 @@ class EngineImpl final : public Engine {
     throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on a GPU stream");
   }
 
+  // The layer into its prefetch buffer and, for a layer that shares a tensor (Op::shared_layer), the
+  // owner layer into the shared buffer, in one NCCL group.
   void all_gather(const core::Op& op, cudaStream_t s) {
     if (s_.world == 1) return;
     const size_t l = size_t(op.layer);
+    TF_NCCL_CHECK(ncclGroupStart());
     TF_NCCL_CHECK(ncclAllGather(d_lp_.as<uint16_t>() + piece(l).shard_offset, d_ag_.at(size_t(op.gather_slot)).get(),
                                 size_t(part_.layer_slice[l]), ncclBfloat16, comm_->get(), s));
+    if (op.shared_layer >= 0) {
+      const size_t o = size_t(op.shared_layer);
+      TF_NCCL_CHECK(ncclAllGather(d_lp_.as<uint16_t>() + piece(o).shard_offset, d_ag_shared_.get(),
+                                  size_t(part_.layer_slice[o]), ncclBfloat16, comm_->get(), s));
+    }
+    TF_NCCL_CHECK(ncclGroupEnd());
   }
 
   // The deterministic reduce-scatter (reduce_scatter.h) of the layer gradient backward wrote into
@@ -622,10 +733,7 @@ class EngineImpl final : public Engine {
     if (op.kind != core::OpKind::kCpuOptimizer)
       throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on the cpu queue");
     if (decision_->skip) return;
-    const int64_t b = cpu_begin_[size_t(op.layer)], e = cpu_end_[size_t(op.layer)];
-    if (e <= b) return;
-    const OptimChunk c = cpu_chunk(size_t(b - split_.gpu_elems), size_t(e - b));
-    cpu_nonfinite_ += cpu_->step(s_.policy.kind, std::span<const OptimChunk>(&c, 1), decision_->scalars).nonfinite;
+    cpu_nonfinite_ += cpu_->update_layer(size_t(op.layer), decision_->scalars).nonfinite;
   }
 
   // The step decision: known up front without a norm wait; else once the norm all-reduce landed.
@@ -646,8 +754,18 @@ class EngineImpl final : public Engine {
     return *decision_;
   }
 
+  // Checkpoints: the optimizer's arrays as (GPU segment, CPU segment) pairs in core::checkpoint_arrays'
+  // order, and the checks and copies of snapshot_optimizer / restore_optimizer.
+  std::vector<std::pair<DeviceMemory*, HostBuffer*>> optimizer_segments();
+  void check_checkpoint_arrays(size_t count, const std::function<size_t(size_t)>& size_of);
+  // The CPU segment's array `a` (cpu_elems fp32), copied out by the optimizer's threads / copied in:
+  // the only places a checkpoint touches the host state.
+  void cpu_segment_to(size_t a, float* dst);
+  void cpu_segment_from(size_t a, const float* src);
+  void restore_bf16_copy(std::span<const float> master);
   void begin_step();
   void run_issuers();
+  std::vector<std::pair<int64_t, float>> owned(const std::function<float(int64_t)>& value_of) const;
   StepReport report(double scale);
   void check_masked_nonfinite();
 
@@ -675,6 +793,7 @@ class EngineImpl final : public Engine {
   DeviceMemory d_counters_, d_opt_tiles_;  // "counters": (2) u64; "optimizer_tile_sums": (gpu tiles) f64
   DeviceMemory d_descs_;                   // "descriptors": (1 + statistics ranges) ChunkDesc
   std::vector<DeviceMemory> d_ag_;         // "gather.i": (padded layer) bf16, by Op::gather_slot
+  DeviceMemory d_ag_shared_;               // "gather_shared": (padded owner layer) bf16, Op::shared_layer
   // "layer_grad.i", "recv.i": (world x slice of the largest layer) grad dtype, by Op::grad_slot
   std::array<DeviceMemory, core::kGradSlots> d_layer_grad_, d_recv_;
   uint32_t stats_chunks_ = 0;
@@ -682,12 +801,13 @@ class EngineImpl final : public Engine {
   HostBuffer h_master_, h_s1_, h_s2_;  // "host_master", "host_state1/2": (cpu_elems) fp32
   HostBuffer h_grad_, h_copy_;         // "host_grad": (cpu_elems) grad dtype; "host_copy": (cpu_elems) bf16
   HostBuffer h_norm_;                  // "host_norm": (2) f64, the folded norm and the non-finite count
-  std::unique_ptr<cpu::CpuBackend> cpu_;
+  std::unique_ptr<cpu::CpuSegment> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
   std::vector<cudaEvent_t> events_;
   cudaEvent_t t0_ = nullptr;
   std::optional<NcclComm> comm_;
   std::unique_ptr<Workload> workload_;
+  std::vector<float> hf_weights_;  // (total_params) fp32 init.from, model order, until the weights are set
 
   // per step
   std::mutex mu_;
@@ -702,6 +822,7 @@ class EngineImpl final : public Engine {
   std::atomic<uint64_t> cpu_nonfinite_{0};
   int64_t d2h_bytes_ = 0, h2d_bytes_ = 0;
   int step_ = 0;
+  double last_scale_ = 1;  // the loss scale the last step's gradients carry
   int64_t opt_step_ = 0;
   core::LossScaler scaler_ = s_.loss_scaler;
 };
@@ -813,6 +934,7 @@ StepReport EngineImpl::step() {
   DeviceGuard guard(cfg_.device);
   ++step_;
   const double scale = scaler_.scale;
+  last_scale_ = scale;
   begin_step();
   run_issuers();
   for (auto& st : streams_) st->sync();
@@ -823,23 +945,156 @@ StepReport EngineImpl::step() {
   return rep;
 }
 
+// (model-order element, value_of(shard offset)) for every real element of the shard, in shard order.
+std::vector<std::pair<int64_t, float>> EngineImpl::owned(const std::function<float(int64_t)>& value_of) const {
+  std::vector<std::pair<int64_t, float>> out;
+  out.reserve(size_t(shard_.real_elems));
+  for (const core::ShardPiece& p : shard_.pieces)
+    for (int64_t j = 0; j < p.real_count; ++j)
+      out.emplace_back(layer_first_[p.layer] + p.layer_offset + j, value_of(p.shard_offset + j));
+  return out;
+}
+
 std::vector<std::pair<int64_t, float>> EngineImpl::master_weights() {
   DeviceGuard guard(cfg_.device);
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> gpu(size_t(split_.gpu_elems));
   if (!gpu.empty()) TF_CUDA_CHECK(cudaMemcpy(gpu.data(), d_master_.get(), gpu.size() * 4, cudaMemcpyDeviceToHost));
-  std::vector<std::pair<int64_t, float>> out;
-  out.reserve(size_t(shard_.real_elems));
-  for (const core::ShardPiece& p : shard_.pieces)
-    for (int64_t j = 0; j < p.real_count; ++j) {
-      const int64_t o = p.shard_offset + j;
-      const float v = o < split_.gpu_elems ? gpu[size_t(o)] : h_master_.as<float>()[o - split_.gpu_elems];
-      out.emplace_back(layer_first_[p.layer] + p.layer_offset + j, v);
-    }
+  return owned(
+      [&](int64_t o) { return o < split_.gpu_elems ? gpu[size_t(o)] : h_master_.as<float>()[o - split_.gpu_elems]; });
+}
+
+// "grads" holds the whole shard's reduced gradients (the CPU segment's part is copied from it), which
+// the optimizers read and nothing writes until the next step's reductions.
+std::vector<std::pair<int64_t, float>> EngineImpl::last_gradients() {
+  if (step_ == 0) throw core::InputError("engine: no step has run yet, so there are no gradients");
+  DeviceGuard guard(cfg_.device);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> g(size_t(shard_.elems));  // (shard) grad dtype
+  TF_CUDA_CHECK(cudaMemcpy(g.data(), d_grad_.get(), g.size() * 2, cudaMemcpyDeviceToHost));
+  const bool fp16 = s_.step.grad_dtype == core::DType::kF16;
+  return owned([&](int64_t o) {
+    const float v = fp16 ? core::f16_to_f32(g[size_t(o)]) : core::bf16_to_f32(g[size_t(o)]);
+    return float(double(v) / last_scale_);
+  });
+}
+
+// ---- checkpoints (docs/ARCHITECTURE.md, "Checkpoints") -------------------------------------------------
+
+std::vector<std::pair<DeviceMemory*, HostBuffer*>> EngineImpl::optimizer_segments() {
+  std::vector<std::pair<DeviceMemory*, HostBuffer*>> out = {{&d_master_, &h_master_}, {&d_s1_, &h_s1_}};
+  if (core::state_count(s_.policy.kind) == 2) out.push_back({&d_s2_, &h_s2_});
   return out;
 }
 
+void EngineImpl::check_checkpoint_arrays(size_t count, const std::function<size_t(size_t)>& size_of) {
+  if (failed_) throw core::RuntimeFailure("engine: an earlier step failed; its state cannot be checkpointed");
+  const size_t want = optimizer_segments().size();
+  if (count != want)
+    throw core::InputError("engine checkpoint: " + std::to_string(count) + " arrays; " +
+                           std::string(core::optimizer_name(s_.policy.kind)) + " has " + std::to_string(want));
+  for (size_t a = 0; a < count; ++a)
+    if (size_of(a) != size_t(shard_.elems))
+      throw core::InputError("engine checkpoint: array " + std::to_string(a) + " has " + std::to_string(size_of(a)) +
+                             " elements; this rank's shard has " + std::to_string(shard_.elems));
+}
+
+// The GPU segment's arrays go home on the d2h stream while the CPU segment's are copied by the
+// optimizer's threads (memory-bound: the pool's split).
+void EngineImpl::snapshot_optimizer(std::span<const std::span<float>> arrays) {
+  check_checkpoint_arrays(arrays.size(), [&](size_t a) { return arrays[a].size(); });
+  DeviceGuard guard(cfg_.device);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());  // the last step's updates have landed
+  const size_t g = size_t(split_.gpu_elems), n = size_t(split_.cpu_elems);
+  const auto segs = optimizer_segments();
+  const cudaStream_t s = stream_of(core::Queue::kD2H);
+  for (size_t a = 0; a < segs.size() && g; ++a)
+    TF_CUDA_CHECK(cudaMemcpyAsync(arrays[a].data(), segs[a].first->get(), g * 4, cudaMemcpyDeviceToHost, s));
+  for (size_t a = 0; a < segs.size() && n; ++a) cpu_segment_to(a, arrays[a].data() + g);
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void EngineImpl::cpu_segment_to(size_t a, float* dst) {
+  const size_t n = size_t(split_.cpu_elems);
+  const float* src = optimizer_segments()[a].second->as<float>();
+  cpu::ThreadPool& pool = cpu_->backend().pool();
+  pool.run(pool.size(), [&](size_t w) {
+    size_t b = 0, e = 0;
+    cpu::ThreadPool::split(n, pool.size(), w, b, e);
+    std::memcpy(dst + b, src + b, (e - b) * 4);
+  });
+}
+
+void EngineImpl::cpu_segment_from(size_t a, const float* src) {
+  std::memcpy(optimizer_segments()[a].second->as<float>(), src, size_t(split_.cpu_elems) * 4);
+}
+
+// The bf16 copy of the whole shard (both segments' parts live on the device), rounded from master on
+// the host a chunk at a time.
+void EngineImpl::restore_bf16_copy(std::span<const float> master) {
+  constexpr size_t kChunk = size_t(1) << 24;
+  std::vector<uint16_t> lp;  // (chunk) bf16
+  for (size_t c0 = 0; c0 < master.size(); c0 += kChunk) {
+    const size_t n = std::min(kChunk, master.size() - c0);
+    lp.resize(n);
+    for (size_t j = 0; j < n; ++j) lp[j] = core::f32_to_bf16(master[c0 + j]);
+    TF_CUDA_CHECK(cudaMemcpy(d_lp_.as<uint16_t>() + c0, lp.data(), n * 2, cudaMemcpyHostToDevice));
+  }
+}
+
+void EngineImpl::restore_optimizer(std::span<const std::vector<float>> arrays, const core::TrainingPosition& pos) {
+  check_checkpoint_arrays(arrays.size(), [&](size_t a) { return arrays[a].size(); });
+  DeviceGuard guard(cfg_.device);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> state1 = arrays[1];  // (shard) fp32: padding takes the optimizer's initial state
+  for (const core::ShardPiece& p : shard_.pieces)
+    std::fill(state1.begin() + p.shard_offset + p.real_count, state1.begin() + p.shard_offset + p.count,
+              initial_state1());
+  std::vector<std::span<const float>> whole(arrays.begin(), arrays.end());
+  whole[1] = state1;
+  const size_t g = size_t(split_.gpu_elems), n = size_t(split_.cpu_elems);
+  const auto segs = optimizer_segments();
+  for (size_t a = 0; a < segs.size(); ++a) {
+    if (g) TF_CUDA_CHECK(cudaMemcpy(segs[a].first->get(), whole[a].data(), g * 4, cudaMemcpyHostToDevice));
+    if (n) cpu_segment_from(a, whole[a].data() + g);
+  }
+  restore_bf16_copy(arrays[0]);
+  step_ = int(pos.step);
+  opt_step_ = pos.optimizer_step;
+  scaler_ = pos.loss_scaler;
+  last_scale_ = scaler_.scale;
+}
+
 }  // namespace
+
+core::HostAllocator pinned_host_allocator() {
+  // cudaHostAlloc where it succeeds, else page-aligned heap: `heap` remembers which pointers are which.
+  auto heap = std::make_shared<std::pair<std::mutex, std::vector<void*>>>();
+  core::HostAllocator a;
+  a.allocate = [heap](size_t bytes) -> void* {
+    void* p = nullptr;
+    if (bytes == 0) return nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) == cudaSuccess) return p;
+    (void)cudaGetLastError();
+    p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    std::lock_guard lk(heap->first);
+    heap->second.push_back(p);
+    return p;
+  };
+  a.release = [heap](void* p) {
+    {
+      std::lock_guard lk(heap->first);
+      auto it = std::find(heap->second.begin(), heap->second.end(), p);
+      if (it != heap->second.end()) {
+        heap->second.erase(it);
+        std::free(p);
+        return;
+      }
+    }
+    (void)cudaFreeHost(p);
+  };
+  return a;
+}
 
 std::unique_ptr<Engine> Engine::create(EngineConfig cfg) { return std::make_unique<EngineImpl>(std::move(cfg)); }
 

@@ -7,17 +7,20 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
 #include "core/alloc_plan.h"
+#include "core/checkpoint.h"
 #include "core/memory.h"
 #include "core/model.h"
 #include "core/partition.h"
 #include "core/settings.h"
 #include "core/step.h"
 #include "core/step_decision.h"
+#include "core/training_checkpoint.h"
 #include "core/twinflow.h"
 
 namespace tf::backend::cuda {
@@ -27,16 +30,23 @@ using NcclId = std::array<char, 128>;
 // A fresh id (rank 0 calls this and shares it). Throws core::RuntimeFailure if NCCL fails.
 NcclId make_nccl_id();
 
+// Page-locked host memory (cudaHostAlloc) for a checkpoint's staging arrays, so the snapshot's
+// device-to-host copies run at PCIe speed; where pinning fails, page-aligned heap memory (slower
+// copies, nothing else changes).
+core::HostAllocator pinned_host_allocator();
+
 struct EngineConfig {
   // What to train, as core::resolve_settings maps a scenario: the model, world, partition (ZeRO-3),
-  // step configuration and policy, loss scaler, workload (synthetic or mlp) and seed.
+  // step configuration and policy, loss scaler, workload (synthetic, mlp or decoder), seed, and a
+  // decoder's token file and initial weights.
   core::RunSettings settings;
   int rank = 0;
   int device = 0;             // CUDA device index (the rank's LOCAL_RANK)
   NcclId nccl_id{};           // the same on every rank (ignored for world 1)
   double ratio = 0;           // CPU share of the rank's shard
-  size_t cpu_threads = 0;     // CPU optimizer threads; 0: all CPUs of this process
+  size_t cpu_threads = 0;     // CPU optimizer threads; 0: one per CPU of cpu_cpus
   bool pin_threads = true;    // bind CPU optimizer threads to CPUs
+  std::vector<int> cpu_cpus;  // the rank's CPUs (cpu::rank_cpu_share's worker_cpus); empty: this process's
   bool pin_memory = true;     // page-lock the CPU segment (else pageable, with a warning)
   int overflow_at_step = -1;  // synthetic workload: element 0 of micro-shard 0 is +Inf at this step (tests)
   // Memory the rank may use: the plan is checked against these before anything is allocated.
@@ -72,10 +82,11 @@ struct EngineMemory {
 class Engine {
  public:
   virtual ~Engine() = default;
-  // Checks the plan's memory against the limits (InputError naming the smallest ratio that fits),
-  // then allocates, initialises the weights (the synthetic workload's initial weights) and joins
-  // the NCCL communicator. Throws core::InputError for bad input, core::RuntimeFailure for CUDA /
-  // NCCL failures (out of memory named as such).
+  // Checks the plan's memory against the limits (InputError naming the smallest ratio that fits) and
+  // reads a decoder's init.from (InputError naming a missing or misshapen tensor), then allocates,
+  // initialises the weights (the synthetic workload's, the MLP's scaled ones, a decoder's GPT-2 init
+  // or its file) and joins the NCCL communicator. Throws core::InputError for bad input, core::RuntimeFailure for CUDA
+  // / NCCL failures (out of memory named as such).
   static std::unique_ptr<Engine> create(EngineConfig cfg);
 
   virtual const Capabilities& caps() const = 0;
@@ -88,6 +99,25 @@ class Engine {
   // This rank's fp32 master weights: (model-order element index, value) for every real element the
   // rank owns, in shard order.
   virtual std::vector<std::pair<int64_t, float>> master_weights() = 0;
+  // This rank's reduced gradients of the last step as the optimizers read them (the grad dtype's
+  // values), divided by the loss scale they carried: the same (element, value) pairs. Valid after
+  // step() until the next step overwrites them.
+  virtual std::vector<std::pair<int64_t, float>> last_gradients() = 0;
+  // ---- checkpoints (docs/ARCHITECTURE.md, "Checkpoints"); between steps only ---------------------
+  // Where training stands: steps done, updates applied, the loss scaler.
+  virtual core::TrainingPosition position() const = 0;
+  // Copies this rank's optimizer arrays (core::checkpoint_arrays' order: master, then the states) into
+  // `arrays`, each (shard elems) fp32 in shard order: the GPU segment's device-to-host copy into
+  // [0, gpu_elems), the CPU segment's memcpy into [gpu_elems, elems). Returns when all are copied.
+  virtual void snapshot_optimizer(std::span<const std::span<float>> arrays) = 0;
+  // The reverse, from a checkpoint read at this rank's layout: both segments' arrays (padding takes the
+  // optimizer's initial state), the bf16 copy rounded from master (as every update writes it), and the
+  // position: the next step() is position.step + 1.
+  virtual void restore_optimizer(std::span<const std::vector<float>> arrays, const core::TrainingPosition& pos) = 0;
+  // GPU memory in use on this rank's device now (cudaMemGetInfo: total - free), the CUDA context,
+  // NCCL's and cuBLAS's own allocations included: what the plan's total (with its context estimate)
+  // predicts once a step has run.
+  virtual int64_t gpu_bytes_in_use() = 0;
 };
 
 }  // namespace tf::backend::cuda

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -237,6 +236,7 @@ class MlpWorkload final : public Workload {
  public:
   explicit MlpWorkload(const WorkloadContext& ctx) : ctx_(ctx) {
     validate_and_describe();
+    order_ = CallOrder("mlp", int(layers_.size()) - 1);
     DeviceGuard guard(ctx_.device);
     allocate();
   }
@@ -249,17 +249,14 @@ class MlpWorkload final : public Workload {
     step_ = step;
     loss_scale_ = loss_scale;
     std::fill(loss_done_.begin(), loss_done_.end(), 0);
-    fwd_next_ = {-1, -1};
-    bwd_next_ = {-1, -1};
+    order_.reset();
   }
 
-  void forward(int layer, int mb, const uint16_t* weights, cudaStream_t s) override {
+  void forward(int layer, int mb, LayerWeights lw, cudaStream_t s) override {
+    const uint16_t* weights = lw.own;
     check_call("forward", layer, mb, weights);
     // forward(0) starts a micro-batch (and abandons an unfinished one); the rest follow in order.
-    if (layer == 0)
-      bwd_next_ = {-1, -1};
-    else if (!(fwd_next_.layer == layer && fwd_next_.mb == mb))
-      throw core::InputError(order_error("forward", layer, mb));
+    order_.check_forward(layer, mb);
     DeviceGuard guard(ctx_.device);
     const Layer& L = layers_[size_t(layer)];
     const int64_t B = ctx_.micro_batch;
@@ -282,7 +279,7 @@ class MlpWorkload final : public Workload {
       TF_CUDA_CHECK_LAUNCH("relu_kernel");
     }
     if (layer < last) {
-      fwd_next_ = {layer + 1, mb};
+      order_.forward_done(layer, mb);
       return;
     }
     // Loss and dY of the last layer, in place of y (the backward of this micro-batch comes next).
@@ -294,14 +291,14 @@ class MlpWorkload final : public Workload {
     loss_finish_kernel<<<1, kThreads, 0, s>>>(loss_partials_.as<float>(), int(blocks), loss_sums_.as<float>() + mb);
     TF_CUDA_CHECK_LAUNCH("loss_finish_kernel");
     loss_done_[size_t(mb)] = 1;
-    fwd_next_ = {-1, -1};
-    bwd_next_ = {last, mb};
+    order_.forward_done(layer, mb);
   }
 
-  void backward(int layer, int mb, const uint16_t* weights, uint16_t* grad, cudaStream_t s) override {
+  void backward(int layer, int mb, LayerWeights lw, uint16_t* grad, cudaStream_t s) override {
+    const uint16_t* weights = lw.own;
     check_call("backward", layer, mb, weights);
     if (!grad) throw core::InputError("mlp workload: backward(layer " + std::to_string(layer) + ") got no gradient");
-    if (!(bwd_next_.layer == layer && bwd_next_.mb == mb)) throw core::InputError(order_error("backward", layer, mb));
+    order_.check_backward(layer, mb);
     DeviceGuard guard(ctx_.device);
     const Layer& L = layers_[size_t(layer)];
     const int64_t B = ctx_.micro_batch;
@@ -339,24 +336,14 @@ class MlpWorkload final : public Workload {
       linear_backward_data(*cublas_, dims(L), dy, weights, dx);
       relu_mask_kernel<<<grid_for((B * L.in + 7) / 8, kThreads), kThreads, 0, s>>>(dx, x, B * L.in);
       TF_CUDA_CHECK_LAUNCH("relu_mask_kernel");
-      bwd_next_ = {layer - 1, mb};
-    } else {
-      bwd_next_ = {-1, -1};
     }
+    order_.backward_done(layer, mb);
   }
 
   double step_loss() override {
-    int count = 0;
-    for (char d : loss_done_) count += d;
-    if (count == 0) return std::numeric_limits<double>::quiet_NaN();
     DeviceGuard guard(ctx_.device);
-    std::vector<float> sums(loss_done_.size());
-    TF_CUDA_CHECK(cudaMemcpy(sums.data(), loss_sums_.get(), sums.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    const double n = double(ctx_.micro_batch) * double(layers_.back().out);
-    double total = 0;
-    for (size_t mb = 0; mb < sums.size(); ++mb)
-      if (loss_done_[mb]) total += double(sums[mb]) / n;
-    return total / count;
+    return mean_micro_batch_loss(loss_sums_.as<float>(), loss_done_,
+                                 double(ctx_.micro_batch) * double(layers_.back().out));
   }
 
   const std::vector<core::BufferSpec>& allocated() const override { return allocated_; }
@@ -369,10 +356,6 @@ class MlpWorkload final : public Workload {
   }
 
  private:
-  struct Position {
-    int layer, mb;
-  };
-
   LinearDims dims(const Layer& L) const { return LinearDims{int(ctx_.micro_batch), int(L.in), int(L.out)}; }
 
   int64_t chunk_rows() const { return ml::bias_chunk_rows(ctx_.micro_batch); }
@@ -386,18 +369,6 @@ class MlpWorkload final : public Workload {
     if (!weights)
       throw core::InputError(std::string("mlp workload: ") + what + "(layer " + std::to_string(layer) +
                              ") got no weights");
-  }
-
-  // One set of activations: each micro-batch runs forward over all layers, then backward.
-  std::string order_error(const char* what, int layer, int mb) const {
-    auto next = [](const char* call, Position p) {
-      return p.layer < 0
-                 ? std::string()
-                 : std::string(call) + "(layer " + std::to_string(p.layer) + ", mb " + std::to_string(p.mb) + ") or ";
-    };
-    return std::string("mlp workload: ") + what + "(layer " + std::to_string(layer) + ", mb " + std::to_string(mb) +
-           ") out of order; expected " + next("forward", fwd_next_) + next("backward", bwd_next_) +
-           "forward(layer 0): each micro-batch runs forward over all layers, then backward over all layers";
   }
 
   void validate_and_describe() {
@@ -492,8 +463,7 @@ class MlpWorkload final : public Workload {
   int step_ = 0;
   double loss_scale_ = 1.0;
   std::vector<char> loss_done_;  // (grad_accum): micro-batches whose loss this step has
-  Position fwd_next_{-1, -1};    // the call that may come next besides forward(layer 0); layer -1: none
-  Position bwd_next_{-1, -1};
+  CallOrder order_{"mlp", -1};   // the layers' calls in turn (last layer set by validate_and_describe)
 };
 
 }  // namespace

@@ -35,8 +35,9 @@ class SyntheticWorkload final : public Workload {
     step_ = step;
     scale_ = float(loss_scale);
   }
-  void forward(int, int, const uint16_t*, cudaStream_t) override {}
-  void backward(int layer, int mb, const uint16_t* w, uint16_t* grad, cudaStream_t s) override {
+  void forward(int, int, LayerWeights, cudaStream_t) override {}
+  void backward(int layer, int mb, LayerWeights lw, uint16_t* grad, cudaStream_t s) override {
+    const uint16_t* w = lw.own;
     const int64_t padded = c_.layer_padded[size_t(layer)];
     const unsigned blocks = unsigned(std::clamp<int64_t>((padded + 255) / 256, 1, 132 * 16));
     synthetic_backward<<<blocks, 256, 0, s>>>(w, grad, padded, c_.model->layers[size_t(layer)].params,

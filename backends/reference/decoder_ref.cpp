@@ -26,32 +26,7 @@ void round_all(RowMat<T>& m, bool on) {
 }
 
 // The model's tensors by role (nullptr where the model has none).
-struct Tensors {
-  const TensorDesc *tokens = nullptr, *positions = nullptr, *project_in = nullptr;
-  struct Block {
-    const TensorDesc *ln1_w, *ln1_b, *qkv_w, *qkv_b, *out_w, *out_b, *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
-  };
-  std::vector<Block> blocks;
-  const TensorDesc *lnf_w = nullptr, *lnf_b = nullptr, *project_out = nullptr, *head = nullptr;
-
-  explicit Tensors(const core::ModelDesc& m) {
-    auto t = [&](const std::string& name) { return m.find_tensor(name); };
-    tokens = t("embed.tokens.weight");
-    positions = t("embed.positions.weight");
-    project_in = t("embed.project_in.weight");
-    for (int64_t i = 0; i < m.spec.decoder.layers; ++i) {
-      const std::string p = "layers." + std::to_string(i) + ".";
-      blocks.push_back({t(p + "ln1.weight"), t(p + "ln1.bias"), t(p + "attn.qkv.weight"), t(p + "attn.qkv.bias"),
-                        t(p + "attn.out.weight"), t(p + "attn.out.bias"), t(p + "ln2.weight"), t(p + "ln2.bias"),
-                        t(p + "mlp.fc1.weight"), t(p + "mlp.fc1.bias"), t(p + "mlp.fc2.weight"),
-                        t(p + "mlp.fc2.bias")});
-    }
-    lnf_w = t("final_ln.weight");
-    lnf_b = t("final_ln.bias");
-    project_out = t("head.project_out.weight");
-    head = m.spec.decoder.tied_embeddings ? tokens : t("lm_head.weight");
-  }
-};
+using Tensors = core::DecoderTensors;
 
 int64_t cols_of(const TensorDesc* t) { return t->shape.size() == 2 ? t->shape[1] : 1; }
 
@@ -271,7 +246,8 @@ void embed_backward(const Ctx<T>& c, std::span<const int32_t> tokens, const Forw
     round_all(dein, c.round);
   }
   auto dE = c.GW(c.ts.tokens);
-  for (int64_t r = 0; r < c.rows; ++r) dE.row(tokens[size_t(r)]) += dein.row(r);
+  for (int64_t r = 0; r < c.rows; ++r)
+    if (tokens[size_t(r)] != c.d.pad_token) dE.row(tokens[size_t(r)]) += dein.row(r);  // OPT's padding_idx
 }
 
 // z = LNf(x_L) (pre-LN) or x_L; z' = bf16(z W_out^T) when e != h; logits = bf16(z' H^T); the loss.

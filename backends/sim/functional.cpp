@@ -4,27 +4,83 @@
 
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/reference/decoder_ref.h"
+#include "core/and_barrier.h"
 #include "core/error.h"
+#include "core/init.h"
 #include "core/local_kernels.h"
 #include "core/optim/grad_stats.h"
 #include "core/partition.h"
 #include "core/step.h"
 #include "core/step_decision.h"
 #include "core/synthetic_workload.h"
+#include "core/token_data.h"
+#include "core/training_checkpoint.h"
 #include "core/twinflow.h"
 
 namespace tf::backend::sim {
 
 namespace {
 
-float initial_weight(uint64_t seed, int64_t element) { return core::synthetic_initial_weight(seed, element); }
+bool decoder_workload(const FunctionalConfig& c) { return c.workload == core::WorkloadType::kDecoder; }
+
+// The fp32 weights every rank starts from, model order: the synthetic workload's, or a decoder's
+// (GPT-2's initialisation, core/init.h).
+std::vector<float> initial_weights(const core::ModelDesc& m, const FunctionalConfig& c) {
+  std::vector<float> w(size_t(m.total_params));
+  if (decoder_workload(c)) {
+    core::init_weights(m, c.seed, 0, w);
+    return w;
+  }
+  for (size_t i = 0; i < w.size(); ++i) w[i] = core::synthetic_initial_weight(c.seed, int64_t(i));
+  return w;
+}
 
 uint16_t to_lp(core::DType t, float f) { return t == core::DType::kF16 ? core::f32_to_f16(f) : core::f32_to_bf16(f); }
 float from_lp(core::DType t, uint16_t h) { return t == core::DType::kF16 ? core::f16_to_f32(h) : core::bf16_to_f32(h); }
+
+// The decoder workload's gradient of one micro-shard: the CPU reference decoder (float, rounding like
+// the GPU) on the bf16 weights as gathered, over micro-shard k's tokens (core::TokenSource, the
+// engine's sampler), with gscale = loss_scale / (T x micro_shards) (world x grad_accum = micro_shards
+// on every configuration), each element rounded to the grad dtype as a backward writes it.
+class DecoderGradients {
+ public:
+  DecoderGradients(const core::ModelDesc& m, const FunctionalConfig& c)
+      : m_(m), c_(c), src_(core::open_token_source(c.data, m.spec.decoder.vocab, m.spec.decoder.seq)) {}
+  // Fills out (total_params) and returns the micro-shard's mean loss.
+  double compute(int step, int k, std::span<const uint16_t> weights_bf16, double loss_scale,
+                 std::vector<uint16_t>& out) const {
+    const int64_t rows = c_.micro_batch * m_.spec.decoder.seq;
+    std::vector<int32_t> tok(static_cast<size_t>(rows)), tgt(static_cast<size_t>(rows));  // (B, s) int32 each
+    src_.micro_batch(c_.seed, step, k, c_.micro_batch, tok, tgt);
+    std::vector<float> w(weights_bf16.size());  // (total_params) the bf16 weights' values
+    for (size_t i = 0; i < w.size(); ++i) w[i] = core::bf16_to_f32(weights_bf16[i]);
+    reference::DecoderOptions o;
+    o.loss_scale = loss_scale;
+    o.world = 1;
+    o.grad_accum = c_.micro_shards;
+    o.round_like_gpu = true;
+    const reference::DecoderResult<float> r =
+        reference::decoder_forward_backward<float>(m_, w, reference::DecoderBatch{tok, tgt}, o);
+    out.resize(r.grad.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = to_lp(c_.grad_dtype, r.grad[i]);
+    if (step == c_.overflow_at_step && k == 0) out[0] = to_lp(c_.grad_dtype, INFINITY);
+    return r.loss;
+  }
+
+ private:
+  const core::ModelDesc& m_;
+  const FunctionalConfig& c_;
+  core::TokenSource src_;
+};
 
 // One micro-shard's gradient of one element, as a backward writes it (the forced overflow included).
 uint16_t micro_gradient(const FunctionalConfig& c, int64_t element, int step, int micro_shard, float weight_bf16,
@@ -42,6 +98,21 @@ uint16_t reduced_gradient(const FunctionalConfig& c, int64_t element, int step, 
   for (int k = 0; k < c.micro_shards; ++k)
     acc = acc + from_lp(c.grad_dtype, micro_gradient(c, element, step, k, weight_bf16, scale));
   return to_lp(c.grad_dtype, acc);
+}
+
+// The decoder's reduced gradient (as reduced_gradient, for every element at once): the micro-shard
+// gradients summed in fp32 in micro-shard order, rounded to the grad dtype. Returns the mean loss.
+double decoder_reduced_gradients(const DecoderGradients& dec, const FunctionalConfig& c, int step,
+                                 std::span<const uint16_t> w, double scale, std::vector<uint16_t>& g) {
+  std::vector<float> acc(w.size(), 0.f);
+  std::vector<uint16_t> gk;
+  double loss = 0;
+  for (int k = 0; k < c.micro_shards; ++k) {
+    loss += dec.compute(step, k, w, scale, gk);
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] = acc[i] + from_lp(c.grad_dtype, gk[i]);
+  }
+  for (size_t i = 0; i < acc.size(); ++i) g[i] = to_lp(c.grad_dtype, acc[i]);
+  return loss / c.micro_shards;
 }
 
 // Canonical sum of squares of one tile of low-precision gradients (grad_stats.h).
@@ -62,7 +133,41 @@ void check_config(const core::ModelDesc& m, const FunctionalConfig& c) {
   if (c.steps < 1) throw core::InputError("functional simulation: steps must be >= 1");
   if (!(c.loss_scaler.scale > 0)) throw core::InputError("functional simulation: loss scale must be > 0");
   if (m.total_params < 1) throw core::InputError("functional simulation: the model has no parameters");
+  if (decoder_workload(c) && m.spec.type != core::ModelType::kDecoder)
+    throw core::InputError("functional simulation: the decoder workload needs a decoder model");
+  if (decoder_workload(c) && c.micro_batch < 1)
+    throw core::InputError("functional simulation: micro_batch must be >= 1");
+  if (c.workload != core::WorkloadType::kSynthetic && !decoder_workload(c))
+    throw core::InputError("functional simulation: the workload must be synthetic or decoder");
+  if (c.checkpoints.every_steps < 0)
+    throw core::InputError("functional simulation: checkpoint.every_steps must be >= 0");
   core::validate(c.kind, c.hp);
+}
+
+// The initial value of the optimizer's first state (Adagrad's sum starts at initial_accumulator_value).
+float initial_state1(const FunctionalConfig& c) {
+  return c.kind == core::OptimizerKind::kAdagrad ? float(c.hp.initial_accumulator_value) : 0.f;
+}
+
+// What every checkpoint of this run records besides its position.
+core::CheckpointRecord checkpoint_record(const FunctionalConfig& c) {
+  return {
+      c.seed, c.micro_shards, {c.world, c.stage, c.ratio}, c.checkpoints.scenario_text, c.checkpoints.ds_config_text};
+}
+
+// The first error of the ranks' saves, preferring a rank's own over "another rank failed".
+void rethrow_first(const std::vector<std::exception_ptr>& errors) {
+  std::exception_ptr first;
+  for (const std::exception_ptr& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      if (std::string(x.what()).find("another rank failed") == std::string::npos) std::rethrow_exception(e);
+    }
+    if (!first) first = e;
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 core::StepPolicy policy(const FunctionalConfig& c) {
@@ -88,7 +193,12 @@ class FunctionalRun {
         part_(core::make_partition(model, {c.stage, c.world, int64_t(core::kStatsTile)})),
         step_cfg_(core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false)),
         two_(core::state_count(c.kind) == 2),
+        initial_(initial_weights(model, c)),
         scaler_(c.loss_scaler) {
+    if (decoder_workload(c)) {
+      decoder_.emplace(model, c);
+      decoder_grad_.resize(size_t(c.world));
+    }
     const size_t L = model.layers.size();
     layer_first_.assign(L + 1, 0);
     for (size_t l = 0; l < L; ++l) layer_first_[l + 1] = layer_first_[l] + part_.layer_params[l];
@@ -96,21 +206,32 @@ class FunctionalRun {
     for (const Rank& k : ranks_)
       if (k.plan.ops.size() != plan().ops.size())
         throw core::RuntimeFailure("functional simulation: ranks planned different steps");
+    if (!c.checkpoints.resume.empty()) resume(c.checkpoints.resume);
+    if (!c.checkpoints.dir.empty()) make_writers();
     res_.queue_order.assign(size_t(W_), QueueOrder{});
     full_.assign(size_t(model.total_params), 0);  // the model every rank starts from
     for (const Rank& k : ranks_) gather_into_full(k, nullptr);
   }
 
   FunctionalResult run() {
-    for (int step = 1; step <= c_.steps; ++step) run_step(step);
-    res_.master.assign(size_t(model_.total_params), 0.f);
-    for (const Rank& k : ranks_)
-      for (const core::ShardPiece& p : shard(k).pieces)
-        for (int64_t j = 0; j < p.real_count; ++j) {
-          const size_t o = size_t(p.shard_offset + j);
-          res_.master[size_t(layer_first_[p.layer] + p.layer_offset + j)] =
-              o < k.gp.size() ? k.gp[o] : k.cp[o - k.gp.size()];
-        }
+    res_.first_step = int(first_step_);
+    for (int step = int(first_step_); step <= c_.steps; ++step) {
+      run_step(step);
+      res_.last_step = step;
+      const FunctionalCheckpoints& ck = c_.checkpoints;
+      const bool stop = step < c_.steps && ck.stop_requested && ck.stop_requested();
+      if (!writers_.empty() && (stop || core::checkpoint_due(ck.every_steps, step, c_.steps))) save(step);
+      if (stop) {
+        res_.stopped = true;
+        break;
+      }
+    }
+    collect_saves();  // the last save is synchronous
+    res_.master = model_order(&Rank::gp, &Rank::cp);
+    res_.states.push_back(model_order(&Rank::gm, &Rank::cm));
+    if (two_) res_.states.push_back(model_order(&Rank::gv, &Rank::cv));
+    res_.loss_scaler = scaler_;
+    res_.optimizer_step = opt_step_;
     return std::move(res_);
   }
 
@@ -132,7 +253,7 @@ class FunctionalRun {
 
   Rank make_rank(int r) {
     const core::RankShard& s = part_.ranks[size_t(r)];
-    const float init1 = c_.kind == core::OptimizerKind::kAdagrad ? float(c_.hp.initial_accumulator_value) : 0.f;
+    const float init1 = initial_state1(c_);
     Rank k;
     k.rank = r;
     k.split = core::split_shard(s, c_.ratio, part_.opt.align_elems);
@@ -145,11 +266,113 @@ class FunctionalRun {
     for (const core::ShardPiece& p : s.pieces)
       for (int64_t j = 0; j < p.real_count; ++j) {
         const size_t o = size_t(p.shard_offset + j);
-        const float w = initial_weight(c_.seed, layer_first_[p.layer] + p.layer_offset + j);
+        const float w = initial_[size_t(layer_first_[p.layer] + p.layer_offset + j)];
         (o < g ? k.gp[o] : k.cp[o - g]) = w;
         k.bf16[o] = core::f32_to_bf16(w);
       }
     return k;
+  }
+
+  // One array of every rank (its GPU segment `g`, then its CPU segment `c`) in model order, real
+  // parameters only.
+  std::vector<float> model_order(std::vector<float> Rank::*g, std::vector<float> Rank::*c) const {
+    std::vector<float> out(size_t(model_.total_params), 0.f);
+    for (const Rank& k : ranks_)
+      for (const core::ShardPiece& p : shard(k).pieces)
+        for (int64_t j = 0; j < p.real_count; ++j) {
+          const size_t o = size_t(p.shard_offset + j), gn = (k.*g).size();
+          out[size_t(layer_first_[p.layer] + p.layer_offset + j)] = o < gn ? (k.*g)[o] : (k.*c)[o - gn];
+        }
+    return out;
+  }
+
+  // ---- checkpoints (docs/ARCHITECTURE.md, "Checkpoints") ------------------------------------------------
+
+  // A rank's optimizer arrays as a checkpoint holds them (core::checkpoint_arrays' order), each one
+  // shard: the GPU segment then the CPU segment.
+  std::vector<std::pair<std::vector<float>*, std::vector<float>*>> segments(Rank& k) const {
+    std::vector<std::pair<std::vector<float>*, std::vector<float>*>> out = {{&k.gp, &k.cp}, {&k.gm, &k.cm}};
+    if (two_) out.push_back({&k.gv, &k.cv});
+    return out;
+  }
+
+  // Every rank's shard from the checkpoint (any layout wrote it), its bf16 copy rounded from master,
+  // and the position, scaler and optimizer step to continue from.
+  void resume(const std::filesystem::path& dir) {
+    const core::CheckpointReader reader(dir);
+    const core::TrainingPosition pos =
+        core::check_resume(reader, {&model_, c_.kind, c_.seed, c_.micro_shards, c_.steps, c_.loss_scaler});
+    for (Rank& k : ranks_) {
+      const core::RankShard& s = shard(k);
+      const std::vector<std::vector<float>> arrays =
+          reader.read(core::shard_spans(part_, s.pieces), s.elems, reader.arrays());
+      const core::SegmentArrays seg = core::split_segments(arrays, k.split.gpu_elems);
+      const auto dst = segments(k);
+      for (size_t a = 0; a < dst.size(); ++a) {
+        dst[a].first->assign(seg.gpu[a].begin(), seg.gpu[a].end());
+        dst[a].second->assign(seg.cpu[a].begin(), seg.cpu[a].end());
+      }
+      for (const core::ShardPiece& p : s.pieces)  // padding: the state's initial value, as at step 0
+        for (int64_t j = p.real_count; j < p.count; ++j) {
+          const size_t o = size_t(p.shard_offset + j), g = k.gm.size();
+          (o < g ? k.gm[o] : k.cm[o - g]) = initial_state1(c_);
+        }
+      for (size_t o = 0; o < k.bf16.size(); ++o)
+        k.bf16[o] = core::f32_to_bf16(o < k.gp.size() ? k.gp[o] : k.cp[o - k.gp.size()]);
+    }
+    first_step_ = pos.step + 1;
+    opt_step_ = pos.optimizer_step;
+    scaler_ = pos.loss_scaler;
+  }
+
+  void make_writers() {
+    const FunctionalCheckpoints& ck = c_.checkpoints;
+    barrier_ = std::make_unique<core::AndBarrier>(W_);
+    for (const Rank& k : ranks_) {
+      core::CheckpointWriterOptions o;
+      o.root = ck.dir;
+      o.keep = ck.keep;
+      o.rank = k.rank;
+      o.world = W_;
+      if (W_ > 1) o.barrier = barrier_->callback();
+      o.io_threads = 1;  // small shards, many ranks in one process
+      const core::RankShard& s = shard(k);
+      writers_.push_back(std::make_unique<core::CheckpointWriter>(model_, c_.kind, core::shard_spans(part_, s.pieces),
+                                                                  s.elems, std::move(o)));
+    }
+  }
+
+  // Every rank snapshots its arrays and starts writing on its writer's thread; the run goes on.
+  void save(int step) {
+    collect_saves();
+    const core::CheckpointMeta meta = core::checkpoint_meta({step, opt_step_, scaler_}, checkpoint_record(c_));
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const std::vector<std::span<float>> staging = writers_[r]->begin_snapshot();
+      const auto src = segments(ranks_[r]);
+      for (size_t a = 0; a < src.size(); ++a) {
+        std::copy(src[a].first->begin(), src[a].first->end(), staging[a].begin());
+        std::copy(src[a].second->begin(), src[a].second->end(),
+                  staging[a].begin() + std::ptrdiff_t(src[a].first->size()));
+      }
+      writers_[r]->save_async(meta);
+    }
+    saving_ = true;
+  }
+
+  // Waits for every rank's save in flight; records rank 0's figures, or rethrows a rank's error.
+  void collect_saves() {
+    if (!saving_) return;
+    saving_ = false;
+    std::vector<std::exception_ptr> errors(writers_.size());
+    core::SaveStats first;
+    for (size_t r = 0; r < writers_.size(); ++r) try {
+        const core::SaveStats st = writers_[r]->wait();
+        if (r == 0) first = st;
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    rethrow_first(errors);
+    res_.saves.push_back(first);
   }
 
   const core::ShardPiece* piece_of(const Rank& k, size_t l) const {
@@ -179,6 +402,8 @@ class FunctionalRun {
     tiles_.clear();
     nonfinite_ = 0;
     decided_ = false;
+    loss_sum_ = 0;
+    decoder_mb_.assign(size_t(W_), -1);
     if (!step_cfg_.clip_gradients && !step_cfg_.loss_scaling) decide(0.0, 0);  // known up front
     for (Rank& k : ranks_) std::fill(k.acc.begin(), k.acc.end(), 0.f);
     for (const core::Op& op : plan().ops) {
@@ -189,6 +414,7 @@ class FunctionalRun {
     if (!step_cfg_.clip_gradients && !step_cfg_.loss_scaling)
       decision_.norm = std::sqrt(global_sumsq()) / scaler_.scale;
     res_.grad_norms.push_back(decision_.norm);
+    if (decoder_) res_.losses.push_back(loss_sum_ / c_.micro_shards);
     if (decision_.skip) res_.skipped_steps.push_back(step);
     if (!decision_.skip) ++opt_step_;
     scaler_.update(decision_.skip);  // as the engine runs it
@@ -228,11 +454,27 @@ class FunctionalRun {
       auto& g = k.local[l];
       g.assign(size_t(part_.layer_params[l]), 0);
       const int micro_shard = mb * W_ + k.rank;
+      if (decoder_) {
+        decoder_layer_gradient(k.rank, mb, micro_shard, l, g);
+        continue;
+      }
       for (int64_t j = 0; j < part_.layer_params[l]; ++j) {
         const int64_t e = layer_first_[l] + j;
         g[size_t(j)] = micro_gradient(c_, e, step_, micro_shard, core::bf16_to_f32(full_[size_t(e)]), scaler_.scale);
       }
     }
+  }
+
+  // The decoder's gradient of micro-shard k is one forward and backward over the whole model: run at
+  // the micro-batch's first backward (the last layer) on the gathered weights, which no update has
+  // touched yet in this step; each layer's backward then takes its slice.
+  void decoder_layer_gradient(int rank, int mb, int micro_shard, size_t l, std::vector<uint16_t>& g) {
+    std::vector<uint16_t>& whole = decoder_grad_[size_t(rank)];
+    if (decoder_mb_[size_t(rank)] != mb) {
+      loss_sum_ += decoder_->compute(step_, micro_shard, full_, scaler_.scale, whole);
+      decoder_mb_[size_t(rank)] = mb;
+    }
+    std::copy_n(whole.begin() + layer_first_[l], part_.layer_params[l], g.begin());
   }
 
   // fp32 sums in micro-shard order: the accumulation, then every rank's slice in rank order.
@@ -326,11 +568,20 @@ class FunctionalRun {
   const core::StepConfig step_cfg_;  // one micro-batch per micro-shard a rank owns: k = mb * world + rank
   const bool two_;
   std::vector<int64_t> layer_first_;  // (L + 1) model-order index of each layer's element 0
+  const std::vector<float> initial_;  // (total_params) fp32 initial weights, model order
+  std::optional<DecoderGradients> decoder_;
+  std::vector<std::vector<uint16_t>> decoder_grad_;  // (world) x (total_params) grad dtype: the current micro-batch's
+  std::vector<int> decoder_mb_;                      // (world) the micro-batch decoder_grad_ holds, -1: none
+  double loss_sum_ = 0;                              // the step's micro-shard losses
   std::vector<Rank> ranks_;
   std::vector<uint16_t> full_;  // all-gathered bf16 parameters
   FunctionalResult res_;
   core::LossScaler scaler_;
   int64_t opt_step_ = 0;
+  int64_t first_step_ = 1;                                        // 1, or a resumed checkpoint's step + 1
+  std::unique_ptr<core::AndBarrier> barrier_;                     // the ranks' writers' phases
+  std::vector<std::unique_ptr<core::CheckpointWriter>> writers_;  // (world) when checkpoint.dir is set
+  bool saving_ = false;                                           // a save is in flight
   // per step
   int step_ = 0;
   std::map<int64_t, double> tiles_;  // table index (layer, tile) -> canonical tile sum
@@ -359,6 +610,12 @@ FunctionalConfig functional_config(const core::RunSettings& s, double ratio, int
   c.clip = s.policy.clip;
   c.loss_scaler = s.loss_scaler;
   c.seed = s.seed;
+  if (s.workload == core::WorkloadType::kDecoder ||
+      (s.workload == core::WorkloadType::kAuto && s.model.spec.type == core::ModelType::kDecoder)) {
+    c.workload = core::WorkloadType::kDecoder;
+    c.micro_batch = s.step.micro_batch;
+    c.data = s.data_train;
+  }
   return c;
 }
 
@@ -371,23 +628,24 @@ FunctionalResult run_reference_loop(const core::ModelDesc& model, const Function
   check_config(model, c);
   const bool two = core::state_count(c.kind) == 2;
   const size_t n = size_t(model.total_params);
-  std::vector<float> p(n), m(n, c.kind == core::OptimizerKind::kAdagrad ? float(c.hp.initial_accumulator_value) : 0.f),
-      v(two ? n : 0, 0.f);
+  std::vector<float> p(n), m(n, initial_state1(c)), v(two ? n : 0, 0.f);
   std::vector<uint16_t> w(n), g(n);
-  for (size_t i = 0; i < n; ++i) {
-    p[i] = initial_weight(c.seed, int64_t(i));
-    w[i] = core::f32_to_bf16(p[i]);
-  }
+  p = initial_weights(model, c);
+  for (size_t i = 0; i < n; ++i) w[i] = core::f32_to_bf16(p[i]);
+  std::optional<DecoderGradients> decoder;
+  if (decoder_workload(c)) decoder.emplace(model, c);
   FunctionalResult res;
   core::LossScaler scaler = c.loss_scaler;
   int64_t opt_step = 0;
   for (int step = 1; step <= c.steps; ++step) {
     res.loss_scales.push_back(scaler.scale);
     uint64_t nonfinite = 0;
-    for (size_t i = 0; i < n; ++i) {
-      g[i] = reduced_gradient(c, int64_t(i), step, core::bf16_to_f32(w[i]), scaler.scale);
-      if (!std::isfinite(from_lp(c.grad_dtype, g[i]))) ++nonfinite;
-    }
+    if (decoder)
+      res.losses.push_back(decoder_reduced_gradients(*decoder, c, step, w, scaler.scale, g));
+    else
+      for (size_t i = 0; i < n; ++i)
+        g[i] = reduced_gradient(c, int64_t(i), step, core::bf16_to_f32(w[i]), scaler.scale);
+    for (size_t i = 0; i < n; ++i) nonfinite += !std::isfinite(from_lp(c.grad_dtype, g[i]));
     std::vector<double> tiles;
     size_t first = 0;
     for (const core::LayerDesc& l : model.layers) {
@@ -409,6 +667,11 @@ FunctionalResult run_reference_loop(const core::ModelDesc& model, const Function
     kernels().step(c.kind, std::span<const OptimChunk>(&all, 1), d.scalars);
   }
   res.master = p;
+  res.states.push_back(m);
+  if (two) res.states.push_back(v);
+  res.loss_scaler = scaler;
+  res.optimizer_step = opt_step;
+  res.last_step = c.steps;
   return res;
 }
 

@@ -35,6 +35,7 @@ constexpr int queue_index(core::Queue q) { return static_cast<int>(q); }
 struct CostSetup {
   int world = 1;
   int ranks_per_node = 1;
+  int cpu_ranks_per_host = 1;  // ranks whose CPU passes share one host (HostCpuPool): ranks r / this
   int gpus_per_link = 1;
   double launch_ns = 0;  // per kernel
   // Per layer (model order): the GEMM time of one micro-batch's forward and backward (the backward
@@ -46,9 +47,15 @@ struct CostSetup {
   tf::sim::MemoryKernelParams hbm;
   tf::sim::PcieParams pcie;
   tf::sim::CollectiveParams collective;
-  double cpu_optimizer_gparam_s = 0;  // one rank's CPU pool, before the DMA slowdown
-  double cpu_stats_gparam_s = 0;      // memory-bound: host mem_gbps / gradient bytes
+  // One rank's CPU optimizer rate, before the DMA slowdown, while a = 1..ranks_per_node ranks of its
+  // host run their passes ([a - 1]); without a measured rank curve every entry is the static share.
+  std::vector<double> cpu_optimizer_gparam_s_by_active;
+  double cpu_stats_gparam_s = 0;  // memory-bound: host mem_gbps / gradient bytes
   double dma_slowdown = 1;
+  // Forward and backward slowed while the rank's collectives run / its PCIe link carries copies (the
+  // profile's gpu.compute_slowdown_*; 1: not measured)
+  double compute_slowdown_collectives = 1;
+  double compute_slowdown_dma = 1;
 };
 
 // ns of a layer's GEMMs. A batch of products runs at the rate of the one GEMM with the same tiles,
@@ -139,14 +146,35 @@ void collective_costs(const core::HardwareProfile& hw, int world, CostSetup& c) 
   c.collective.bus_gbps = link.gbps;
 }
 
-// The node's memory bandwidth is shared: with R ranks per node running their CPU halves at the same
-// time (they are symmetric), each gets at most 1/R of the all-core (memory-bound) rate.
-void cpu_costs(const core::Scenario& s, const core::RunSettings& rs, CostSetup& c) {
+// The node's cores and memory bandwidth are shared by the CPU passes of its ranks (docs/ARCHITECTURE.md,
+// "The simulator: the host is shared"). With the profile's measured rank curve, a rank's rate depends
+// on how many of its host's ranks run their pass at that moment (sim::shared_cpu_gparam_s); without
+// it, the static share of today's model: each rank at most 1/R of the all-core rate, R the ranks per node.
+}  // namespace
+
+std::vector<double> cpu_rates_by_active(const core::CpuProfile& cpu, int threads, int ranks_per_node) {
+  const int t = std::max(1, threads);
+  const double alone = cpu.optimizer_gparam_s(t);
+  std::vector<double> rates;
+  for (int a = 1; a <= ranks_per_node; ++a) {
+    if (cpu.optimizer_node_gparam_s_by_ranks.empty()) {
+      rates.push_back(cpu.optimizer_gparam_s_all_cores > 0
+                          ? std::min(alone, cpu.optimizer_gparam_s_all_cores / ranks_per_node)
+                          : alone);
+      continue;
+    }
+    const tf::sim::SharedCpuRates r{alone, cpu.optimizer_node_gparam_s(a), cpu.optimizer_gparam_s(a * t),
+                                    cpu.optimizer_gparam_s(cpu.cores)};
+    rates.push_back(tf::sim::shared_cpu_gparam_s(r, a));
+  }
+  return rates;
+}
+
+namespace {
+
+void cpu_costs(const core::Scenario& s, const core::RunSettings& rs, int ranks_per_node, CostSetup& c) {
   const core::CpuProfile& cpu = s.cluster.hardware.cpu;
-  const int ranks_per_node = std::max(1, std::min(rs.world, s.cluster.gpus_per_node));
-  double rate = cpu.optimizer_gparam_s(std::max(1, rs.cpu_threads));
-  if (cpu.optimizer_gparam_s_all_cores > 0) rate = std::min(rate, cpu.optimizer_gparam_s_all_cores / ranks_per_node);
-  c.cpu_optimizer_gparam_s = rate;
+  c.cpu_optimizer_gparam_s_by_active = cpu_rates_by_active(cpu, rs.cpu_threads, ranks_per_node);
   c.cpu_stats_gparam_s = cpu.mem_gbps / double(core::dtype_bytes(rs.step.grad_dtype)) / ranks_per_node;
   c.dma_slowdown = std::max(1.0, cpu.dma_slowdown_factor);
 }
@@ -162,10 +190,13 @@ CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, 
   c.event_sync_ns = hw.gpu.event_sync_ns;
   layer_costs(s, rs, gemm_max_efficiency, c);
   c.optimizer_gbps = hw.gpu.optimizer_gbps > 0 ? hw.gpu.optimizer_gbps : hw.gpu.hbm_gbps;
+  c.compute_slowdown_collectives = std::max(1.0, hw.gpu.compute_slowdown_during_collectives);
+  c.compute_slowdown_dma = std::max(1.0, hw.gpu.compute_slowdown_during_dma);
   c.hbm = {hw.gpu.hbm_gbps, c.launch_ns};
   c.pcie = {hw.pcie.h2d_gbps, hw.pcie.d2h_gbps, hw.pcie.bidir_total_gbps, hw.pcie.copy_latency_ns};
   collective_costs(hw, rs.world, c);
-  cpu_costs(s, rs, c);
+  c.cpu_ranks_per_host = std::max(1, std::min(rs.world, s.cluster.gpus_per_node));
+  cpu_costs(s, rs, c.cpu_ranks_per_host, c);
   return c;
 }
 
@@ -195,10 +226,26 @@ class Simulation {
         rs.queues[static_cast<size_t>(q)]->set_record_intervals(false);
       }
       rs.link = links_[static_cast<size_t>(r / cost.gpus_per_link)].get();
-      rs.optimizer_pool = std::make_unique<tf::sim::CpuPool>(queue_, cost.cpu_optimizer_gparam_s, cost.dma_slowdown);
-      rs.optimizer_pool->watch(*rs.link);
+      const int per_host = cost.cpu_ranks_per_host;
+      if (r % per_host == 0) {
+        const std::vector<double>& by_active = cost.cpu_optimizer_gparam_s_by_active;
+        hosts_.push_back(std::make_unique<tf::sim::HostCpuPool>(
+            queue_, std::min(per_host, world - r),
+            [&by_active](int a) {
+              return by_active.at(static_cast<size_t>(std::min<size_t>(a, by_active.size()) - 1));
+            },
+            cost.dma_slowdown));
+      }
+      rs.host = hosts_.back().get();
+      rs.host_rank = r % per_host;
+      rs.host->watch(rs.host_rank, *rs.link);
       rs.stats_pool = std::make_unique<tf::sim::CpuPool>(queue_, cost.cpu_stats_gparam_s, cost.dma_slowdown);
       rs.stats_pool->watch(*rs.link);
+      if (cost.compute_slowdown_collectives > 1 || cost.compute_slowdown_dma > 1) {
+        rs.compute = std::make_unique<tf::sim::SlowedServer>(queue_);
+        rs.collective_source = rs.compute->add_source(cost.compute_slowdown_collectives);
+        rs.compute->watch(*rs.link, cost.compute_slowdown_dma);
+      }
       const size_t n = plans[static_cast<size_t>(r)].ops.size();
       rs.start_ns.assign(n, -1);
       rs.end_ns.assign(n, -1);
@@ -242,8 +289,13 @@ class Simulation {
   struct RankState {
     std::array<std::unique_ptr<tf::sim::Resource>, core::kQueueCount> queues;
     tf::sim::SharedLink* link = nullptr;
-    std::unique_ptr<tf::sim::CpuPool> optimizer_pool;
+    tf::sim::HostCpuPool* host = nullptr;  // the CPU optimizer: its host's pool, shared with the host's ranks
+    int host_rank = 0;                     // this rank's index on its host
     std::unique_ptr<tf::sim::CpuPool> stats_pool;
+    // Forward and backward when the profile measured their slowdown under collectives or copies
+    // (null: fixed durations); the rank's collectives are its source collective_source.
+    std::unique_ptr<tf::sim::SlowedServer> compute;
+    int collective_source = -1;
     std::vector<tf::sim::Event> done;  // per op
     std::vector<TimeNs> start_ns, end_ns;
     QueueOrder order;
@@ -334,6 +386,14 @@ class Simulation {
     queue_.schedule_after(wait_ns,
                           [&pool, elems, cb = std::move(done)]() mutable { pool.start(elems, std::move(cb)); });
   }
+  // ... on the rank's host pool, as its host_rank.
+  void start_host_cpu(tf::sim::HostCpuPool& host, int host_rank, TimeNs wait_ns, int64_t elems,
+                      tf::sim::Callback done) {
+    if (wait_ns <= 0) return host.start(host_rank, elems, std::move(done));
+    queue_.schedule_after(wait_ns, [&host, host_rank, elems, cb = std::move(done)]() mutable {
+      host.start(host_rank, elems, std::move(cb));
+    });
+  }
 
   tf::sim::Work fixed(int r, uint32_t id, TimeNs ns) {
     return [this, r, id, ns]() -> TimeNs {
@@ -346,7 +406,13 @@ class Simulation {
     const uint32_t id = op.id;
     switch (op.kind) {
       case core::OpKind::kForward:
-      case core::OpKind::kBackward: return fixed(r, id, compute_ns(op));
+      case core::OpKind::kBackward:
+        if (!ranks_[static_cast<size_t>(r)].compute) return fixed(r, id, compute_ns(op));
+        return tf::sim::Work::async([this, r, id, ns = compute_ns(op)](tf::sim::Callback done) {
+          RankState& rs = ranks_[static_cast<size_t>(r)];
+          rs.start_ns[id] = queue_.now();
+          rs.compute->start(ns, std::move(done));
+        });
       case core::OpKind::kGpuOptimizer:
         return fixed(r, id, tf::sim::memory_kernel_ns({cost_.optimizer_gbps, cost_.launch_ns}, op.bytes));
       case core::OpKind::kGradStats:
@@ -362,7 +428,7 @@ class Simulation {
             [this, r, id, elems = op.elems, wait = host_wait_ns(r, op)](tf::sim::Callback done) {
               RankState& rs = ranks_[static_cast<size_t>(r)];
               rs.start_ns[id] = queue_.now();
-              start_cpu(*rs.optimizer_pool, wait, elems, std::move(done));
+              start_host_cpu(*rs.host, rs.host_rank, wait, elems, std::move(done));
             });
       case core::OpKind::kD2HGrad:
       case core::OpKind::kH2DParam: {
@@ -391,10 +457,20 @@ class Simulation {
     j.members.emplace_back(r, id);
     if (++j.arrived < cost_.world) return;
     for (const auto& [rank, op] : j.members) ranks_[static_cast<size_t>(rank)].start_ns[op] = queue_.now();
+    set_collective_active(j, true);
     queue_.schedule_after(j.duration_ns, [this, k] {
+      set_collective_active(joins_[k], false);
       std::vector<tf::sim::Callback> dones = std::move(joins_[k].dones);
       for (tf::sim::Callback& d : dones) d();
     });
+  }
+
+  // A collective's ranks slow their forward and backward while it runs (the GPU's SMs and HBM shared).
+  void set_collective_active(const Join& j, bool active) {
+    for (const auto& [rank, op] : j.members) {
+      RankState& rs = ranks_[static_cast<size_t>(rank)];
+      if (rs.compute) rs.compute->set_active(rs.collective_source, active);
+    }
   }
 
   void on_end(size_t r, uint32_t id) {
@@ -408,6 +484,7 @@ class Simulation {
   bool record_order_ = false;
   tf::sim::EventQueue queue_;
   std::vector<std::unique_ptr<tf::sim::SharedLink>> links_;
+  std::vector<std::unique_ptr<tf::sim::HostCpuPool>> hosts_;
   std::vector<RankState> ranks_;
   std::vector<Join> joins_;
 };
@@ -500,6 +577,24 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   collect_ranks(sim, rp.plans, opt.record_ops, p);
   if (opt.keep_plans) p.plans = std::move(rp.plans);
   return p;
+}
+
+double predict_host_cpu_seconds(const core::CpuProfile& cpu, int threads_per_rank,
+                                const std::vector<std::vector<int64_t>>& op_elems_per_rank) {
+  const int ranks = static_cast<int>(op_elems_per_rank.size());
+  if (ranks < 1) throw std::invalid_argument("predict_host_cpu_seconds: no ranks");
+  const std::vector<double> by_active = cpu_rates_by_active(cpu, threads_per_rank, ranks);
+  tf::sim::EventQueue queue;
+  tf::sim::HostCpuPool host(queue, ranks, [&](int a) { return by_active.at(static_cast<size_t>(a - 1)); });
+  std::vector<std::unique_ptr<tf::sim::Resource>> cpu_queues;
+  TimeNs end = 0;
+  for (int r = 0; r < ranks; ++r) {
+    cpu_queues.push_back(std::make_unique<tf::sim::Resource>(queue, "cpu " + std::to_string(r)));
+    for (int64_t elems : op_elems_per_rank[static_cast<size_t>(r)])
+      cpu_queues.back()->submit("cpu_optimizer", host.work(r, elems), {}, [&] { end = std::max(end, queue.now()); });
+  }
+  queue.run();
+  return static_cast<double>(end) * 1e-9;
 }
 
 std::vector<QueueOrder> executed_queue_order(const SimPoint& p) {

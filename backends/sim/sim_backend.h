@@ -71,6 +71,18 @@ struct SimOptions {
 // core::InputError for a ratio outside [0, 1] or a world the profile cannot hold.
 SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& opt = {});
 
+// One rank's CPU optimizer rate (Gparam/s, before any DMA slowdown) while a = 1..ranks_per_host ranks of
+// its host run their passes at once ([a - 1]): the simulator's host model (docs/ARCHITECTURE.md, "The
+// simulator: the host is shared"); the static share of each rank when the profile has no rank curve.
+std::vector<double> cpu_rates_by_active(const core::CpuProfile& cpu, int threads, int ranks_per_host);
+
+// The host model alone: the ranks of one host (one list of CPU op sizes, in elements, per rank) each
+// run their ops back to back, all starting together, at the rates above (no DMA). Returns the node's
+// CPU time (the last rank's end), in seconds: what `twinflow bench --cpu-ranks --profile` holds the
+// measured node time to.
+double predict_host_cpu_seconds(const core::CpuProfile& cpu, int threads_per_rank,
+                                const std::vector<std::vector<int64_t>>& op_elems_per_rank);
+
 // Writes a Chrome/Perfetto trace (JSON, "traceEvents") of one simulated step: one process per
 // rank, one thread per queue, one complete event per op. Needs record_ops and keep_plans. The file is
 // written whole or not at all (core::write_output_file; `option` names the path's origin in errors).

@@ -38,3 +38,6 @@ tail -3 "$OUT/peer.err"
 step "all other CUDA tests"
 timeout 120 $B/tf_cuda_tests --gtest_filter='-DecoderKernels.*:TokenRowIndex.*:Attention*' > "$OUT/cuda_tests.log" 2>&1
 echo "rc $?"; grep -E "^\[  (FAILED|PASSED) |tests ran" "$OUT/cuda_tests.log"
+step "engine parity (synthetic workload, --verify against the functional simulator)"
+timeout 90 $B/twinflow run scenarios/real/parity-mlp.yaml --ratios 0,0.3,1 --verify --steps 5 > "$OUT/parity.log" 2>&1
+echo "rc $?"; grep -E "parity|bit-identical|differ" "$OUT/parity.log"

@@ -3,10 +3,11 @@
 
 CUDA: n = 2^26 and 2^28 fp32 parameters, as one flat tensor and as 64 equal tensors; median over
 --iters steps timed with CUDA events (each step's own launches included). Also a 1 GiB
-device-to-device tensor copy, as the bandwidth yardstick. CPU: n = 2^26 with all cores
-(torch.set_num_threads(os.cpu_count())), median of wall-clock steps.
+device-to-device tensor copy, as the bandwidth yardstick. CPU: n = 2^26 (--n) with one thread per CPU
+this process may use (--threads; run it under taskset to give it a rank's share), median of
+wall-clock steps.
 
-  python3 bench/peer/torch_adamw.py --json out.json [--iters 20] [--no-cpu]
+  python3 bench/peer/torch_adamw.py --json out.json [--iters 20] [--no-cpu | --cpu-only] [--threads T] [--n N]
 Throughput counts 28 bytes per parameter (grad read, param/exp_avg/exp_avg_sq read and written).
 """
 import argparse
@@ -78,8 +79,8 @@ def cuda_copy_gbps(nbytes, iters):
     return 2 * nbytes / sec / 1e9
 
 
-def cpu_adamw(n, iters):
-    torch.set_num_threads(os.cpu_count())
+def cpu_adamw(n, iters, threads=None):
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
     params = make_params(n, 1, "cpu")
     opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, fused=True)
     for _ in range(3):
@@ -99,10 +100,13 @@ def main():
     ap.add_argument("--json", required=True, help="write the results here")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--no-cpu", action="store_true")
+    ap.add_argument("--cpu-only", action="store_true", help="skip the CUDA rows")
+    ap.add_argument("--threads", type=int, help="CPU threads (default: the CPUs this process may use)")
+    ap.add_argument("--n", type=int, default=1 << 26, help="CPU parameters (default 2^26)")
     args = ap.parse_args()
 
     out = {"torch": torch.__version__, "bytes_per_param": BYTES_PER_PARAM, "rows": []}
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and not args.cpu_only:
         out["device"] = torch.cuda.get_device_name(0)
         out["copy_gbps_1GiB"] = cuda_copy_gbps(1 << 30, args.iters)
         print(f"torch {torch.__version__} on {out['device']}: D2D copy 1 GiB {out['copy_gbps_1GiB']:.1f} GB/s")
@@ -116,9 +120,10 @@ def main():
     else:
         print("no CUDA device: CUDA rows skipped")
     if not args.no_cpu:
-        r = cpu_adamw(1 << 26, max(5, args.iters // 2))
+        r = cpu_adamw(args.n, max(5, args.iters // 2), args.threads)
+        r["cpus"] = sorted(os.sched_getaffinity(0))
         out["rows"].append(r)
-        print(f"cpu fused AdamW n=2^26 threads={r['threads']}: {r['median_s'] * 1e3:.1f} ms "
+        print(f"cpu fused AdamW n={args.n} threads={r['threads']}: {r['median_s'] * 1e3:.1f} ms "
               f"{r['gparam_per_s']:.2f} Gparam/s {r['gb_per_s']:.0f} GB/s", flush=True)
     with open(args.json, "w") as f:
         json.dump(out, f, indent=2)

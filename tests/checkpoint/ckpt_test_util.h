@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
+#include "core/and_barrier.h"
 #include "core/checkpoint.h"
 #include "core/partition.h"
 #include "core/random.h"
 #include "core/twinflow.h"
-#include "tests/and_barrier.h"
 
 namespace tf::test {
 

@@ -35,7 +35,25 @@ namespace {
     if (!backend::cuda::cuda_available(&why_)) GTEST_SKIP() << "no usable CUDA device: " << why_; \
   } while (0)
 
-constexpr double kU32 = 0x1p-24;  // fp32 unit roundoff
+// A stored format: p significant bits (the stored ones and the implicit one), the exponent of its
+// smallest ulp (that of the subnormals), and its largest finite value.
+struct Format {
+  int p, min_ulp_exp;
+  double max;
+};
+constexpr Format format_of(DType t) {
+  if (t == DType::kF16) return {11, -24, 65504.0};
+  if (t == DType::kBF16) return {8, -133, 0x1.FEp127};
+  return {24, -149, 0x1.FFFFFEp127};  // fp32
+}
+// Unit roundoff u = 2^-p: one round-to-nearest moves x by at most half an ulp, and half an ulp of a value
+// in [2^e, 2^(e+1)) is 2^(e-p) <= 2^-p·|x|. bf16 has p = 8 (7 stored bits), so its u is 2^-8, not 2^-9
+// (the first device run, with 2^-9, failed exactly the elements that the kernels had rounded correctly
+// but that lie more than 2^-9·|x| from their bf16 neighbour, e.g. 0.822265625 -> 0.8203125: half an
+// ulp, 2^-9, in [0.5, 1), where 2^-9·|x| = 0.0016).
+constexpr double unit_roundoff(DType t) { return 1.0 / double(uint64_t(1) << format_of(t).p); }
+constexpr double kU32 = unit_roundoff(DType::kF32);
+constexpr double kUBf16 = unit_roundoff(DType::kBF16);
 
 // ---- data --------------------------------------------------------------------------------------------
 
@@ -64,7 +82,22 @@ std::vector<double> grads_as_double(const std::vector<uint16_t>& v, DType t) {
 // |round(x) - x| for one rounding to bf16 or fp16: the unit roundoff times |x|, plus half the smallest
 // subnormal.
 double rounding(DType t, double x) {
-  return t == DType::kF16 ? 0x1p-11 * std::fabs(x) + 0x1p-25 : 0x1p-9 * std::fabs(x) + 0x1p-134;
+  return unit_roundoff(t) * std::fabs(x) + std::ldexp(1.0, format_of(t).min_ulp_exp - 1);
+}
+// The ulp of format t at x, and x rounded to nearest even in t: the diagnostics of expect_within.
+double ulp_at(DType t, double x) {
+  const Format f = format_of(t);
+  if (!std::isfinite(x)) return INFINITY;
+  if (x == 0) return std::ldexp(1.0, f.min_ulp_exp);
+  int e = 0;
+  (void)std::frexp(x, &e);  // |x| in [2^(e-1), 2^e)
+  return std::ldexp(1.0, std::max(e - f.p, f.min_ulp_exp));
+}
+double round_to_format(DType t, double x) {
+  if (!std::isfinite(x) || x == 0) return x;
+  const double u = ulp_at(t, x);
+  const double r = std::nearbyint(x / u) * u;  // x / u is exact; nearbyint rounds half to even
+  return std::fabs(r) > format_of(t).max ? std::copysign(INFINITY, x) : r;
 }
 
 // ---- device buffers with a poisoned guard zone -----------------------------------------------------------
@@ -134,26 +167,40 @@ void expect_same_bits(const std::string& what, const std::vector<T>& a, const st
   EXPECT_EQ(diff, 0u) << what << ": " << diff << " elements differ between two runs on the same inputs";
 }
 
-// Every |got - ref| <= tol (a NaN fails); prints the worst error / tolerance ratio.
+const char* format_name(DType t) { return t == DType::kF16 ? "fp16" : t == DType::kBF16 ? "bf16" : "fp32"; }
+
+// Every |got - ref| <= tol (a NaN fails). `stored` is the format the kernel wrote (bf16, fp16 or fp32).
+// Each failure prints what decides between a wrong kernel and a wrong bound: the reference rounded to
+// the stored format (a kernel that rounds correctly returns it; an fp32 error may move it by one ulp
+// near a midpoint) and the error in half-ulps of that format. The summary line gives, over all elements
+// (failures included), the worst error / tolerance, the worst error in half-ulps, and how many elements
+// are not the rounded reference, with the largest distance in ulps.
 void expect_within(const std::string& what, const std::vector<double>& got, const std::vector<double>& ref,
-                   const std::vector<double>& tol) {
+                   const std::vector<double>& tol, DType stored) {
   ASSERT_EQ(got.size(), ref.size());
   ASSERT_EQ(tol.size(), ref.size());
-  size_t bad = 0;
-  double worst = 0;
+  size_t bad = 0, not_rounded = 0;
+  double worst = 0, worst_half_ulps = 0, worst_ulps_off = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double err = std::fabs(got[i] - ref[i]);
+    const double rounded = round_to_format(stored, ref[i]), ulp = ulp_at(stored, ref[i]);
+    const double half_ulps = err / (0.5 * ulp), ulps_off = std::fabs(got[i] - rounded) / ulp;
+    if (got[i] != rounded) ++not_rounded, worst_ulps_off = std::max(worst_ulps_off, ulps_off);
+    worst_half_ulps = std::max(worst_half_ulps, half_ulps);
+    if (tol[i] > 0) worst = std::max(worst, err / tol[i]);
     if (!(err <= tol[i])) {
       if (bad < 5)
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", reference " << ref[i] << ", |error| " << err
-                      << " > tolerance " << tol[i];
+        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", reference " << ref[i] << " ("
+                      << format_name(stored) << ": " << rounded << ", got is " << ulps_off << " ulps from it), |error| "
+                      << err << " = " << half_ulps << " half-ulps > tolerance " << tol[i];
       ++bad;
-    } else if (tol[i] > 0) {
-      worst = std::max(worst, err / tol[i]);
     }
   }
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements outside the tolerance";
-  std::printf("    %-44s %8zu elements, max |error| / tolerance %.3f\n", what.c_str(), got.size(), worst);
+  std::printf(
+      "    %-44s %8zu elements, max |error| / tolerance %.3f, max |error| %.3f half-ulps (%s), %zu not the "
+      "rounded reference (max %.0f ulps off)\n",
+      what.c_str(), got.size(), worst, worst_half_ulps, format_name(stored), not_rounded, worst_ulps_off);
 }
 
 }  // namespace
@@ -186,6 +233,19 @@ TEST(TokenRowIndex, GroupsRowsByTokenInAscendingRowOrder) {
     }
   }
   EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), rows) << "every row exactly once";
+}
+
+// OPT's padding token (core::DecoderShape::pad_token): its rows are left out, so its list is empty and
+// its dE row is the head's part alone; the other tokens keep their rows in ascending order.
+TEST(TokenRowIndex, LeavesOutThePaddingTokensRows) {
+  const std::vector<int32_t> tok = {3, 1, 4, 1, 5, 9, 2, 6, 1, 3};
+  const TokenRowIndex ix = sort_token_rows(tok.data(), int64_t(tok.size()), 10, 1);
+  EXPECT_EQ(ix.starts[1], ix.starts[2]) << "token 1 has no rows";
+  EXPECT_EQ(ix.starts[10], 7) << "10 rows less the 3 of token 1";
+  const std::vector<int32_t> rows3(ix.rows.begin() + ix.starts[3], ix.rows.begin() + ix.starts[4]);
+  EXPECT_EQ(rows3, (std::vector<int32_t>{0, 9}));
+  const TokenRowIndex all = sort_token_rows(tok.data(), int64_t(tok.size()), 10);
+  EXPECT_EQ(all.starts[2] - all.starts[1], 3);
 }
 
 TEST(TokenRowIndex, RejectsAnIdOutsideTheVocabularyNamingTheRow) {
@@ -273,6 +333,56 @@ TEST(AttentionTiles, CausalScheduleCoversEveryVisiblePairOnce) {
       }
     }
   }
+}
+
+// The forward's warps: within every visited block tile, a warp's rows (16 or 32 of the block's 128 or
+// 64) skip the tile exactly when none of their pairs is visible, and run without the mask only when all
+// of their pairs are visible.
+TEST(AttentionTiles, ForwardWarpsSkipAndMaskExactlyTheirOwnRows) {
+  using namespace attn;
+  for (const int64_t s : {1, 2, 63, 64, 65, 127, 128, 129, 200, 300})
+    for (const int block_rows : {fwd_query_tile(64), fwd_query_tile(128)})
+      for (const int warp_rows : {16, 32}) {
+        if (warp_rows > block_rows / 4) continue;
+        for (int64_t i = 0; i < ceil_div(s, block_rows); ++i)
+          for (int64_t j = 0; j < causal_key_tiles(i * block_rows, block_rows, s, kKeyTile); ++j)
+            for (int64_t w = 0; w < block_rows / warp_rows; ++w) {
+              const int64_t q0 = i * block_rows + w * warp_rows, k0 = j * kKeyTile;
+              int64_t visible = 0;
+              for (int64_t q = q0; q < q0 + warp_rows; ++q)
+                for (int64_t k = k0; k < k0 + kKeyTile; ++k) visible += element_visible(q, k, s);
+              EXPECT_EQ(tile_has_visible(q0, warp_rows, k0, s), visible > 0)
+                  << "s " << s << ", rows " << q0 << " + " << warp_rows << ", keys " << k0;
+              if (!tile_needs_mask(q0, warp_rows, k0, kKeyTile, s)) {
+                EXPECT_EQ(visible, int64_t(warp_rows) * kKeyTile) << "s " << s << ", unmasked rows " << q0;
+              }
+            }
+      }
+}
+
+// The kernels' block order is a bijection onto (pair, tile rank); each group of kHeadGroup pairs takes its
+// ranks in order (heaviest first) with all its pairs per rank, and groups do not interleave.
+TEST(AttentionTiles, GroupedBlockOrderCoversEveryPairAndTileOnce) {
+  using namespace attn;
+  for (const int bh : {1, 5, kHeadGroup, kHeadGroup + 1, 3 * kHeadGroup - 7})
+    for (const int tiles : {1, 2, 7, 16}) {
+      std::vector<int> seen(size_t(bh * tiles), 0);
+      BlockTile prev{-1, -1};
+      for (int blk = 0; blk < bh * tiles; ++blk) {
+        const BlockTile t = grouped_block(blk, bh, tiles);
+        ASSERT_TRUE(t.bh >= 0 && t.bh < bh && t.rank >= 0 && t.rank < tiles)
+            << "block " << blk << " of " << bh << " x " << tiles << " -> (" << t.bh << ", " << t.rank << ")";
+        ++seen[size_t(t.bh * tiles + t.rank)];
+        if (blk > 0 && t.bh / kHeadGroup == prev.bh / kHeadGroup) {
+          EXPECT_GE(t.rank, prev.rank) << "ranks go down inside a group at block " << blk;
+        }
+        if (blk > 0) {
+          EXPECT_GE(t.bh / kHeadGroup, prev.bh / kHeadGroup) << "groups interleave at block " << blk;
+        }
+        prev = t;
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), bh * tiles) << bh << " pairs x " << tiles << " tiles";
+    }
 }
 
 // ---- an emulation of ldmatrix and mma.m16n8k16 written from the PTX ISA -------------------------------
@@ -428,9 +538,63 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t below, uint64_t seed) {
   return t;
 }
 
-// bf16(a + b) for bf16 a, b: one rounding of an fp32 sum (itself within 2^-24 of the exact sum).
+// bf16(a + b) for bf16 a, b: one rounding of the fp32 sum y = fl(a + b). |y - (a + b)| <= kU32·|a + b|, and
+// rounding y to bf16 moves it by at most kUBf16/(1 + kUBf16)·|y| <= kUBf16·|a + b| (|y| <= (1 + kU32)·|a + b|),
+// so |bf16(y) - (a + b)| <= kUBf16·|a + b| + kU32·(|a| + |b|): half an ulp of the result plus the fp32 error.
 double sum_tol(double exact, double a, double b) {
   return rounding(DType::kBF16, exact) + kU32 * (std::fabs(a) + std::fabs(b));
+}
+
+}  // namespace
+
+namespace {
+
+// embedding_forward, add_positions and gather_rows at one shape, each against its formula, and each
+// run twice for the same bits.
+void embedding_case(const EmbeddingDims& d, cudaStream_t stream) {
+  const int64_t T = d.rows(), h = d.width;
+  std::vector<int32_t> tok = random_tokens(T, d.vocab, 1);
+  tok[5] = -1;  // outside [0, V): a NaN row, never a wild read
+  const auto E = rand_bf16(size_t(d.vocab * h), -1, 1, 10), Pos = rand_bf16(size_t(d.pos_rows * h), -0.5, 0.5, 11);
+  const auto x_in = rand_bf16(size_t(T * h), -2, 2, 12);
+  DevBuf<int32_t> dtok(tok);
+  DevBuf<uint16_t> dE(E), dP(Pos), out(size_t(T * h));
+  const std::string tag = " h=" + std::to_string(h) + " off=" + std::to_string(d.pos_offset);
+  for (int which = 0; which < 3; ++which) {
+    std::vector<uint16_t> first;
+    for (int run = 0; run < 2; ++run) {
+      out.poison();
+      if (which == 0) embedding_forward(dtok.get(), dE.get(), dP.get(), d, out.get(), stream);
+      if (which == 1) {
+        out.upload(x_in);
+        add_positions(out.get(), dP.get(), d, stream);
+      }
+      if (which == 2) gather_rows(dtok.get(), dE.get(), T, d.vocab, h, out.get(), stream);
+      const std::vector<uint16_t> got = out.download("embedding kernel " + std::to_string(which) + tag);
+      if (run == 1) {
+        expect_same_bits("embedding kernel " + std::to_string(which) + tag, first, got);
+        break;
+      }
+      first = got;
+      std::vector<double> g(got.size()), ref(got.size()), tol(got.size());
+      for (int64_t r = 0; r < T; ++r)
+        for (int64_t c = 0; c < h; ++c) {
+          const size_t i = size_t(r * h + c);
+          const double pos = fb(Pos[size_t((r % d.seq + d.pos_offset) * h + c)]);
+          g[i] = fb(got[i]);
+          if (which != 1 && tok[size_t(r)] < 0) {
+            EXPECT_TRUE(std::isnan(g[i])) << "row " << r << " has an invalid token";
+            g[i] = ref[i] = tol[i] = 0;
+            continue;
+          }
+          const double e = which == 1 ? fb(x_in[i]) : fb(E[size_t(tok[size_t(r)] * h + c)]);
+          ref[i] = which == 2 ? e : e + pos;
+          tol[i] = which == 2 ? 0.0 : sum_tol(ref[i], e, pos);
+        }
+      const char* name = which == 0 ? "embedding_forward" : which == 1 ? "add_positions" : "gather_rows";
+      expect_within(name + tag, g, ref, tol, DType::kBF16);
+    }
+  }
 }
 
 }  // namespace
@@ -438,57 +602,10 @@ double sum_tol(double exact, double a, double b) {
 TEST(DecoderKernels, EmbeddingForwardPositionsAndGather) {
   SKIP_WITHOUT_GPU();
   Stream stream;
-  for (const int64_t width : {72, 75}) {  // 75: the scalar path
-    EmbeddingDims d{3, 37, width, 101, 2, 0};
-    d.pos_rows = d.seq + d.pos_offset + 5;
-    const int64_t T = d.rows(), h = width;
-    std::vector<int32_t> tok = random_tokens(T, d.vocab, 1);
-    tok[5] = -1;  // outside [0, V): a NaN row, never a wild read
-    const auto E = rand_bf16(size_t(d.vocab * h), -1, 1, 10), Pos = rand_bf16(size_t(d.pos_rows * h), -0.5, 0.5, 11);
-    const auto x_in = rand_bf16(size_t(T * h), -2, 2, 12);
-    DevBuf<int32_t> dtok(tok);
-    DevBuf<uint16_t> dE(E), dP(Pos), out(size_t(T * h));
-    const std::string tag = " h=" + std::to_string(width);
-    // the three kernels, each against its formula
-    for (int which = 0; which < 3; ++which) {
-      std::vector<uint16_t> first;
-      for (int run = 0; run < 2; ++run) {
-        out.poison();
-        if (which == 0) embedding_forward(dtok.get(), dE.get(), dP.get(), d, out.get(), stream.get());
-        if (which == 1) {
-          out.upload(x_in);
-          add_positions(out.get(), dP.get(), d, stream.get());
-        }
-        if (which == 2) gather_rows(dtok.get(), dE.get(), T, d.vocab, h, out.get(), stream.get());
-        const std::vector<uint16_t> got = out.download("embedding kernel " + std::to_string(which) + tag);
-        if (run == 1) {
-          expect_same_bits("embedding kernel " + std::to_string(which) + tag, first, got);
-          break;
-        }
-        first = got;
-        std::vector<double> g(got.size()), ref(got.size()), tol(got.size());
-        for (int64_t r = 0; r < T; ++r)
-          for (int64_t c = 0; c < h; ++c) {
-            const size_t i = size_t(r * h + c);
-            const double pos = fb(Pos[size_t((r % d.seq + d.pos_offset) * h + c)]);
-            g[i] = fb(got[i]);
-            if (which != 1 && tok[size_t(r)] < 0) {
-              EXPECT_TRUE(std::isnan(g[i])) << "row " << r << " has an invalid token";
-              g[i] = ref[i] = tol[i] = 0;
-              continue;
-            }
-            const double e = which == 1 ? fb(x_in[i]) : fb(E[size_t(tok[size_t(r)] * h + c)]);
-            ref[i] = which == 2 ? e : e + pos;
-            tol[i] = which == 2 ? 0.0 : sum_tol(ref[i], e, pos);
-          }
-        expect_within(std::string(which == 0   ? "embedding_forward"
-                                  : which == 1 ? "add_positions"
-                                               : "gather_rows") +
-                          tag,
-                      g, ref, tol);
-      }
-    }
-  }
+  for (const int64_t width : {72, 75})  // 75: the scalar path
+    for (const int64_t off : {0, 2})    // GPT-2, OPT
+      embedding_case({.batch = 3, .seq = 37, .width = width, .vocab = 101, .pos_rows = 37 + off + 5, .pos_offset = off},
+                     stream.get());
 }
 
 TEST(DecoderKernels, PositionGradient) {
@@ -496,7 +613,9 @@ TEST(DecoderKernels, PositionGradient) {
   Stream stream;
   for (const int64_t width : {72, 75})
     for (const DType grad : {DType::kBF16, DType::kF16}) {
-      const EmbeddingDims d{4, 37, width, 101, 2, 37 + 2 + 5};
+      // OPT's offset 2 and 5 rows past the last position: rows 0, 1 and the last 5 get +0
+      const EmbeddingDims d{
+          .batch = 4, .seq = 37, .width = width, .vocab = 101, .pos_rows = 2 + 37 + 5, .pos_offset = 2};
       const int64_t h = width;
       const auto dx0 = rand_bf16(size_t(d.rows() * h), -1, 1, 20);
       DevBuf<uint16_t> in(dx0), out(size_t(d.pos_rows * h));
@@ -519,7 +638,7 @@ TEST(DecoderKernels, PositionGradient) {
           }
           tol[i] = rounding(grad, ref[i]) + double(d.batch) * kU32 * mag;
         }
-      expect_within(tag, g, ref, tol);
+      expect_within(tag, g, ref, tol, grad);
       out.poison();
       position_grad(in.get(), d, grad, out.get(), stream.get());
       expect_same_bits(tag, got, out.download(tag));
@@ -566,7 +685,7 @@ TEST(DecoderKernels, TokenEmbeddingGradient) {
           ref[i] = hv + sum;
           tol[i] = rounding(grad, ref[i]) + double(count + 1) * kU32 * mag;
         }
-      expect_within(tag, g, ref, tol);
+      expect_within(tag, g, ref, tol, grad);
       expect_same_bits(tag, got, run());
     }
 }
@@ -580,9 +699,10 @@ namespace {
 struct LnCase {
   int64_t rows, n;
 };
-// warp-per-row (n <= 1024), block-per-row (256 and 512 threads); n % 8 != 0 takes the scalar path
+// warp-per-row (n <= 1024), block-per-row (256 and 512 threads), each with 1 to 4 8-column groups a
+// thread (768 and 6144: 3); n % 8 != 0 takes the scalar path
 constexpr LnCase kLnCases[] = {{37, 64},   {37, 75},  {37, 768}, {37, 1001}, {19, 1500},
-                               {19, 4096}, {7, 7168}, {5, 9000}, {5, 12345}};
+                               {19, 4096}, {7, 6144}, {7, 7168}, {5, 9000},  {5, 12345}};
 constexpr float kEps = 1e-5f;
 // The kernels' fp32 sums are at most this deep: <= 32 terms a thread, 5 butterfly levels, <= 16 warps.
 constexpr double kLnSumDepth = 64;
@@ -642,9 +762,9 @@ TEST(DecoderKernels, LayerNormForward) {
       }
     }
     std::vector<double> dm(gm.begin(), gm.end()), dr(gr.begin(), gr.end());
-    expect_within(tag + " mean", dm, rm, tm);
-    expect_within(tag + " rstd", dr, rr, tr);
-    expect_within(tag + " y", as_double(gy), ry, ty);
+    expect_within(tag + " mean", dm, rm, tm, DType::kF32);
+    expect_within(tag + " rstd", dr, rr, tr, DType::kF32);
+    expect_within(tag + " y", as_double(gy), ry, ty, DType::kBF16);
     y.poison(), mean.poison(), rstd.poison();
     layer_norm_forward(x.get(), w.get(), b.get(), c.rows, c.n, kEps, y.get(), mean.get(), rstd.get(), stream.get());
     expect_same_bits(tag + " y", gy, y.download(tag));
@@ -721,9 +841,9 @@ TEST(DecoderKernels, LayerNormBackward) {
       run(dx.get());
       const auto gdx = dx.download(tag + " dx"), gdw = dw.download(tag + " dw"), gdb = db.download(tag + " db");
       const LnBackwardRef ref = ln_backward_ref(c, in, dy, with_resid ? &dres : nullptr, grad);
-      expect_within(tag + " dx", as_double(gdx), ref.dx, ref.dx_tol);
-      expect_within(tag + " dw", grads_as_double(gdw, grad), ref.dw, ref.dw_tol);
-      expect_within(tag + " db", grads_as_double(gdb, grad), ref.db, ref.db_tol);
+      expect_within(tag + " dx", as_double(gdx), ref.dx, ref.dx_tol, DType::kBF16);
+      expect_within(tag + " dw", grads_as_double(gdw, grad), ref.dw, ref.dw_tol, grad);
+      expect_within(tag + " db", grads_as_double(gdb, grad), ref.db, ref.db_tol, grad);
       dx.poison();
       run(dx.get());
       expect_same_bits(tag + " dx", gdx, dx.download(tag));
@@ -794,11 +914,11 @@ TEST(DecoderKernels, BiasActivationForward) {
           rg[i] = act == Activation::kGeluTanh ? gelu(us) : std::max(us, 0.0);
           tg[i] = act == Activation::kGeluTanh ? rounding(DType::kBF16, rg[i]) + 2 * gelu_pre_tol(us) : 0.0;
         }
-      expect_within(tag + " u", as_double(gu), ru, tu);
+      expect_within(tag + " u", as_double(gu), ru, tu, DType::kBF16);
       std::vector<uint16_t> gg;
       if (act != Activation::kNone) {
         gg = g.download(tag + " g");
-        expect_within(tag + " g", as_double(gg), rg, tg);
+        expect_within(tag + " g", as_double(gg), rg, tg, DType::kBF16);
         if (act == Activation::kRelu) {
           for (size_t i = 0; i < gg.size(); ++i)
             ASSERT_EQ(gg[i], (gu[i] & 0x8000u) ? uint16_t(0) : gu[i]) << tag << ": ReLU keeps u's bits or gives +0";
@@ -828,7 +948,7 @@ TEST(DecoderKernels, BiasResidualAndAdd) {
       tol[size_t(i)] =
           rounding(DType::kBF16, ref[size_t(i)]) + 2 * kU32 * (std::fabs(rv) + std::fabs(yv) + std::fabs(bv));
     }
-    expect_within(tag, as_double(got), ref, tol);
+    expect_within(tag, as_double(got), ref, tol, DType::kBF16);
     bias_residual_forward(dy.get(), dbias.get(), dr.get(), rows, n, dy.get(), stream.get());  // in place over y
     expect_same_bits(tag + " in place", got, dy.download(tag));
   }
@@ -844,7 +964,7 @@ TEST(DecoderKernels, BiasResidualAndAdd) {
     ref[size_t(i)] = fb(a[size_t(i)]) + fb(c[size_t(i)]);
     tol[size_t(i)] = sum_tol(ref[size_t(i)], fb(a[size_t(i)]), fb(c[size_t(i)]));
   }
-  expect_within("add_bf16", g, ref, tol);
+  expect_within("add_bf16", g, ref, tol, DType::kBF16);
   EXPECT_EQ(got[size_t(n)], poison_value<uint16_t>()) << "add_bf16 wrote element n";
   out.poison();
   add_bf16(da.get() + 1, dc.get() + 1, n, out.get() + 1, stream.get());
@@ -894,7 +1014,7 @@ TEST(DecoderKernels, BiasActivationBackwardAndBiasGradient) {
             tol[i] = rounding(DType::kBF16, ref[i]) + 2 * std::fabs(gv) * gelu_grad_pre_tol(uv) +
                      2 * kU32 * std::fabs(ref[i]);
           }
-          expect_within(tag + " du", as_double(gdu), ref, tol);
+          expect_within(tag + " du", as_double(gdu), ref, tol, DType::kBF16);
         }
         const auto gdb = db.download(tag + " db");
         std::vector<double> rdb(size_t(n), 0), tdb(static_cast<size_t>(n));
@@ -904,7 +1024,7 @@ TEST(DecoderKernels, BiasActivationBackwardAndBiasGradient) {
             rdb[size_t(j)] += fb(gdu[size_t(r * n + j)]), mag += std::fabs(fb(gdu[size_t(r * n + j)]));
           tdb[size_t(j)] = rounding(grad, rdb[size_t(j)]) + (double(rows) + 16) * kU32 * mag;
         }
-        expect_within(tag + " db", grads_as_double(gdb, grad), rdb, tdb);
+        expect_within(tag + " db", grads_as_double(gdb, grad), rdb, tdb, grad);
         run();
         expect_same_bits(tag + " db", gdb, db.download(tag));
         if (act != Activation::kNone) expect_same_bits(tag + " du", gdu, du.download(tag));
@@ -968,11 +1088,12 @@ TEST(DecoderKernels, SoftmaxCrossEntropy) {
         td[i] = rounding(DType::kBF16, rd[i]) + double(gscale) * (0x1p-14 * p + 0x1p-23 * onehot);
       }
     }
-    expect_within(tag + " dlogit", as_double(gd), rd, td);
-    expect_within(tag + " loss", glv, rl, tl);
+    expect_within(tag + " dlogit", as_double(gd), rd, td, DType::kBF16);
+    expect_within(tag + " loss", glv, rl, tl, DType::kF32);
     if (!invalid) {
       const auto gs = sum.download(tag + " sum");
-      expect_within(tag + " loss sum", {double(gs[0])}, {loss_sum}, {loss_sum_tol + double(rows) * kU32 * abs_sum});
+      expect_within(tag + " loss sum", {double(gs[0])}, {loss_sum}, {loss_sum_tol + double(rows) * kU32 * abs_sum},
+                    DType::kF32);
     }
     run();
     expect_same_bits(tag + " dlogit", gd, dl.download(tag));
@@ -981,7 +1102,10 @@ TEST(DecoderKernels, SoftmaxCrossEntropy) {
 }
 
 // One rounding of fp32 to fp16/bf16 per element: the bits of core/optim/dtype.h's conversions (themselves
-// tested against independent references in tests/unit/test_dtype.cpp), on both the vector and scalar paths.
+// tested against independent references in tests/unit/test_dtype.cpp), on both the vector and scalar paths
+// (the vector path's bf16 is attn::pack_bf16x2: a cvt and a NaN fix-up on the device), for random values
+// and for NaNs (quiet, signalling, negative: core's canonical NaN), infinities, signed zeros, values that
+// round to Inf, and exact ties between two bf16 or fp16 neighbours with even and odd lower neighbours.
 TEST(DecoderKernels, F32ToGradDtype) {
   SKIP_WITHOUT_GPU();
   Stream stream;
@@ -990,6 +1114,15 @@ TEST(DecoderKernels, F32ToGradDtype) {
   for (size_t i = 0; i < src.size(); ++i) {
     const double scale = i % 3 == 0 ? 1e5 : i % 3 == 1 ? 1.0 : 1e-6;  // fp16 overflow, normal, subnormal
     src[i] = float(uniform(120, i, -scale, scale));
+  }
+  const uint32_t special[] = {0x7FC00000u, 0x7F800001u, 0xFFC00001u, 0x7FFFFFFFu, 0x7F800000u, 0xFF800000u,
+                              0x00000000u, 0x80000000u, 0x7F7F8000u, 0x7F7FFFFFu, 0xFF7F8000u, 0x3F808000u,
+                              0x3F818000u, 0xBF808000u, 0x00008000u, 0x00018000u, 0x3F801000u, 0x3F803000u,
+                              0x477FF000u, 0x477FEFFFu, 0x33000000u, 0x33000001u};
+  for (size_t k = 0; k < std::size(special); ++k) {
+    float v;
+    std::memcpy(&v, &special[k], 4);
+    src[10 + 16 * k] = v, src[11 + 16 * k] = v;  // both halves of a bf16 pair, even and odd position
   }
   DevBuf<float> dsrc(src);
   for (const DType grad : {DType::kBF16, DType::kF16})
@@ -1056,9 +1189,9 @@ struct AttnForwardRef {
   std::vector<double> o, o_tol;      // (T, h)
   std::vector<double> lse, lse_tol;  // (B, H, s)
 };
-// o = Σ_k p_k·v_k within 2^-8·(|o| + Σ p|v|): bf16(P) (2^-9 relative per term) and the bf16 output (2^-9),
-// plus what a score error does to P and the fp32 sum l of t + 1 terms (and its rescalings) does to all of
-// them; lse within the score error, l's error and the fp32 log/exp.
+// o = Σ_k p_k·v_k within kUBf16·(|o| + Σ p|v|): bf16(P) (kUBf16 relative per term) and the bf16 output
+// (kUBf16), plus what a score error does to P and the fp32 sum l of t + 1 terms (and its rescalings) does
+// to all of them; lse within the score error, l's error and the fp32 log/exp.
 AttnForwardRef attention_forward_ref(const std::vector<double>& qkv, const AttentionDims& d) {
   const int64_t h = d.hidden();
   AttnForwardRef r;
@@ -1079,7 +1212,7 @@ AttnForwardRef attention_forward_ref(const std::vector<double>& qkv, const Atten
             o += sr.p[size_t(k)] * hv.v(k, c), mag += sr.p[size_t(k)] * std::fabs(hv.v(k, c));
           const size_t oi = size_t((b * d.seq + t) * h + j * d.head_dim + c);
           r.o[oi] = o;
-          r.o_tol[oi] = 0x1p-8 * (std::fabs(o) + mag) + 2 * (sr.score_tol + l_rel + 0x1p-21) * mag;
+          r.o_tol[oi] = kUBf16 * (std::fabs(o) + mag) + 2 * (sr.score_tol + l_rel + 0x1p-21) * mag;
         }
       }
     }
@@ -1090,7 +1223,7 @@ struct AttnBackwardRef {
   std::vector<double> dqkv, tol;  // (T, 3h)
 };
 // The backward from the kernels' inputs: o (bf16) and lse (fp32) as given, P the exact softmax. Bounds:
-// 2^-8·(|g| + Σ|terms|) for the bf16 P and dS operands and the bf16 output, plus the fp32 error of dP and
+// kUBf16·(|g| + Σ|terms|) for the bf16 P and dS operands and the bf16 output, plus the fp32 error of dP and
 // D (d products each) and of P (score and lse errors) carried through dS.
 AttnBackwardRef attention_backward_ref(const std::vector<double>& qkv, const std::vector<double>& o,
                                        const std::vector<double>& dout, const std::vector<float>& lse,
@@ -1133,7 +1266,7 @@ AttnBackwardRef attention_backward_ref(const std::vector<double>& qkv, const std
       }
     }
   r.tol.resize(r.dqkv.size());
-  for (size_t i = 0; i < r.tol.size(); ++i) r.tol[i] = 0x1p-8 * (std::fabs(r.dqkv[i]) + mag[i]) + 2 * eabs[i];
+  for (size_t i = 0; i < r.tol.size(); ++i) r.tol[i] = kUBf16 * (std::fabs(r.dqkv[i]) + mag[i]) + 2 * eabs[i];
   return r;
 }
 
@@ -1144,6 +1277,9 @@ std::string attn_tag(const char* what, const AttentionDims& d) {
 
 }  // namespace
 
+// Every case against the double reference and run twice for the same bits; d = 64 in both tile shapes,
+// which must give the same bits (each row's products, tree sums and exponentials do not depend on how
+// rows are spread over warps).
 TEST(DecoderKernels, AttentionForward) {
   SKIP_WITHOUT_GPU();
   Stream stream;
@@ -1151,18 +1287,66 @@ TEST(DecoderKernels, AttentionForward) {
     const auto qkv = rand_bf16(size_t(d.rows() * 3 * d.hidden()), -2, 2, 130 + uint64_t(d.seq));
     DevBuf<uint16_t> dqkv(qkv), o(size_t(d.rows() * d.hidden()));
     DevBuf<float> lse(size_t(d.batch * d.heads * d.seq));
-    const std::string tag = attn_tag("attention_forward", d);
-    attention_forward(dqkv.get(), d, o.get(), lse.get(), stream.get());
-    const auto go = o.download(tag + " o");
-    const auto gl = lse.download(tag + " lse");
     const AttnForwardRef ref = attention_forward_ref(as_double(qkv), d);
-    expect_within(tag + " o", as_double(go), ref.o, ref.o_tol);
-    expect_within(tag + " lse", std::vector<double>(gl.begin(), gl.end()), ref.lse, ref.lse_tol);
-    o.poison(), lse.poison();
-    attention_forward(dqkv.get(), d, o.get(), lse.get(), stream.get());
-    expect_same_bits(tag + " o", go, o.download(tag));
-    expect_same_bits(tag + " lse", gl, lse.download(tag));
+    std::vector<uint16_t> first_o;
+    std::vector<float> first_lse;
+    for (const ForwardTiles tiles : {ForwardTiles::kWarps4x32, ForwardTiles::kWarps8x16}) {
+      if (d.head_dim != 64 && tiles != ForwardTiles::kWarps4x32) continue;  // one shape for d = 80, 128
+      const std::string tag =
+          attn_tag("attention_forward", d) + (tiles == ForwardTiles::kWarps8x16 ? " 8x16" : " 4x32");
+      o.poison(), lse.poison();
+      attention_forward(dqkv.get(), d, o.get(), lse.get(), stream.get(), tiles);
+      const auto go = o.download(tag + " o");
+      const auto gl = lse.download(tag + " lse");
+      expect_within(tag + " o", as_double(go), ref.o, ref.o_tol, DType::kBF16);
+      expect_within(tag + " lse", std::vector<double>(gl.begin(), gl.end()), ref.lse, ref.lse_tol, DType::kF32);
+      o.poison(), lse.poison();
+      attention_forward(dqkv.get(), d, o.get(), lse.get(), stream.get(), tiles);
+      expect_same_bits(tag + " o", go, o.download(tag));
+      expect_same_bits(tag + " lse", gl, lse.download(tag));
+      if (first_o.empty()) {
+        first_o = go, first_lse = gl;
+      } else {
+        expect_same_bits(tag + " o against 4x32", first_o, go);
+        expect_same_bits(tag + " lse against 4x32", first_lse, gl);
+      }
+    }
   }
+}
+
+// The bf16 rounding of P and dS (cvt.rn.bf16x2.f32 on the device) gives core::f32_to_bf16's bits for
+// every non-NaN fp32 value: random bit patterns (normal, subnormal, Inf), exact ties between two bf16
+// values (even and odd lower neighbours), values that round up to Inf, signed zeros; a NaN stays a NaN.
+TEST(DecoderKernels, AttentionOperandRoundingIsCoreRounding) {
+  SKIP_WITHOUT_GPU();
+  Stream stream;
+  std::vector<float> src;
+  const auto from_bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  for (uint64_t i = 0; i < 200000; ++i) src.push_back(from_bits(uint32_t(core::splitmix64(i + 170))));
+  for (uint32_t hi = 0; hi < 0x10000u; hi += 7) {  // ties: a bf16 value plus half its ulp, both signs
+    src.push_back(from_bits((hi << 16) | 0x8000u));
+    src.push_back(from_bits((hi << 16) | 0x7FFFu));
+  }
+  for (const uint32_t u : {0x7F7F8000u, 0x7F7FFFFFu, 0xFF7F8000u, 0x00008000u, 0x00000001u, 0x80000000u, 0x00000000u,
+                           0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu})
+    src.push_back(from_bits(u));
+  if (src.size() % 2) src.push_back(1.0f);
+  const int64_t n = int64_t(src.size() / 2);
+  DevBuf<float> dsrc(src);
+  DevBuf<uint32_t> out{size_t(n)};
+  attention_operand_pack(dsrc.get(), n, out.get(), stream.get());
+  const auto got = out.download("attention_operand_pack");
+  size_t bad = 0;
+  for (size_t i = 0; i < src.size(); ++i) {
+    const uint16_t g = uint16_t(i % 2 ? got[i / 2] >> 16 : got[i / 2] & 0xFFFFu);
+    const bool ok = std::isnan(src[i]) ? std::isnan(fb(g)) : g == core::f32_to_bf16(src[i]);
+    if (!ok && bad++ < 5) ADD_FAILURE() << "fp32 " << src[i] << " (element " << i << ") -> bf16 bits " << g;
+  }
+  EXPECT_EQ(bad, 0u) << bad << " of " << src.size() << " values rounded differently from core::f32_to_bf16";
 }
 
 TEST(DecoderKernels, AttentionBackward) {
@@ -1184,7 +1368,7 @@ TEST(DecoderKernels, AttentionBackward) {
     attention_backward(dqkv_in.get(), dd_o.get(), ddout.get(), dlse.get(), d, delta.get(), dqkv.get(), stream.get());
     const auto got = dqkv.download(tag + " dqkv");
     const AttnBackwardRef ref = attention_backward_ref(as_double(qkv), as_double(o), as_double(dout), lse, d);
-    expect_within(tag + " dqkv", as_double(got), ref.dqkv, ref.tol);
+    expect_within(tag + " dqkv", as_double(got), ref.dqkv, ref.tol, DType::kBF16);
     dqkv.poison();
     attention_backward(dqkv_in.get(), dd_o.get(), ddout.get(), dlse.get(), d, delta.get(), dqkv.get(), stream.get());
     expect_same_bits(tag + " dqkv", got, dqkv.download(tag));

@@ -17,19 +17,12 @@
 #include "core/local_kernels.h"
 #include "core/scenario.h"
 #include "core/settings.h"
+#include "tests/cuda/gpu_test.h"
 
 namespace tf {
 namespace {
 
 namespace cu = backend::cuda;
-
-#define SKIP_WITHOUT_GPU()               \
-  do {                                   \
-    std::string why;                     \
-    if (!cu::cuda_available(&why)) {     \
-      GTEST_SKIP() << "no GPU: " << why; \
-    }                                    \
-  } while (0)
 
 struct Case {
   double ratio = 0.3;

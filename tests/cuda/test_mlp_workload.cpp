@@ -21,6 +21,7 @@
 #include "core/model.h"
 #include "core/optim/dtype.h"
 #include "core/random.h"
+#include "tests/cuda/gpu_test.h"
 
 using namespace tf;
 using backend::cuda::DeviceMemory;
@@ -30,12 +31,6 @@ using backend::cuda::WorkloadContext;
 namespace mlp = backend::cuda::mlp;
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                                        \
-  do {                                                                                            \
-    std::string why_;                                                                             \
-    if (!backend::cuda::cuda_available(&why_)) GTEST_SKIP() << "no usable CUDA device: " << why_; \
-  } while (0)
 
 double bf16d(uint16_t h) { return double(core::bf16_to_f32(h)); }
 uint16_t bf16_of(double v) { return core::f32_to_bf16(float(v)); }
@@ -111,7 +106,9 @@ RefMicroBatch reference(const std::vector<int64_t>& d, bool bias, const std::vec
         double acc = 0;
         for (int64_t p = 0; p < in; ++p) acc += W[j * in + p] * x[l][size_t(i * in + p)];
         // the GEMM's fp32 result rounded to bf16, then + bias in fp32, rounded again (bias_act_kernel)
-        const double yb = !bias ? rnd(acc) : round ? rnd(double(float(rnd(acc)) + float(W[out * in + j]))) : acc + W[out * in + j];
+        const double yb = !bias   ? rnd(acc)
+                          : round ? rnd(double(float(rnd(acc)) + float(W[out * in + j])))
+                                  : acc + W[out * in + j];
         o[size_t(i * out + j)] = l + 1 < L ? std::max(yb, 0.0) : yb;
       }
     if (l + 1 < L)

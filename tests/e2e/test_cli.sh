@@ -6,24 +6,7 @@ tf=$1
 src=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass=0
-expect() {  # expect CODE DESCRIPTION -- command...
-  local want=$1 what=$2
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" -eq "$want" ]; then
-    pass=$((pass + 1))
-  else
-    fails=$((fails + 1))
-    echo "FAIL: $what: exit $got, expected $want"
-    tail -5 "$tmp/err"
-  fi
-}
-contains() {  # contains FILE TEXT DESCRIPTION
-  if grep -q -- "$2" "$1"; then pass=$((pass + 1)); else fails=$((fails + 1)); echo "FAIL: $3: '$2' not in $1"; fi
-}
+. "$(dirname "$0")/e2e_lib.sh"
 
 expect 0 "help" -- "$tf" --help
 expect 2 "unknown command" -- "$tf" frobnicate
@@ -62,12 +45,51 @@ zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}
 YAML
 expect 0 "functional simulation of a tiny scenario" -- "$tf" simulate "$tmp/tiny.yaml" --functional --sweep 0:1:0.5
 contains "$tmp/out" "every ratio bit-identical" "functional verdict"
+cat >"$tmp/gpt.yaml" <<'YAML'
+name: tiny-gpt
+model: {preset: gpt-tiny, seq: 32}
+cluster: {profile: h200x2-32core, gpus_per_node: 2}
+training: {micro_batch: 1, steps: 2, precision: bf16, gradient_clipping: 1.0}
+optimizer: {type: adamw, params: {lr: 0.001}}
+zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}
+YAML
+expect 0 "functional simulation of a tiny decoder" -- "$tf" simulate "$tmp/gpt.yaml" --functional --sweep 0:1:0.5
+contains "$tmp/out" "every ratio bit-identical" "decoder functional verdict"
+contains "$tmp/err" "the CPU reference decoder" "decoder functional uses the reference decoder"
+printf 'data: {train: %s/data/tokens/pydocs-licenses-gpt2.bin}\n' "$src" >>"$tmp/gpt.yaml"
+expect 2 "token ids beyond the vocabulary" -- "$tf" simulate "$tmp/gpt.yaml"
+contains "$tmp/err" "data.train: token file: .*pydocs-licenses-gpt2.bin': byte" "the bad id's file and byte"
 expect 0 "verify (small)" -- "$tf" verify --n 3001 --steps 3
 contains "$tmp/out" "all backends bitwise equal" "verify verdict"
 expect 0 "bench (small, CPU only)" -- "$tf" bench --n 20000 --iters 1 --optimizers adamw --grads bf16 --gpu off \
   --json "$tmp/b.json"
 contains "$tmp/b.json" "same-streams bound" "bench JSON has the bound row"
 expect 2 "bench bad dtype" -- "$tf" bench --grads int8 --gpu off
+for t in 0 -1 99999; do
+  expect 2 "bench --threads $t" -- "$tf" bench --threads "$t" --gpu off
+  contains "$tmp/err" "expected a thread count in \[1, " "bench --threads $t names the range"
+done
+if ! "$tf" run --help | grep -q "needs the CUDA backend"; then  # a CPU-only build has no `run` to parse
+  expect 2 "run --threads -1 (before any GPU is needed)" -- "$tf" run --threads -1
+  contains "$tmp/err" "--threads -1: expected a thread count in \[1, " "run --threads names the range"
+fi
+expect 0 "bench: 1 and 2 ranks at once through the engine's CPU path" -- "$tf" bench --cpu-ranks 1,2 --n 65536 \
+  --layers 4 --iters 2 --optimizers adamw --grads bf16 --profile h100-80gb-16core-calibrated --json "$tmp/r.json"
+python3 - "$tmp/r.json" <<'PY' && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: bench --cpu-ranks JSON"; }
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["ranks"] for r in rows] == [1, 2], rows
+for r in rows:
+    assert r["Gparam/s"] > 0 and r["bound GB/s"] > 0 and r["sim ms"] > 0, r
+assert rows[0]["vs 1 process"] == "100.0%", rows[0]
+PY
+expect 0 "bench: the engine's CPU ops of a scenario, per layer" -- "$tf" bench --cpu-ranks 1 \
+  --scenario "$src/scenarios/real/mlp-2b.yaml" --ratio 0.001 --iters 1 --optimizers adamw --grads bf16 --per-layer
+contains "$tmp/out" "rank 0's CPU ops at 1 rank(s)" "bench --per-layer prints the ops"
+expect 2 "bench --cpu-ranks beyond the cores" -- "$tf" bench --cpu-ranks 1,100000
+expect 0 "bench: the old identical pinning, for comparison" -- "$tf" bench --cpu-ranks 2 --n 65536 --layers 2 \
+  --iters 1 --optimizers adamw --grads bf16 --pinning identical
+expect 2 "bench --pinning bad" -- "$tf" bench --cpu-ranks 1 --pinning shared
 expect 2 "calibrate needs --out" -- "$tf" calibrate
 expect 2 "calibrate bad --reps" -- "$tf" calibrate --out "$tmp/p.yaml" --reps 1
 expect 3 "calibrate without a visible GPU" -- env CUDA_VISIBLE_DEVICES= "$tf" calibrate --out "$tmp/p.yaml" --quick

@@ -2,6 +2,7 @@
 // fast.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
@@ -25,6 +26,8 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 namespace asio = boost::asio;
 
+constexpr uint32_t kSharedFileChannel = 3;  // rank_barrier's all_ok channel in these tests
+
 // An ephemeral loopback port: bound, read and released (rank 0 rebinds it with SO_REUSEADDR).
 uint16_t free_port() {
   asio::io_context io;
@@ -39,6 +42,8 @@ RendezvousOptions options(uint16_t port, int rank, int world, std::chrono::milli
   o.rank = rank;
   o.world_size = world;
   o.timeout_ms = timeout_ms;
+  o.local_rank = rank;  // every rank on this host, as `twinflow launch` starts them
+  o.local_world_size = world;
   return o;
 }
 
@@ -64,6 +69,8 @@ Outcome run_rank(const RendezvousOptions& o, std::vector<uint8_t> blob) {
     rv.barrier();
   } catch (const core::RuntimeFailure& e) {
     out.error = e.what();
+  } catch (const core::InputError& e) {
+    out.error = std::string("input: ") + e.what();
   }
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return out;
@@ -130,6 +137,49 @@ TEST(Rendezvous, DuplicateRankIsRefused) {
     EXPECT_NE(o.error, "");
     EXPECT_LT(o.seconds, 3.0);
   }
+}
+
+// LOCAL_WORLD_SIZE is what cuts the host's cores among its ranks: a launcher that says 1 where it
+// started 2 ranks on one host would make both pin to the same cores; rank 0 refuses, naming both.
+TEST(Rendezvous, LocalWorldSizeThatDisagreesWithTheRanksOnTheHostIsRefused) {
+  const uint16_t port = free_port();
+  RendezvousOptions a = options(port, 0, 2), b = options(port, 1, 2);
+  a.host = b.host = "gpu-a";
+  a.local_world_size = b.local_world_size = 1;
+  b.local_rank = 0;
+  auto r0 = std::async(std::launch::async, run_rank, a, unique_id());
+  auto r1 = std::async(std::launch::async, run_rank, b, std::vector<uint8_t>{});
+  const Outcome o0 = r0.get(), o1 = r1.get();
+  EXPECT_NE(o0.error.find("input: "), std::string::npos) << o0.error;
+  EXPECT_NE(o0.error.find("LOCAL_WORLD_SIZE=1, but the launcher started 2 rank(s) there (ranks 0,1)"),
+            std::string::npos)
+      << o0.error;
+  EXPECT_NE(o1.error.find("LOCAL_WORLD_SIZE=1"), std::string::npos) << o1.error;
+}
+
+TEST(Rendezvous, RanksOnTwoHostsCountPerHost) {
+  const uint16_t port = free_port();
+  std::vector<std::future<Outcome>> ranks;
+  for (int r = 3; r >= 0; --r) {
+    RendezvousOptions o = options(port, r, 4);
+    o.host = r < 2 ? "gpu-a" : "gpu-b";
+    o.local_rank = r % 2;
+    o.local_world_size = 2;
+    ranks.push_back(std::async(std::launch::async, run_rank, o, r == 0 ? unique_id() : std::vector<uint8_t>{}));
+  }
+  for (auto& f : ranks) EXPECT_EQ(f.get().error, "");
+}
+
+TEST(RankPlaces, EachDisagreementIsNamed) {
+  using P = std::vector<RankPlace>;
+  EXPECT_EQ(check_rank_places(P{{0, 0, 2, "a"}, {1, 1, 2, "a"}, {2, 0, 1, "b"}}), "");
+  EXPECT_EQ(check_rank_places(P{{0, 0, 2, "a"}, {1, 0, 1, "b"}, {2, 1, 2, "a"}}), "");
+  EXPECT_EQ(check_rank_places(P{{0, 0, 2, "a"}, {1, 1, 2, "a"}, {2, 1, 2, "b"}}),
+            "rank 2 on host 'b' has LOCAL_WORLD_SIZE=2, but the launcher started 1 rank(s) there (ranks 2): set "
+            "LOCAL_WORLD_SIZE to the ranks per host");
+  EXPECT_EQ(check_rank_places(P{{0, 1, 2, "a"}, {1, 1, 2, "a"}}), "ranks 0 and 1 on host 'a' both have LOCAL_RANK=1");
+  EXPECT_EQ(check_rank_places(P{{0, 0, 1, "a"}, {3, 5, 1, "b"}}), "rank 3 on host 'b' has LOCAL_RANK=5, outside 0..0");
+  EXPECT_FALSE(host_identity().empty());
 }
 
 TEST(Rendezvous, GarbageBytesAreAClearError) {
@@ -220,9 +270,9 @@ TEST(Rendezvous, BarrierAfterRendezvous) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[size_t(r)].get(), r);
 }
 
-// --save-master's protocol over the real rendezvous (rank_barrier): three ranks, each watching for lost
-// peers between the barriers, write their interleaved 4-byte slots of one file, twice; the file holds
-// every slot and no watch reported a failure.
+// --save-master's protocol over the real rendezvous (rank_barrier: all_ok on its own channel): three
+// ranks, each watching for lost peers all along, write their interleaved 4-byte slots of one file,
+// twice; the file holds every slot and no watch reported a failure.
 TEST(Rendezvous, RankBarrierCarriesASharedFileWrite) {
   const uint16_t port = free_port();
   tf::test::TempDir dir("tf_rdv");
@@ -238,7 +288,7 @@ TEST(Rendezvous, RankBarrierCarriesASharedFileWrite) {
         if (!reported) reported = true, lost.set_value(what);
       };
       rv.start_watch(on_lost);
-      const core::RankBarrier barrier = rank_barrier(rv, on_lost);
+      const core::RankBarrier barrier = rank_barrier(rv, kSharedFileChannel, 5000ms);
       for (const char* name : {"a.bin", "b.bin"})
         core::write_shared_output_file(dir.path() / name, "--save-master", kSlots * 4, r, kWorld, barrier,
                                        [&](core::OutputFile& f) {
@@ -262,8 +312,9 @@ TEST(Rendezvous, RankBarrierCarriesASharedFileWrite) {
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 2);
 }
 
-// A rank that cannot write its part passes false and leaves (its Rendezvous closes): the others' wait
-// fails with a RuntimeFailure naming it, and the old file is left as it was, with no temporary file.
+// A rank that cannot write its part votes false: every rank learns it from the vote (not from a lost
+// peer) and fails with a RuntimeFailure saying so, and the old file is left as it was, with no
+// temporary file.
 TEST(Rendezvous, RankBarrierAFailedRankFailsTheOthers) {
   const uint16_t port = free_port();
   tf::test::TempDir dir("tf_rdv");
@@ -276,7 +327,7 @@ TEST(Rendezvous, RankBarrierAFailedRankFailsTheOthers) {
         Rendezvous rv(options(port, r, kWorld, 5000ms), unique_id());
         const core::FaultHook hook = [r](const core::FaultPoint& f) { return r == 2 && f.op == "write" ? EIO : 0; };
         core::write_shared_output_file(
-            p, "--save-master", 12, r, kWorld, rank_barrier(rv),
+            p, "--save-master", 12, r, kWorld, rank_barrier(rv, kSharedFileChannel, 5000ms),
             [&](core::OutputFile& f) {
               const float v = float(r);
               f.write_at(&v, 4, uint64_t(r) * 4);
@@ -290,11 +341,104 @@ TEST(Rendezvous, RankBarrierAFailedRankFailsTheOthers) {
   std::vector<std::string> errors;
   for (auto& f : ranks) errors.push_back(f.get());  // ranks 2, 1, 0
   EXPECT_NE(errors[0].find("--save-master " + p.string() + ": cannot write"), std::string::npos) << errors[0];
-  for (size_t i : {1, 2}) EXPECT_NE(errors[i].find("rank 2"), std::string::npos) << errors[i];
+  for (size_t i : {1, 2})
+    EXPECT_NE(errors[i].find("another rank failed to write its part; the file was left as it was"), std::string::npos)
+        << errors[i];
   std::ifstream in(p);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "old");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
+}
+
+// all_ok is an AND over the ranks' flags, round after round.
+TEST(Rendezvous, AllOkIsAnAndOverRanks) {
+  const uint16_t port = free_port();
+  constexpr int kWorld = 3, kRounds = 8;
+  std::vector<std::future<std::vector<bool>>> ranks;
+  for (int r = 0; r < kWorld; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      Rendezvous rv(options(port, r, kWorld), unique_id());
+      std::vector<bool> got;
+      for (int round = 0; round < kRounds; ++round) got.push_back(rv.all_ok(round % (kWorld + 1) != r));
+      return got;
+    }));
+  // round k: rank k % 4 passes false (none when k % 4 == 3)
+  const std::vector<bool> want = {false, false, false, true, false, false, false, true};
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(ranks[size_t(r)].get(), want) << "rank " << r;
+}
+
+// Two threads per rank vote on two channels at once while the background watch runs (a checkpoint
+// writer's barrier beside the training loop's stop vote), each channel in its own order.
+TEST(Rendezvous, AllOkOnTwoChannelsFromTwoThreadsWhileTheWatchRuns) {
+  const uint16_t port = free_port();
+  constexpr int kWorld = 3, kRounds = 30;
+  std::vector<std::future<int>> ranks;
+  for (int r = 0; r < kWorld; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      Rendezvous rv(options(port, r, kWorld, 5000ms), unique_id());
+      std::atomic<bool> lost{false};
+      rv.start_watch([&](const std::string&) { lost = true; });
+      int wrong = 0;
+      auto voter = [&](uint32_t channel, int false_every) {
+        for (int i = 0; i < kRounds; ++i) {
+          const bool mine = !(r == 1 && i % false_every == 0);  // rank 1 says no now and then
+          wrong += rv.all_ok(mine, channel) != (i % false_every != 0);
+        }
+      };
+      std::thread writer(voter, 2u, 3);
+      voter(1u, 5);
+      writer.join();
+      rv.stop_watch();
+      rv.barrier();
+      return wrong + (lost ? 1000 : 0);
+    }));
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(ranks[size_t(r)].get(), 0) << "rank " << r;
+}
+
+// A rank that dies while the others wait in all_ok makes them fail, naming it, well before the timeout.
+TEST(Rendezvous, AllOkFailsWhenAPeerDies) {
+  const uint16_t port = free_port();
+  constexpr int kWorld = 3;
+  auto dying = std::async(std::launch::async, [&] {
+    Rendezvous rv(options(port, 2, kWorld, 10000ms), {});
+    std::this_thread::sleep_for(100ms);  // then its connection closes
+  });
+  std::vector<std::future<std::string>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      Rendezvous rv(options(port, r, kWorld, 10000ms), unique_id());
+      const auto t0 = Clock::now();
+      try {
+        rv.all_ok(true, 7);
+      } catch (const core::RuntimeFailure& e) {
+        EXPECT_LT(Clock::now() - t0, 3s);
+        EXPECT_THROW(rv.all_ok(true, 7), core::RuntimeFailure);  // every later call fails too
+        return e.what();
+      }
+      return "no error";
+    }));
+  dying.get();
+  for (auto& f : ranks) EXPECT_NE(f.get().find("rank 2 closed the connection"), std::string::npos);
+}
+
+// A rank that never votes: rank 0 times out naming it.
+TEST(Rendezvous, AllOkTimesOutNamingTheRanksThatDidNotVote) {
+  const uint16_t port = free_port();
+  std::promise<void> done;
+  std::shared_future<void> release = done.get_future().share();
+  auto silent = std::async(std::launch::async, [&] {
+    Rendezvous rv(options(port, 1, 2), {});
+    release.wait_for(5s);
+  });
+  Rendezvous rv0(options(port, 0, 2), unique_id());
+  try {
+    rv0.all_ok(true, 3, 300ms);
+    ADD_FAILURE() << "no timeout";
+  } catch (const core::RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks {1} to vote on channel 3"), std::string::npos) << e.what();
+  }
+  done.set_value();
+  silent.get();
 }
 
 }  // namespace

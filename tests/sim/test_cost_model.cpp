@@ -344,11 +344,24 @@ TEST(GemmRateTableCost, APassPrefersItsOwnMeasurements) {
   EXPECT_EQ(t.tflops_at(p, {4096, 8192, 8192}, GemmPass::kInputGrad), 800.0);
   // no weight-gradient point of this shape: the nearest of its own pass, carried by the shape model
   const double w = t.tflops_at(p, {4096, 8192, 8192}, GemmPass::kWeightGrad);
-  EXPECT_NEAR(w, 650.0 * tf::sim::gemm_efficiency(p, {4096, 8192, 8192}) / tf::sim::gemm_efficiency(p, {8192, 8192, 4096}),
+  EXPECT_NEAR(w,
+              650.0 * tf::sim::gemm_efficiency(p, {4096, 8192, 8192}) / tf::sim::gemm_efficiency(p, {8192, 8192, 4096}),
               1e-9);
   // kAny sees every point: the first listed at the exact shape
   EXPECT_EQ(t.tflops_at(p, {4096, 8192, 8192}), 700.0);
   // the same shape twice in one pass is refused; in two passes it is not
   EXPECT_THROW(GemmRateTable({{{1, 1, 1}, 1.0, GemmPass::kForward}, {{1, 1, 1}, 2.0, GemmPass::kForward}}),
                std::invalid_argument);
+}
+
+// The host shared by its ranks: min(alone, node(a) x single(a x threads) / single(all cores) / a).
+TEST(CostModel, SharedCpuRateIsTheRanksPartOfTheMeasuredNodeRate) {
+  // 2 ranks of 8 threads on 16 cores, both active: 4.2 x 4.5 / 4.5 / 2 = 2.1 (below alone, 4.0)
+  EXPECT_DOUBLE_EQ(tf::sim::shared_cpu_gparam_s({4.0, 4.2, 4.5, 4.5}, 2), 2.1);
+  // one active: its share of one process on all cores scaled to its 8 threads: 4.4 x 4.0 / 4.5
+  EXPECT_DOUBLE_EQ(tf::sim::shared_cpu_gparam_s({4.0, 4.4, 4.0, 4.5}, 1), 4.4 * 4.0 / 4.5);
+  // never faster than alone
+  EXPECT_DOUBLE_EQ(tf::sim::shared_cpu_gparam_s({1.0, 6.0, 6.0, 5.0}, 1), 1.0);
+  EXPECT_THROW(tf::sim::shared_cpu_gparam_s({4.0, 4.2, 4.5, 4.5}, 0), std::invalid_argument);
+  EXPECT_THROW(tf::sim::shared_cpu_gparam_s({4.0, 0.0, 4.5, 4.5}, 1), std::invalid_argument);
 }

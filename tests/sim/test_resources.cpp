@@ -17,15 +17,18 @@ using tf::sim::CpuPool;
 using tf::sim::Direction;
 using tf::sim::Event;
 using tf::sim::EventQueue;
+using tf::sim::HostCpuPool;
 using tf::sim::PcieParams;
 using tf::sim::Resource;
 using tf::sim::SharedLink;
+using tf::sim::SlowedServer;
 using tf::sim::TimeNs;
 using tf::sim::Work;
 
 namespace {
 
-// Our H100 host's PCIe (scenarios/hardware/MEASUREMENTS.md): 55 GB/s per direction alone, 83 GB/s both at once (41.5 each).
+// Our H100 host's PCIe (scenarios/hardware/MEASUREMENTS.md): 55 GB/s per direction alone, 83 GB/s both at once (41.5
+// each).
 constexpr PcieParams kH100Pcie{55.0, 55.0, 83.0, 0.0};
 
 std::vector<std::pair<TimeNs, TimeNs>> spans(const Resource& r) {
@@ -430,4 +433,89 @@ TEST(CpuPool, ChunksPipelineBehindTheirGradientCopies) {
   EXPECT_EQ(spans(h2d), (Spans{{3'000'000, 4'000'000}, {4'500'000, 5'500'000}}));
   EXPECT_EQ(p1.time(), 5'500'000);
   (void)p0;
+}
+
+// ---- HostCpuPool: the ranks of one host share its CPU optimizer rate ----------------------------------
+
+// Two ranks on one host: alone a pass runs at 4 params/ns; with both active each gets 2.5 (the host
+// moves 5). Rank 0: 20e6 params from 0; rank 1: 10e6 params from 2 ms.
+// [0, 2 ms): rank 0 alone at 4 -> 8e6 done. [2 ms, ...): both at 2.5; rank 1 needs 4 ms -> ends at
+// 6 ms, when rank 0 has done 8e6 + 10e6 = 18e6; its last 2e6 alone at 4 -> 0.5 ms: ends at 6.5 ms.
+TEST(HostCpuPool, RanksShareTheHostByHowManyRunAtOnce) {
+  EventQueue q;
+  HostCpuPool host(q, 2, [](int active) { return active == 1 ? 4.0 : 2.5; });
+  TimeNs end0 = -1, end1 = -1;
+  host.start(0, 20'000'000, [&] { end0 = q.now(); });
+  q.schedule_at(2'000'000, [&] { host.start(1, 10'000'000, [&] { end1 = q.now(); }); });
+  q.run_until(3'000'000);
+  EXPECT_EQ(host.active(), 2);
+  EXPECT_DOUBLE_EQ(host.current_gparam_s(0), 2.5);
+  EXPECT_DOUBLE_EQ(host.current_gparam_s(1), 2.5);
+  q.run();
+  EXPECT_EQ(end1, 6'000'000);
+  EXPECT_EQ(end0, 6'500'000);
+}
+
+// DMA on a rank's own link slows that rank's pass alone; the other rank of the host keeps its rate.
+TEST(HostCpuPool, DmaSlowsOnlyTheRankWhoseLinkCarriesIt) {
+  EventQueue q;
+  SharedLink link0(q, kH100Pcie), link1(q, kH100Pcie);
+  HostCpuPool host(
+      q, 2, [](int active) { return 6.0 / active; }, 2.0);
+  host.watch(0, link0);
+  host.watch(1, link1);
+  link0.start(Direction::kD2H, 55'000'000, [] {});  // [0, 1 ms) on rank 0's link
+  EXPECT_TRUE(host.slowed(0));
+  EXPECT_FALSE(host.slowed(1));
+  TimeNs end0 = -1, end1 = -1;
+  // both active: 3 params/ns each, rank 0 halved while its link is busy: rank 1 does 3e6 at 3 -> 1 ms;
+  // rank 0 does 1.5e6 by then, and its last 1.5e6 alone (6 params/ns, the link idle) take 0.25 ms.
+  host.start(0, 3'000'000, [&] { end0 = q.now(); });
+  host.start(1, 3'000'000, [&] { end1 = q.now(); });
+  q.run();
+  EXPECT_EQ(end1, 1'000'000);
+  EXPECT_EQ(end0, 1'250'000);
+}
+
+TEST(HostCpuPool, BadInput) {
+  EventQueue q;
+  EXPECT_THROW(HostCpuPool(q, 0, [](int) { return 1.0; }), std::invalid_argument);
+  EXPECT_THROW(HostCpuPool(q, 2, nullptr), std::invalid_argument);
+  EXPECT_THROW(HostCpuPool(
+                   q, 2, [](int) { return 1.0; }, 0.5),
+               std::invalid_argument);
+  HostCpuPool host(q, 2, [](int active) { return active > 1 ? 0.0 : 1.0; });
+  EXPECT_THROW(host.start(2, 10, [] {}), std::invalid_argument);
+  EXPECT_THROW(host.start(0, -1, [] {}), std::invalid_argument);
+  host.start(0, 10, [] {});
+  EXPECT_THROW(host.start(1, 10, [] {}), std::invalid_argument);  // the rate with 2 active is 0
+}
+
+// ---- SlowedServer: work measured alone, slowed while contention is active -------------------------------
+
+// 10 ms of alone-work; a source of factor 2 active during [2, 4 ms): those 2 ms do 1 ms of work, so it
+// ends 1 ms late. Then a link (factor 1.5) carries [12, 13 ms) during a second job of 3 ms from 11 ms:
+// [11, 12) 1 ms done, [12, 13) 2/3 ms, the last 4/3 ms alone: ends at 14.333... -> 14333334 ns.
+TEST(SlowedServer, ContentionStretchesTheWorkInProgress) {
+  EventQueue q;
+  SharedLink link(q, kH100Pcie);
+  SlowedServer gpu(q);
+  const int coll = gpu.add_source(2.0);
+  gpu.watch(link, 1.5);
+  Resource compute(q, "compute");
+  Event a = compute.submit("bwd", gpu.work(10'000'000));
+  q.schedule_at(2'000'000, [&] { gpu.set_active(coll, true); });
+  q.schedule_at(4'000'000, [&] { gpu.set_active(coll, false); });
+  Event gate = Event::create();
+  q.schedule_at(11'000'000, [&] { gate.fire(q.now()); });
+  Event b = compute.submit("bwd 2", gpu.work(3'000'000), {gate});
+  q.schedule_at(12'000'000, [&] { link.start(Direction::kD2H, 55'000'000, [] {}); });
+  q.run_until(3'000'000);
+  EXPECT_DOUBLE_EQ(gpu.current_factor(), 2.0);
+  q.run();
+  EXPECT_EQ(a.time(), 11'000'000);
+  EXPECT_EQ(b.time(), 14'333'334);
+  EXPECT_THROW(gpu.add_source(0.9), std::invalid_argument);
+  EXPECT_THROW(gpu.set_active(coll, false), std::logic_error);  // more ends than starts
+  EXPECT_THROW(gpu.set_active(7, true), std::invalid_argument);
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backends/backend.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
 #include "core/plan_hazards.h"
@@ -351,4 +352,120 @@ TEST(SimBackend, RanksRunThePlanTheEngineBuilds) {
     EXPECT_TRUE(tf::core::check_plan_hazards(rp.step).empty()) << r;
   }
 }
+// ---- the host shared by its ranks (docs/ARCHITECTURE.md, "The simulator: the host is shared") -------------
+
+// 16 cores; one process: 1, 1.8, 3, 4, 4.5 Gparam/s at 1, 2, 4, 8, 16 threads; k processes at once on
+// their shares: 4.4, 4.2 and 4.0 in total for k = 1, 2, 4.
+tf::core::CpuProfile shared_host_cpu() {
+  tf::core::CpuProfile c;
+  c.cores = 16;
+  c.mem_gbps = 140;
+  c.optimizer_gparam_s_per_core = 1;
+  c.optimizer_gparam_s_all_cores = 4.5;
+  c.optimizer_gparam_s_by_threads = {{1, 1}, {2, 1.8}, {4, 3}, {8, 4}, {16, 4.5}};
+  c.optimizer_node_gparam_s_by_ranks = {{1, 4.4}, {2, 4.2}, {4, 4.0}};
+  return c;
+}
+
+TEST(SimHost, RatesByActiveRanksFollowTheRankCurveOrTheStaticShare) {
+  tf::core::CpuProfile c = shared_host_cpu();
+  const std::vector<double> r = tf::backend::sim::cpu_rates_by_active(c, 8, 2);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_DOUBLE_EQ(r[0], 4.4 * 4.0 / 4.5);      // alone: min(4, 4.4 x single(8) / single(16))
+  EXPECT_DOUBLE_EQ(r[1], 4.2 * 4.5 / 4.5 / 2);  // both: 2.1
+  c.optimizer_node_gparam_s_by_ranks.clear();   // today's model: min(single(8), 4.5 / 2) whatever is active
+  EXPECT_EQ(tf::backend::sim::cpu_rates_by_active(c, 8, 2), (std::vector<double>{2.25, 2.25}));
+}
+
+// Rank 0: two ops of 10e6, rank 1: one op of 5e6, all from 0: rank 1 ends after 5e6 / 2.1 ns, when rank 0
+// has done 5e6 too; its other 15e6 run alone.
+TEST(SimHost, PredictedNodeTimeIsProcessorSharing) {
+  const tf::core::CpuProfile c = shared_host_cpu();
+  const std::vector<double> r = tf::backend::sim::cpu_rates_by_active(c, 8, 2);
+  const double want_ns = 5e6 / r[1] + 15e6 / r[0];
+  const double got = tf::backend::sim::predict_host_cpu_seconds(c, 8, {{10'000'000, 10'000'000}, {5'000'000}});
+  EXPECT_NEAR(got * 1e9, want_ns, 3.0);
+  EXPECT_THROW(tf::backend::sim::predict_host_cpu_seconds(c, 8, {}), std::invalid_argument);
+}
+
+// Two GPUs of one host, clipping on: after the norm both ranks run their CPU updates at once, each at
+// the two-rank rate for its whole CPU pass.
+TEST(SimHost, BothRanksOfAHostRunAtTheTwoRankRate) {
+  tf::core::Scenario s = decoder_scenario(2);
+  tf::core::CpuProfile& cpu = s.cluster.hardware.cpu;
+  cpu = shared_host_cpu();
+  cpu.dma_slowdown_factor = 1;  // no DMA term: the host's share alone
+  s.cluster.cpu_cores_per_gpu = 8;
+  SimOptions opt;
+  opt.keep_plans = true;
+  const SimPoint p = simulate_step(s, 0.5, opt);
+  double want_ns = 0;
+  int ops = 0;
+  for (const tf::core::Op& op : p.plans[0].ops)
+    if (op.kind == tf::core::OpKind::kCpuOptimizer) want_ns += double(op.elems) / 2.1, ++ops;
+  ASSERT_GT(ops, 0);
+  EXPECT_NEAR(double(p.kind_ns[size_t(tf::core::OpKind::kCpuOptimizer)]), want_ns, ops + 1.0);
+  // without the rank curve, the static share 2.25
+  cpu.optimizer_node_gparam_s_by_ranks.clear();
+  const SimPoint q = simulate_step(s, 0.5, opt);
+  EXPECT_NEAR(double(q.kind_ns[size_t(tf::core::OpKind::kCpuOptimizer)]), want_ns * 2.1 / 2.25, ops + 1.0);
+}
+
+// ---- compute slowed by collectives and copies ----------------------------------------------------------
+
+// Two GPUs: the collectives overlap backward. A slowdown of (almost) 1 takes the rate-based path and
+// gives the fixed durations' step within rounding; 1.5 stretches forward and backward, by at most 1.5.
+TEST(SimCompute, CollectivesSlowTheComputeTheyOverlap) {
+  tf::core::Scenario s = decoder_scenario(2);
+  auto& gpu = s.cluster.hardware.gpu;
+  const auto compute_ns = [](const SimPoint& p) {
+    return double(p.kind_ns[size_t(tf::core::OpKind::kForward)] + p.kind_ns[size_t(tf::core::OpKind::kBackward)]);
+  };
+  const SimPoint fixed = simulate_step(s, 0.25);
+  gpu.compute_slowdown_during_collectives = 1 + 1e-12;
+  const SimPoint same = simulate_step(s, 0.25);
+  const tf::core::RunSettings rs = tf::core::resolve_settings(s);
+  const tf::core::RankPlan rp =
+      tf::core::plan_rank(rs.model, tf::core::make_partition(rs.model, rs.partition), 0, 0.25, rs.memory_options());
+  int compute_ops = 0;
+  for (const tf::core::Op& op : rp.step.ops)
+    compute_ops += op.kind == tf::core::OpKind::kForward || op.kind == tf::core::OpKind::kBackward;
+  EXPECT_NEAR(compute_ns(same), compute_ns(fixed), compute_ops);
+  gpu.compute_slowdown_during_collectives = 1.5;
+  const SimPoint slowed = simulate_step(s, 0.25);
+  EXPECT_GT(compute_ns(slowed), compute_ns(fixed) * 1.01);
+  EXPECT_LE(compute_ns(slowed), compute_ns(fixed) * 1.5 + compute_ops);
+  EXPECT_GT(slowed.step_ns, fixed.step_ns);
+  gpu.compute_slowdown_during_collectives = 0;  // not measured: the fixed durations again
+  gpu.compute_slowdown_during_dma = 1.25;       // copies run during backward (the CPU part's D2H)
+  EXPECT_GT(compute_ns(simulate_step(s, 0.25)), compute_ns(fixed));
+}
+
 }  // namespace
+
+// summarize_timeline splits the exposed transfer time: the CPU optimizer while compute and comm are idle,
+// and copies while those and the CPU optimizer are idle. A one-layer MLP at ratio 1 (forward, backward,
+// d2h, CPU update, h2d), by hand: forward [0, 100), d2h [50, 150), CPU update [120, 200), h2d [190, 260),
+// the rest empty: transfer exposed 100..260 = 160 = CPU 120..200 (80) + copies 100..120 and 200..260 (80).
+TEST(Timeline, ExposedCpuOptimizerAndCopiesSplitTheExposedTransfer) {
+  using tf::core::OpKind;
+  const tf::core::ModelDesc m = tf::core::describe_model(tf::core::make_mlp({64, 64}));
+  const tf::core::Partition part = tf::core::make_partition(m, {3, 1, 2048});
+  const tf::core::StepPlan plan =
+      tf::core::plan_step(m, part, tf::core::split_shard(part.ranks[0], 1.0, 2048), tf::core::StepConfig{});
+  std::vector<tf::backend::OpInterval> iv(plan.ops.size());
+  for (const tf::core::Op& op : plan.ops) {
+    iv[op.id].op = op.id;
+    const std::pair<int64_t, int64_t> at = op.kind == OpKind::kForward        ? std::pair{0, 100}
+                                           : op.kind == OpKind::kD2HGrad      ? std::pair{50, 150}
+                                           : op.kind == OpKind::kCpuOptimizer ? std::pair{120, 200}
+                                           : op.kind == OpKind::kH2DParam     ? std::pair{190, 260}
+                                                                              : std::pair{0, 0};
+    iv[op.id].start_ns = at.first;
+    iv[op.id].end_ns = at.second;
+  }
+  const tf::backend::StepTimeline t = tf::backend::summarize_timeline(plan, iv);
+  EXPECT_EQ(t.exposed_transfer_ns, 160);
+  EXPECT_EQ(t.exposed_cpu_optimizer_ns, 80);
+  EXPECT_EQ(t.exposed_copies_ns, 80);
+}

@@ -19,10 +19,11 @@
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/master_weights.h"
+#include "core/and_barrier.h"
 #include "core/error.h"
 #include "core/scenario.h"
 #include "core/settings.h"
-#include "tests/and_barrier.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -46,17 +47,6 @@ void add_ints(po::options_description& d) {
 }
 void add_metrics(po::options_description& d) { add_metrics_options(d, "port", "address", "linger"); }
 
-std::string input_error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (...) {
-    return "(another exception)";
-  }
-  return "(no exception)";
-}
-
 template <class E>
 Failure classify(E e) {
   try {
@@ -69,13 +59,13 @@ Failure classify(E e) {
 }  // namespace
 
 TEST(CliIntOption, NegativeAndHugeValuesAreRangeErrorsNeverWrapped) {
-  EXPECT_EQ(input_error_of([] {
+  EXPECT_EQ(tf::test::error_of<InputError>([] {
               int_option(parse({"--n", "-1"}, add_ints), kN);
             }),
             "--n '-1': expected an integer in [1, 2147483648]");
   for (const char* bad :
        {"0", "2147483649", "18446744073709551615", "99999999999999999999999", "12abc", "1e3", "0x10", " 5", "", "+-3"})
-    EXPECT_NE(input_error_of([&] {
+    EXPECT_NE(tf::test::error_of<InputError>([&] {
                 int_option(parse({"--n", bad}, add_ints), kN);
               }).find("expected an integer in"),
               std::string::npos)
@@ -97,18 +87,18 @@ TEST(CliIntOption, HelpStatesTheRange) {
 }
 
 TEST(CliMetricsOptions, LingerAndPortAreBoundedBeforeUse) {
-  EXPECT_EQ(input_error_of([] {
+  EXPECT_EQ(tf::test::error_of<InputError>([] {
               read_metrics_options(parse({"--metrics-linger", "1e10"}, add_metrics));
             }),
             "--metrics-linger 1e+10: allowed -1 (serve until interrupted) or [0, 1e+06] seconds");
   for (const char* bad : {"-2", "-0.5", "1000001", "inf", "nan"})
-    EXPECT_NE(input_error_of([&] {
+    EXPECT_NE(tf::test::error_of<InputError>([&] {
                 read_metrics_options(parse({"--metrics-linger", bad}, add_metrics));
               }),
               "(no exception)")
         << bad;
   for (const char* bad : {"-1", "65536", "1e3"})
-    EXPECT_NE(input_error_of([&] {
+    EXPECT_NE(tf::test::error_of<InputError>([&] {
                 read_metrics_options(parse({"--metrics-port", bad}, add_metrics));
               }).find("--metrics-port '"),
               std::string::npos)
@@ -227,7 +217,7 @@ TEST(MasterWeights, RanksWriteOneFileInModelOrder) {
   const auto value = [](int64_t i) { return float(i) * 0.5f - 3.25f; };
   std::vector<std::vector<std::pair<int64_t, float>>> mine(2);
   for (int64_t i = 0; i < kTotal; ++i) mine[size_t((i / 777) % 2)].push_back({i, value(i)});
-  tf::test::AndBarrier and_barrier(2);
+  tf::core::AndBarrier and_barrier(2);
   const tf::core::RankBarrier barrier = and_barrier.callback();
   std::thread r1([&] { write_master_weights(p.string(), kTotal, mine[1], 1, 2, barrier); });
   write_master_weights(p.string(), kTotal, mine[0], 0, 2, barrier);

@@ -66,6 +66,9 @@ HardwareProfile full_profile() {
   p.cpu.optimizer_gparam_s_all_cores = 5.2;
   p.cpu.dma_slowdown_factor = 1.6834;
   p.cpu.optimizer_gparam_s_by_threads = {{1, 1.04}, {2, 1.66}, {4, 2.89}, {32, 5.2}};
+  p.cpu.optimizer_node_gparam_s_by_ranks = {{1, 5.125}, {2, 4.75}, {4, 4.5}};
+  p.gpu.compute_slowdown_during_collectives = 1.0625;
+  p.gpu.compute_slowdown_during_dma = 1.015625;
   p.host_memory_bytes = 274877906944;
   for (const char* key : {"gpus_per_node",
                           "gpu.hbm_bytes",
@@ -78,6 +81,8 @@ HardwareProfile full_profile() {
                           "gpu.event_record_ns",
                           "gpu.optimizer_gbps",
                           "gpu.event_sync_ns",
+                          "gpu.compute_slowdown_during_collectives",
+                          "gpu.compute_slowdown_during_dma",
                           "gpu.bf16_gemm_tflops_by_shape",
                           "pcie.h2d_gbps",
                           "pcie.d2h_gbps",
@@ -97,6 +102,7 @@ HardwareProfile full_profile() {
                           "cpu.optimizer_gparam_s_per_core",
                           "cpu.optimizer_gparam_s_all_cores",
                           "cpu.optimizer_gparam_s_by_threads",
+                          "cpu.optimizer_node_gparam_s_by_ranks",
                           "cpu.dma_slowdown_factor",
                           "host.memory_bytes"})
     p.sources[key] = std::string("twinflow calibrate 2026-11-22 (twinflow calibrate --out x.yaml): ") + key +
@@ -149,19 +155,23 @@ TEST(HardwareWriter, ShippedProfilesRoundTrip) {
 TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   HardwareProfile p = full_profile();
   p.gpu.hbm_copy_gbps = p.gpu.event_record_ns = p.gpu.event_sync_ns = p.gpu.optimizer_gbps = 0;
+  p.gpu.compute_slowdown_during_collectives = p.gpu.compute_slowdown_during_dma = 0;
   p.gpu.bf16_gemm_tflops_by_shape.clear();
   p.pcie.pageable_h2d_gbps = p.pcie.copy_latency_ns = 0;
   p.intra_node.bus_gbps_by_message_bytes.clear();
   p.intra_node.all_gather_bus_gbps_by_message_bytes.clear();
   p.intra_node.reduce_scatter_bus_gbps_by_message_bytes.clear();
   p.cpu.optimizer_gparam_s_by_threads.clear();
+  p.cpu.optimizer_node_gparam_s_by_ranks.clear();
   p.description.clear();
   for (const char* key : {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "gpu.optimizer_gbps",
+                          "gpu.compute_slowdown_during_collectives", "gpu.compute_slowdown_during_dma",
                           "pcie.pageable_h2d_gbps", "pcie.copy_latency_ns"})
     p.sources.erase(key);  // zero without a source: not measured
   const std::string text = format_hardware_profile(p);
-  for (const char* key : {"hbm_copy_gbps", "event_record_ns", "event_sync_ns", "optimizer_gbps", "bf16_gemm_tflops_by_shape",
-                          "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads", "description"})
+  for (const char* key : {"hbm_copy_gbps", "event_record_ns", "event_sync_ns", "optimizer_gbps",
+                          "bf16_gemm_tflops_by_shape", "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes",
+                          "by_threads", "by_ranks", "compute_slowdown", "description"})
     EXPECT_FALSE(contains(text, key)) << key;
   HardwareProfile q = parse_hardware_profile(text, "min.yaml");
   // sources of the figures not written are not read back
@@ -212,6 +222,9 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
       {"- [8192, 8192, 8192, 781.0625]", "- [8192, 0, 8192, 781.0625]", "bf16_gemm_tflops_by_shape.value[1][1]"},
       {"- [8192, 8192, 8192, 781.0625]", "- [8192, 8192, 8192, 0]", "bf16_gemm_tflops_by_shape.value[1][3]"},
       {"- [33554432, 181.25]", "- [1000, 181.25]", "message sizes must ascend"},
+      {"- [2, 4.75]", "- [1, 4.75]", "rank counts must ascend; 1 follows 1"},
+      {"- [4, 4.5]", "- [33, 4.5]", "optimizer_node_gparam_s_by_ranks.value[2][0]"},
+      {"- [4, 4.5]", "- [4, 0]", "optimizer_node_gparam_s_by_ranks.value[2][1]"},
       {"copy_latency_ns: {value: 2500.125", "copy_latency_ns: {value: -1", "pcie.copy_latency_ns.value"},
       {"pageable_h2d_gbps: {value: 12.5", "pageable_h2d_gbps: {value: 0", "pcie.pageable_h2d_gbps.value"},
       {"event_sync_ns: {value: 9876.25", "event_sync_ns: {value: 9876.25, sauce: x", "unknown key"},
@@ -227,4 +240,17 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
       EXPECT_TRUE(contains(e.what(), c.message)) << e.what();
     }
   }
+}
+
+// The node rate with k concurrent ranks: the measured points, linear between them, flat outside.
+TEST(CpuProfile, NodeRateByRanksInterpolates) {
+  CpuProfile c;
+  EXPECT_EQ(c.optimizer_node_gparam_s(2), 0.0);  // not measured
+  c.optimizer_node_gparam_s_by_ranks = {{1, 5.0}, {2, 4.5}, {4, 4.0}};
+  EXPECT_DOUBLE_EQ(c.optimizer_node_gparam_s(1), 5.0);
+  EXPECT_DOUBLE_EQ(c.optimizer_node_gparam_s(3), 4.25);
+  EXPECT_DOUBLE_EQ(c.optimizer_node_gparam_s(4), 4.0);
+  EXPECT_DOUBLE_EQ(c.optimizer_node_gparam_s(8), 4.0);
+  c.optimizer_node_gparam_s_by_ranks = {{2, 4.5}};
+  EXPECT_DOUBLE_EQ(c.optimizer_node_gparam_s(1), 4.5);
 }

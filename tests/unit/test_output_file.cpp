@@ -16,9 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/and_barrier.h"
 #include "core/error.h"
 #include "core/output_file.h"
-#include "tests/and_barrier.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -45,19 +46,6 @@ std::vector<std::string> names_in(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
-}
-
-// The message of the RuntimeFailure that fn throws ("" when it throws nothing or something else).
-template <class F>
-std::string failure_of(F&& fn) {
-  try {
-    fn();
-  } catch (const RuntimeFailure& e) {
-    return e.what();
-  } catch (...) {
-    return "(another exception)";
-  }
-  return "(no exception)";
 }
 
 }  // namespace
@@ -110,7 +98,8 @@ TEST(OutputFile, AFailingStepLeavesTheTargetAsItWas) {
     tf::test::TempDir dir("tf_out");
     const fs::path p = dir.write("t.json", "old");
     const FaultHook hook = [op](const FaultPoint& f) { return f.op == op ? ENOSPC : 0; };
-    const std::string msg = failure_of([&] { write_output_file(p, "new content", "--trace", hook); });
+    const std::string msg =
+        tf::test::error_of<RuntimeFailure>([&] { write_output_file(p, "new content", "--trace", hook); });
     EXPECT_NE(msg.find("--trace " + p.string() + ": cannot "), std::string::npos) << msg;
     EXPECT_NE(msg.find(std::strerror(ENOSPC)), std::string::npos) << msg;
     EXPECT_NE(msg.find("was left as it was"), std::string::npos) << msg;
@@ -121,7 +110,7 @@ TEST(OutputFile, AFailingStepLeavesTheTargetAsItWas) {
 
 TEST(OutputFile, DevFullFailsWithTheWriteError) {
   if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
-  const std::string msg = failure_of([] { write_output_file("/dev/full", "{}\n", "--json"); });
+  const std::string msg = tf::test::error_of<RuntimeFailure>([] { write_output_file("/dev/full", "{}\n", "--json"); });
   EXPECT_EQ(msg,
             std::string("--json /dev/full: cannot write: ") + std::strerror(ENOSPC) + " (the file system is full)");
 }
@@ -146,7 +135,8 @@ TEST(OutputFile, DevicesAndProcPathsAreWrittenInPlace) {
 
 TEST(OutputFile, MissingDirectoryFailsAndCreatesNothing) {
   tf::test::TempDir dir("tf_out");
-  const std::string msg = failure_of([&] { write_output_file(dir.path() / "no/such/x.csv", "a", "--csv"); });
+  const std::string msg =
+      tf::test::error_of<RuntimeFailure>([&] { write_output_file(dir.path() / "no/such/x.csv", "a", "--csv"); });
   EXPECT_NE(msg.find(std::strerror(ENOENT)), std::string::npos) << msg;
   EXPECT_TRUE(names_in(dir.path()).empty());
 }
@@ -158,7 +148,7 @@ TEST(OutputFile, ReadOnlyDirectoryFailsAndLeavesTheFile) {
   fs::create_directory(ro);
   const fs::path p = dir.write("ro/x.csv", "old");
   ASSERT_EQ(::chmod(ro.c_str(), 0555), 0);
-  const std::string msg = failure_of([&] { write_output_file(p, "new", "--csv"); });
+  const std::string msg = tf::test::error_of<RuntimeFailure>([&] { write_output_file(p, "new", "--csv"); });
   ::chmod(ro.c_str(), 0755);
   EXPECT_NE(msg.find(std::strerror(EACCES)), std::string::npos) << msg;
   EXPECT_EQ(read_all(p), "old");
@@ -178,7 +168,7 @@ TEST(SharedOutputFile, RanksWriteTheirPartsOfOneFile) {
   const fs::path p = dir.path() / "master.bin";
   dir.write("master.bin.tmp-shared", "stale, from a crash");
   constexpr int kWorld = 3, kSlots = 1000;
-  tf::test::AndBarrier barrier(kWorld);
+  tf::core::AndBarrier barrier(kWorld);
   std::vector<std::thread> ranks;
   std::vector<std::string> errors(kWorld);
   for (int r = 0; r < kWorld; ++r)
@@ -211,13 +201,13 @@ TEST(SharedOutputFile, ARankThatFailsLeavesTheTargetAsItWas) {
   tf::test::TempDir dir("tf_out");
   const fs::path p = dir.write("master.bin", "old");
   constexpr int kWorld = 2;
-  tf::test::AndBarrier barrier(kWorld);
+  tf::core::AndBarrier barrier(kWorld);
   std::vector<std::thread> ranks;
   std::vector<std::string> errors(kWorld);
   for (int r = 0; r < kWorld; ++r)
     ranks.emplace_back([&, r] {
       const FaultHook hook = [r](const FaultPoint& f) { return r == 1 && f.op == "write" ? EIO : 0; };
-      errors[size_t(r)] = failure_of([&] {
+      errors[size_t(r)] = tf::test::error_of<RuntimeFailure>([&] {
         write_shared_output_file(
             p, "--save-master", 8, r, kWorld, barrier.callback(),
             [&](OutputFile& f) {

@@ -184,3 +184,21 @@ TEST(PlanHazards, WhatOpsTouch) {
   EXPECT_TRUE(has(uses(OpKind::kGpuOptimizer, -1), PlanBuffer::kParams, true));
   EXPECT_TRUE(has(uses(OpKind::kGpuOptimizer, -1), PlanBuffer::kNormResult, false));
 }
+
+// The tied head reads the embedding: its gathers fill the shared buffer too, and the refill of that
+// buffer waits for its last reader like any other (a removed dependency is found).
+TEST(PlanHazards, ARemovedSharedGatherDependencyIsFound) {
+  const ModelDesc m = describe_model(model_preset("gpt-tiny"));
+  StepConfig c;
+  c.grad_accum = 2;
+  StepPlan p = plan_of(m, 3, 2, 0.3, c);
+  const int head = p.layers - 1;
+  auto refill = std::find_if(p.ops.begin(), p.ops.end(), [&](const Op& o) {
+    return o.kind == OpKind::kAllGather && o.layer == head && !o.deps.empty() &&
+           p.ops[o.deps[0]].kind == OpKind::kForward && p.ops[o.deps[0]].layer == head;
+  });
+  ASSERT_NE(refill, p.ops.end());
+  EXPECT_EQ(refill->shared_layer, 0);
+  refill->deps.clear();
+  EXPECT_TRUE(any_mentions(check_plan_hazards(p), "gather_shared"));
+}

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/hardware.h"
 #include "core/scenario.h"
+#include "core/token_data.h"
 #include "tests/temp_dir.h"
 
 #ifndef TWINFLOW_SOURCE_DIR
@@ -834,4 +835,55 @@ TEST(Scenario, SimulationSizeIssueForAnotherWorld) {
   EXPECT_FALSE(simulation_size_issue(big, 65536, 4).has_value());  // 65536 x 4 x 4 = 2^20
   EXPECT_EQ(simulation_size_issue(s, 1, 0), "grad_accum 0 is out of range; allowed [1, 1048576]");
   EXPECT_EQ(simulation_size_issue(s, 1, kMaxBatch + 1), "grad_accum 1048577 is out of range; allowed [1, 1048576]");
+}
+
+// data: {train: PATH} is a token file checked when the scenario is read (relative to the scenario, the
+// file and byte offset named, with the key's position); init: {from: PATH} must be a file; workload
+// decoder needs a decoder, and auto means it.
+TEST(Scenario, DecoderDataInitAndWorkload) {
+  TempDir d;
+  auto token_file = [](const std::vector<uint16_t>& ids) {
+    std::vector<int32_t> header(256, 0);
+    header[0] = kTokenFileMagic, header[1] = kTokenFileVersion, header[2] = int32_t(ids.size());
+    std::string out(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+    return out.append(reinterpret_cast<const char*>(ids.data()), ids.size() * 2);
+  };
+  std::vector<uint16_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = uint16_t(i % 100);
+  d.write("data/ok.bin", token_file(ids));
+  ids[33] = 100;  // the vocabulary is 100
+  d.write("data/big-id.bin", token_file(ids));
+  d.write("data/short.bin", token_file(std::vector<uint16_t>(10, 1)));  // fewer than seq + 1 = 17 tokens
+  d.write("w.safetensors", "not checked here");
+  const std::string base = join_lines(kBase);
+  const Scenario ok =
+      load_scenario(d.write("s/ok.yaml", base + "data: {train: ../data/ok.bin}\ninit: {from: ../w.safetensors}\n"));
+  EXPECT_EQ(ok.data.train, (d.path() / "data" / "ok.bin").lexically_normal());
+  EXPECT_EQ(ok.init.from, (d.path() / "w.safetensors").lexically_normal());
+  EXPECT_EQ(ok.workload.resolved(ok.model.type), WorkloadType::kDecoder);
+  EXPECT_TRUE(load_scenario(d.write("s/none.yaml", base)).data.train.empty());
+
+  std::string e = load_error(d.write("s/id.yaml", base + "data: {train: ../data/big-id.bin}\n"));
+  EXPECT_TRUE(contains(e, "s/id.yaml:17:15: data.train: token file: '")) << e;
+  EXPECT_TRUE(contains(e, "big-id.bin': byte " + std::to_string(1024 + 33 * 2))) << e;
+  e = load_error(d.write("s/short.yaml", base + "data: {train: ../data/short.bin}\n"));
+  EXPECT_TRUE(contains(e, "data.train:") && contains(e, "short.bin")) << e;
+  e = load_error(d.write("s/missing.yaml", base + "data: {train: ../data/none.bin}\n"));
+  EXPECT_TRUE(contains(e, "data.train:") && contains(e, "none.bin")) << e;
+  e = load_error(d.write("s/noinit.yaml", base + "init: {from: ../none.safetensors}\n"));
+  EXPECT_TRUE(contains(e, "s/noinit.yaml:17:14: init.from:") && contains(e, "not a regular file")) << e;
+  e = load_error(d.write("s/key.yaml", base + "data: {tarin: x.bin}\n"));
+  EXPECT_TRUE(contains(e, "train")) << e;
+
+  const Scenario dec = load_scenario(d.write("s/w.yaml", base + "workload: {type: decoder}\n"));
+  EXPECT_EQ(dec.workload.type, WorkloadType::kDecoder);
+  const std::string mlp =
+      "model: {type: mlp, dims: [8, 8]}\ncluster: {profile: h100-80gb-16core}\n"
+      "training: {micro_batch: 2}\noptimizer: {type: adamw}\nzero: {stage: 3}\n";
+  e = load_error(d.write("s/mlp-dec.yaml", mlp + "workload: {type: decoder}\n"));
+  EXPECT_TRUE(contains(e, "workload.type: the decoder workload needs a decoder model")) << e;
+  e = load_error(d.write("s/mlp-data.yaml", mlp + "data: {train: ../data/ok.bin}\n"));
+  EXPECT_TRUE(contains(e, "data: data needs a decoder model")) << e;
+  e = load_error(d.write("s/dec-mlp.yaml", base + "workload: {type: mlp}\n"));
+  EXPECT_TRUE(contains(e, "allowed here: auto, synthetic, decoder")) << e;
 }

@@ -96,8 +96,12 @@ TEST(Settings, Overrides) {
       "model: {preset: gpt-tiny}\ncluster: {profile: h100-80gb-16core}\ntraining: {micro_batch: 1}\n"
       "optimizer: {type: adamw}\nzero: {stage: 3}\n",
       {}, "d.yaml");
-  EXPECT_EQ(resolve_settings(decoder).workload, WorkloadType::kSynthetic);  // no GPU decoder workload yet
+  EXPECT_EQ(resolve_settings(decoder).workload, WorkloadType::kDecoder);  // auto: the model trained for real
+  EXPECT_EQ(resolve_settings(decoder, {.workload = WorkloadType::kSynthetic}).workload, WorkloadType::kSynthetic);
   EXPECT_THROW(resolve_settings(decoder, {.workload = WorkloadType::kMlp}), InputError);
+  EXPECT_THROW(resolve_settings(sc, {.workload = WorkloadType::kDecoder}), InputError);  // an MLP
+  EXPECT_TRUE(resolve_settings(decoder).data_train.empty());                             // the built-in stream
+  EXPECT_TRUE(resolve_settings(decoder).init_from.empty());                              // GPT-2's init
 }
 
 // An override out of range names what set it.

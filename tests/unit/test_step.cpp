@@ -182,3 +182,29 @@ TEST(Step, NormAllReduceCarriesTheTileTable) {
   EXPECT_EQ(norm->elems, tiles);
   EXPECT_EQ(norm->bytes, 8 * (tiles + 1));
 }
+
+// The tied head reads the token embedding, which layer 0 owns: its compute ops name that layer, and
+// each ZeRO-3 gather of the head gathers the embedding too (its bytes counted); no other op does.
+TEST(Step, TheTiedHeadGathersTheEmbeddingItReads) {
+  const ModelDesc m = describe_model(model_preset("gpt-tiny"));
+  const int head = int(m.layers.size()) - 1;
+  ASSERT_EQ(m.shared_owner(size_t(head)), 0);
+  for (int stage : {1, 3}) {
+    const Partition part = make_partition(m, {stage, 2, 2048});
+    StepConfig c;
+    c.grad_accum = 2;
+    const StepPlan p = plan_step(m, part, split_shard(part.ranks[0], 0.3, 2048), c);
+    size_t head_gathers = 0;
+    for (const Op& o : p.ops) {
+      const bool compute = o.kind == OpKind::kForward || o.kind == OpKind::kBackward;
+      const bool head_gather = o.kind == OpKind::kAllGather && o.layer == head && o.micro_batch >= 0;
+      EXPECT_EQ(o.shared_layer, (compute || head_gather) && o.layer == head ? 0 : -1) << o.label();
+      if (o.kind == OpKind::kAllGather && o.micro_batch >= 0) {
+        EXPECT_EQ(o.bytes, (part.layer_slice[size_t(o.layer)] + (o.layer == head ? part.layer_slice[0] : 0)) * 2 * 2)
+            << o.label();
+      }
+      head_gathers += head_gather;
+    }
+    EXPECT_EQ(head_gathers, stage == 3 ? 4u : 0u);  // forward and backward, per micro-batch
+  }
+}

@@ -1,5 +1,5 @@
-// Threads standing in for ranks: a reusable AND barrier (core::RankBarrier), for the checkpoint tests,
-// the crash driver and the shared output file's tests.
+// An AND barrier for ranks that are threads of one process (the functional simulator's ranks, tests):
+// core::RankBarrier's contract (core/io_hooks.h; core::CheckpointBarrier is its name for checkpoints).
 #pragma once
 
 #include <condition_variable>
@@ -8,13 +8,16 @@
 
 #include "core/io_hooks.h"
 
-namespace tf::test {
+namespace tf::core {
 
-// A reusable barrier for `n` threads that ANDs their flags: core::RankBarrier's contract (a
-// checkpoint's, a shared output file's).
+// A reusable barrier for `n` threads: each arrives with its own `ok`, and all return the AND of the
+// round's flags once the n-th has arrived.
 class AndBarrier {
  public:
   explicit AndBarrier(int n) : n_(n) {}
+  AndBarrier(const AndBarrier&) = delete;
+  AndBarrier& operator=(const AndBarrier&) = delete;
+
   bool arrive(bool ok) {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t gen = gen_;
@@ -30,7 +33,8 @@ class AndBarrier {
     cv_.wait(lock, [&] { return gen_ != gen; });
     return result_;
   }
-  core::RankBarrier callback() {
+  // As a callback (a checkpoint's, a shared output file's); the barrier must outlive it.
+  RankBarrier callback() {
     return [this](bool ok) { return arrive(ok); };
   }
 
@@ -44,4 +48,4 @@ class AndBarrier {
   uint64_t gen_ = 0;
 };
 
-}  // namespace tf::test
+}  // namespace tf::core

@@ -1,0 +1,214 @@
+// `twinflow bench --cpu-ranks`: node throughput of k ranks' CPU optimizers at once, against the
+// read-modify-write bound measured by the same processes in the same run.
+#include "apps/twinflow/bench_ranks.h"
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "apps/twinflow/cpu_ranks.h"
+#include "apps/twinflow/measure.h"
+#include "apps/twinflow/table.h"
+#include "backends/sim/sim_backend.h"
+#include "core/error.h"
+#include "core/hardware.h"
+#include "core/settings.h"
+#if defined(TWINFLOW_HAVE_CUDA)
+#include "backends/cuda/calibrate.h"
+#include "backends/cuda/cuda_backend.h"
+#endif
+
+namespace tf::app {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// H2D and D2H copies kept in flight on GPU 0 while a row is timed (calibrate's background load: its
+// thread sleeps on events, so it takes no core). Without CUDA or a GPU, `--dma on` is an error.
+class DmaLoad {
+ public:
+  explicit DmaLoad(bool wanted) {
+    if (!wanted) return;
+#if defined(TWINFLOW_HAVE_CUDA)
+    std::string why;
+    if (!backend::cuda::cuda_available(&why)) throw core::RuntimeFailure("--dma: no usable CUDA device (" + why + ")");
+    dma_ = std::make_unique<backend::cuda::calibrate::BackgroundDma>(0, size_t(64) << 20);
+#else
+    throw core::RuntimeFailure("--dma: this build has no CUDA backend");
+#endif
+  }
+  void start() {
+#if defined(TWINFLOW_HAVE_CUDA)
+    if (dma_) dma_->start();
+#endif
+  }
+  double stop() {  // GB/s both directions moved together (0 without a load)
+#if defined(TWINFLOW_HAVE_CUDA)
+    if (dma_) return dma_->stop();
+#endif
+    return 0;
+  }
+
+ private:
+#if defined(TWINFLOW_HAVE_CUDA)
+  std::unique_ptr<backend::cuda::calibrate::BackgroundDma> dma_;
+#endif
+};
+
+std::vector<RankLayout> layouts_for(const RanksBenchOptions& o, int k) {
+  if (!o.scenario) return flat_layouts(o.n, k, o.layers);
+  const core::Scenario sc = core::load_scenario(*o.scenario);
+  core::SettingsOverrides ov;
+  ov.world = k;
+  return scenario_layouts(core::resolve_settings(sc, ov), o.ratio < 0 ? sc.cpu_ratio() : o.ratio);
+}
+
+// One measured row's identity: what ran, so that k = 1's row is the reference for the same at k > 1.
+struct RowKey {
+  CpuRankSetup s;
+  bool dma = false;
+  std::string key() const {
+    return std::string(core::optimizer_name(s.kind)) + "/" + std::string(core::dtype_name(s.grad)) + "/" +
+           std::to_string(s.prefetch_elems) + "/" + std::to_string(s.steal_block_tiles) + "/" + (dma ? "dma" : "-");
+  }
+};
+
+class RanksBench {
+ public:
+  explicit RanksBench(const RanksBenchOptions& o)
+      : o_(o),
+        t_({"ranks", "kernel", "grad", "copy", "threads/rank", "prefetch", "block", "dma", "node ms", "Gparam/s",
+            "GB/s", "% bound", "vs 1 process", "rank spread %", "bound GB/s", "sim ms", "sim error %"}) {
+    if (o.profile) cpu_profile_ = core::find_hardware_profile(*o.profile).cpu;
+  }
+
+  int run() {
+    for (int k : o_.ranks) measure_k(k);
+    std::cout << "\n";
+    t_.print(std::cout);
+    std::cout << "\nnode = all ranks from the first start to the last end of each synchronised pass (median of "
+              << o_.iters << "); % bound: GB/s over the same-streams bound (28 B/element read-modify-write) of one "
+              << "process on all cores, measured in this run; vs 1 process: Gparam/s over the same row at 1 rank\n";
+    if (o_.out.csv) t_.write_csv(*o_.out.csv);
+    if (o_.out.json) t_.write_json(*o_.out.json);
+    return 0;
+  }
+
+ private:
+  void measure_k(int k) {
+    std::cerr << "cpu ranks " << k << ": starting " << k << " worker(s)\n" << std::flush;
+    layouts_ = layouts_for(o_, k);
+    CpuRankGroup g(layouts_, o_.threads, o_.pin, o_.identical_pinning);
+    for (int r = 0; r < k; ++r)
+      std::cerr << "  rank " << r << ": " << g.rank_threads()[size_t(r)] << " threads on CPUs "
+                << g.rank_cpus()[size_t(r)] << "\n";
+    g.setup(CpuRankSetup{});
+    const PassTimes b = g.bound_passes(o_.iters);
+    const double bound = same_streams_bytes() * double(g.elems()) / median(b.node_s) / 1e9;
+    if (k == 1 || bound1_ == 0) bound1_ = bound;
+    bound_k_ = bound;
+    std::cerr << "  bound: " << fmt(bound, 1) << " GB/s\n";
+    for (core::OptimizerKind kind : o_.kinds)
+      for (core::DType grad : o_.grads) {
+        CpuRankSetup s;
+        s.kind = kind;
+        s.grad = grad;
+        s.copy = grad == core::DType::kF32 ? core::DType::kNone : grad;
+        g.setup(s);
+        if (o_.dma != "on") row(g, {s, false});
+        if (o_.dma != "off") row(g, {s, true});
+      }
+    variants(g);
+    if (o_.per_layer) per_layer(g);
+  }
+
+  // AdamW with bf16 gradients under each work-stealing block and prefetch distance (DMA off).
+  void variants(CpuRankGroup& g) {
+    for (size_t block : o_.blocks)
+      for (uint32_t pf : o_.prefetches) {
+        CpuRankSetup s;
+        if (block == s.steal_block_tiles && pf == s.prefetch_elems) continue;  // the main row
+        s.steal_block_tiles = block;
+        s.prefetch_elems = pf;
+        g.setup(s);
+        row(g, {s, false});
+      }
+  }
+
+  void row(CpuRankGroup& g, const RowKey& key) {
+    DmaLoad dma(key.dma);
+    dma.start();
+    const PassTimes t = g.passes(o_.iters);
+    const double dma_gbps = dma.stop();
+    const double sec = median(t.node_s);
+    const double gparam = double(g.elems()) / sec / 1e9;
+    const auto bytes = core::bytes_per_element(key.s.kind, key.s.grad, key.s.copy).total();
+    const double gbps = double(bytes) * double(g.elems()) / sec / 1e9;
+    double lo = 1e300, hi = 0;
+    for (const auto& r : t.rank_s) lo = std::min(lo, median(r)), hi = std::max(hi, median(r));
+    const std::string id = key.key();
+    if (g.ranks() == 1) one_[id] = gparam;
+    const auto ref = one_.find(id);
+    const std::optional<double> sim = predicted_s(g, key);
+    t_.add({std::to_string(g.ranks()), std::string(core::optimizer_name(key.s.kind)),
+            std::string(core::dtype_name(key.s.grad)), std::string(core::dtype_name(key.s.copy)),
+            std::to_string(g.rank_threads().front()), std::to_string(key.s.prefetch_elems),
+            std::to_string(key.s.steal_block_tiles), key.dma ? fmt(dma_gbps, 1) + " GB/s" : "off", fmt(sec * 1e3, 2),
+            fmt(gparam, 3), fmt(gbps, 1), fmt(gbps / bound1_ * 100, 1),
+            ref == one_.end() ? "-" : fmt(gparam / ref->second * 100, 1) + "%", fmt((hi - lo) / hi * 100, 1),
+            fmt(bound_k_, 1), sim ? fmt(*sim * 1e3, 2) : "-", sim ? fmt((*sim - sec) / sec * 100, 1) : "-"});
+    std::cerr << "  " << id << ": " << fmt(gparam, 3) << " Gparam/s\n" << std::flush;
+  }
+
+  // The simulator's node time for what the profile's curves measured (AdamW, bf16 gradient and copy,
+  // default tuning, no DMA): each rank's ops back to back on the shared host (sim::HostCpuPool).
+  std::optional<double> predicted_s(const CpuRankGroup& g, const RowKey& key) const {
+    const CpuRankSetup d;
+    if (!cpu_profile_ || key.dma || key.s.kind != d.kind || key.s.grad != d.grad || key.s.copy != d.copy ||
+        key.s.prefetch_elems != d.prefetch_elems || key.s.steal_block_tiles != d.steal_block_tiles)
+      return std::nullopt;
+    std::vector<std::vector<int64_t>> ops;
+    for (const RankLayout& l : layouts_) {
+      ops.emplace_back();
+      for (size_t layer : l.order)
+        for (const auto& r : l.ranges)
+          if (r.layer == layer) ops.back().push_back(r.end - r.begin);
+    }
+    return backend::sim::predict_host_cpu_seconds(*cpu_profile_, g.rank_threads().front(), ops);
+  }
+
+  // Each op of rank 0 (AdamW, bf16): its elements and rate, to see what small ops cost.
+  void per_layer(CpuRankGroup& g) {
+    g.setup(CpuRankSetup{});
+    const PassTimes t = g.passes(o_.iters);
+    const RankLayout& l = layouts_.front();
+    Table pl({"op", "layer", "elements", "ms", "Gparam/s"});
+    for (size_t i = 0; i < l.order.size() && i < t.op_s[0].size(); ++i) {
+      const auto it =
+          std::find_if(l.ranges.begin(), l.ranges.end(), [&](const auto& r) { return r.layer == l.order[i]; });
+      const int64_t n = it == l.ranges.end() ? 0 : it->end - it->begin;
+      pl.add({std::to_string(i), std::to_string(l.order[i]), std::to_string(n), fmt(t.op_s[0][i] * 1e3, 3),
+              fmt(double(n) / t.op_s[0][i] / 1e9, 3)});
+    }
+    std::cout << "\nrank 0's CPU ops at " << g.ranks() << " rank(s), AdamW bf16 (median of " << o_.iters << "):\n";
+    pl.print(std::cout);
+  }
+
+  const RanksBenchOptions& o_;
+  Table t_;
+  double bound1_ = 0, bound_k_ = 0;
+  std::map<std::string, double> one_;  // k = 1's Gparam/s by row key
+  std::vector<RankLayout> layouts_;    // the k being measured
+  std::optional<core::CpuProfile> cpu_profile_;
+};
+
+}  // namespace
+
+int bench_cpu_ranks(const RanksBenchOptions& o) { return RanksBench(o).run(); }
+
+}  // namespace tf::app

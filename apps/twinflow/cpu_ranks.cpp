@@ -1,0 +1,478 @@
+// Several ranks' CPU optimizer passes at once: the worker processes, their line protocol, the layouts.
+//
+// Protocol (one line each way per command, text): the parent sends
+//   init RANK RANKS THREADS PIN       -> ready THREADS CPULIST
+//   ranges N (LAYER BEGIN END) x N    (no answer)
+//   order N LAYER x N                 (no answer)
+//   setup KIND GRAD COPY PREFETCH STREAM BLOCK -> ok
+//   pass | bound                      -> t T0_NS T1_NS [OP_NS ...]   (steady clock, comparable across processes)
+//   digest                            -> digest HEX (cpu_ranks.h)
+//   quit
+// and a worker answers `error WHAT` to a command it cannot run.
+#include "apps/twinflow/cpu_ranks.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+#include "apps/twinflow/measure.h"
+#include "backends/cpu/host_region.h"
+#include "backends/cpu/host_topology.h"
+#include "core/error.h"
+#include "core/optim/dtype.h"
+#include "core/rank_plan.h"
+
+extern char** environ;
+
+namespace tf::app {
+
+namespace cpu = backend::cpu;
+
+// ---- layouts --------------------------------------------------------------------------------------
+
+std::vector<RankLayout> flat_layouts(int64_t total_elems, int ranks, int layers) {
+  if (ranks < 1 || layers < 1) throw core::InputError("flat layouts: ranks and layers must be >= 1");
+  const auto tile = int64_t(core::kStatsTile);
+  const int64_t tiles = total_elems / tile / ranks;
+  if (tiles < layers)
+    throw core::InputError(std::to_string(total_elems) + " elements over " + std::to_string(ranks) + " ranks of " +
+                           std::to_string(layers) + " layers: fewer than one 2048-element tile per layer");
+  std::vector<RankLayout> out(static_cast<size_t>(ranks));
+  for (RankLayout& r : out) {
+    for (int l = 0; l < layers; ++l)
+      r.ranges.push_back({size_t(l), tiles * l / layers * tile, tiles * (l + 1) / layers * tile});
+    for (int l = layers - 1; l >= 0; --l) r.order.push_back(size_t(l));
+  }
+  return out;
+}
+
+std::vector<RankLayout> scenario_layouts(const core::RunSettings& rs, double ratio) {
+  const core::Partition part = core::make_partition(rs.model, rs.partition);
+  std::vector<RankLayout> out;
+  for (int r = 0; r < rs.world; ++r) {
+    const core::RankPlan rp = core::plan_rank(rs.model, part, r, ratio, rs.memory_options());
+    RankLayout l;
+    l.ranges = cpu::segment_ranges(rp.split);
+    const core::QueueOrder order = core::plan_queue_order(rp.step);
+    for (uint32_t id : order[size_t(core::Queue::kCpu)])
+      if (rp.step.ops[id].kind == core::OpKind::kCpuOptimizer) l.order.push_back(size_t(rp.step.ops[id].layer));
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// ---- the worker -----------------------------------------------------------------------------------
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  return h;
+}
+
+class Worker {
+ public:
+  // One command line; false after quit.
+  bool handle(const std::string& line, std::ostream& out) {
+    std::istringstream in(line);
+    std::string cmd;
+    in >> cmd;
+    if (cmd == "quit") return false;
+    try {
+      if (cmd == "init") return init(in, out), true;
+      if (cmd == "ranges") return read_ranges(in), true;
+      if (cmd == "order") return read_order(in), true;
+      if (cmd == "setup") return setup(in, out), true;
+      if (cmd == "pass") return pass(out), true;
+      if (cmd == "bound") return bound(out), true;
+      if (cmd == "digest") return digest(out), true;
+      throw core::InputError("unknown command '" + cmd + "'");
+    } catch (const std::exception& e) {
+      out << "error " << e.what() << std::endl;
+    }
+    return true;
+  }
+
+ private:
+  void init(std::istream& in, std::ostream& out) {
+    int pin = 1;
+    in >> rank_ >> ranks_ >> threads_ >> pin;
+    if (!in || ranks_ < 1 || rank_ < 0 || rank_ >= ranks_) throw core::InputError("init: bad rank or ranks");
+    pin_ = pin != 0;
+    share_ = cpu::rank_cpu_share(cpu::host_topology(), rank_, ranks_);
+    cpu::confine_calling_thread(share_.cpus);  // this process stays off the other ranks' cores
+    if (threads_ == 0) threads_ = size_t(share_.cores);
+    out << "ready " << threads_ << " " << cpu::cpu_list_text(share_.cpus) << std::endl;
+  }
+
+  void read_ranges(std::istream& in) {
+    size_t n = 0;
+    in >> n;
+    ranges_.assign(n, {});
+    for (cpu::SegmentRange& r : ranges_) in >> r.layer >> r.begin >> r.end;
+    if (!in) throw core::InputError("ranges: malformed");
+    const int64_t elems = ranges_.empty() ? 0 : ranges_.back().end;
+    master_ = cpu::HostRegion(size_t(elems) * 4);  // (elems) fp32 each, untouched until placed
+    s1_ = cpu::HostRegion(size_t(elems) * 4);
+    s2_ = cpu::HostRegion(size_t(elems) * 4);
+    grad_ = cpu::HostRegion(size_t(elems) * 4);  // (elems) up to fp32
+    copy_ = cpu::HostRegion(size_t(elems) * 2);  // (elems) bf16 / fp16
+    placed_ = false;
+  }
+
+  void read_order(std::istream& in) {
+    size_t n = 0;
+    in >> n;
+    order_.assign(n, 0);
+    for (size_t& l : order_) in >> l;
+    if (!in) throw core::InputError("order: malformed");
+  }
+
+  cpu::CpuOptions options() const {
+    cpu::CpuOptions co;
+    co.threads = threads_;
+    co.pin_threads = pin_;
+    co.cpus = share_.worker_cpus;
+    co.tuning.prefetch_elems = setup_.prefetch_elems;
+    co.tuning.stream_copy = setup_.stream_copy;
+    co.steal_block_tiles = setup_.steal_block_tiles;
+    return co;
+  }
+
+  cpu::SegmentBuffers buffers(core::OptimizerKind k, core::DType grad, core::DType copy) const {
+    return {master_.as<float>(),
+            s1_.as<float>(),
+            core::state_count(k) == 2 ? s2_.as<float>() : nullptr,
+            grad_.data(),
+            copy == core::DType::kNone ? nullptr : copy_.data(),
+            grad,
+            copy};
+  }
+
+  void setup(std::istream& in, std::ostream& out) {
+    std::string kind, grad, copy;
+    int stream = 0;
+    in >> kind >> grad >> copy >> setup_.prefetch_elems >> stream >> setup_.steal_block_tiles;
+    if (!in) throw core::InputError("setup: malformed");
+    setup_.kind = core::parse_optimizer(kind);
+    setup_.grad = core::parse_dtype(grad, "grad");
+    setup_.copy = core::parse_dtype(copy, "copy");
+    setup_.stream_copy = stream != 0;
+    seg_.reset();
+    if (!placed_) {  // every buffer, whole, by the threads that update each layer (AdamW streams them all)
+      cpu::CpuSegment all(options(), core::OptimizerKind::kAdamW,
+                          buffers(core::OptimizerKind::kAdamW, core::DType::kF32, core::DType::kBF16), ranges_);
+      all.first_touch();
+      placed_ = true;
+    }
+    seg_ = std::make_unique<cpu::CpuSegment>(options(), setup_.kind, buffers(setup_.kind, setup_.grad, setup_.copy),
+                                             ranges_);
+    fill(setup_.grad);
+    step_ = 0;
+    run_optimizer();  // warm-up
+    out << "ok" << std::endl;
+  }
+
+  // Finite values everywhere: master and gradient small, the states at the optimizer's start.
+  void fill(core::DType grad) {
+    const int64_t n = ranges_.empty() ? 0 : ranges_.back().end;
+    const float s1 = setup_.kind == core::OptimizerKind::kAdagrad
+                         ? float(core::default_hyper_params(setup_.kind).initial_accumulator_value)
+                         : 0.f;
+    cpu::ThreadPool& pool = seg_->backend().pool();
+    pool.run(pool.size(), [&](size_t w) {
+      size_t b = 0, e = 0;
+      cpu::ThreadPool::split(size_t(n), pool.size(), w, b, e);
+      for (size_t i = b; i < e; ++i) {
+        master_.as<float>()[i] = cpu_rank_fill(i);
+        s1_.as<float>()[i] = s1;
+        s2_.as<float>()[i] = 0.f;
+        const float g = cpu_rank_fill(i + uint64_t(n));
+        if (grad == core::DType::kF32)
+          grad_.as<float>()[i] = g;
+        else
+          grad_.as<uint16_t>()[i] = grad == core::DType::kBF16 ? core::f32_to_bf16(g) : core::f32_to_f16(g);
+      }
+    });
+    filled_ = grad;
+  }
+
+  std::vector<int64_t> run_optimizer() {
+    const core::StepScalars s =
+        core::make_step_scalars(setup_.kind, core::default_hyper_params(setup_.kind), ++step_, 1.0);
+    std::vector<int64_t> ops;
+    for (size_t layer : order_) {
+      const int64_t a = now_ns();
+      seg_->update_layer(layer, s);
+      ops.push_back(now_ns() - a);
+    }
+    return ops;
+  }
+
+  void pass(std::ostream& out) {
+    if (!seg_) throw core::InputError("pass before setup");
+    if (filled_ != setup_.grad) fill(setup_.grad);
+    const int64_t t0 = now_ns();
+    const std::vector<int64_t> ops = run_optimizer();
+    const int64_t t1 = now_ns();
+    out << "t " << t0 << " " << t1;
+    for (int64_t x : ops) out << " " << x;
+    out << std::endl;
+  }
+
+  void bound(std::ostream& out) {
+    if (!seg_) throw core::InputError("bound before setup");
+    if (filled_ != core::DType::kF32) fill(core::DType::kF32);
+    const int64_t n = ranges_.empty() ? 0 : ranges_.back().end;
+    const auto run = [&] {
+      same_streams_pass(seg_->backend().pool(), master_.as<float>(), s1_.as<float>(), s2_.as<float>(),
+                        grad_.as<float>(), size_t(n), setup_.prefetch_elems);
+    };
+    run();  // warm-up
+    const int64_t t0 = now_ns();
+    run();
+    const int64_t t1 = now_ns();
+    out << "t " << t0 << " " << t1 << std::endl;
+  }
+
+  void digest(std::ostream& out) const {
+    if (!seg_) throw core::InputError("digest before setup");
+    const auto n = size_t(ranges_.empty() ? 0 : ranges_.back().end);
+    uint64_t h = 0xCBF29CE484222325ull;
+    h = fnv1a(h, master_.data(), n * 4);
+    h = fnv1a(h, s1_.data(), n * 4);
+    if (core::state_count(setup_.kind) == 2) h = fnv1a(h, s2_.data(), n * 4);
+    if (setup_.copy != core::DType::kNone) h = fnv1a(h, copy_.data(), n * core::dtype_bytes(setup_.copy));
+    out << "digest " << std::hex << h << std::dec << std::endl;
+  }
+
+  int rank_ = 0, ranks_ = 1;
+  size_t threads_ = 0;
+  bool pin_ = true;
+  cpu::CpuShare share_;
+  std::vector<cpu::SegmentRange> ranges_;
+  std::vector<size_t> order_;
+  cpu::HostRegion master_, s1_, s2_, grad_, copy_;
+  bool placed_ = false;
+  CpuRankSetup setup_;
+  core::DType filled_ = core::DType::kNone;
+  std::unique_ptr<cpu::CpuSegment> seg_;
+  int64_t step_ = 0;
+};
+
+// ---- the parent's end of one worker ---------------------------------------------------------------
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw core::RuntimeFailure("cannot find this executable (/proc/self/exe) to start CPU rank workers");
+  return std::string(buf, size_t(n));
+}
+
+class WorkerProcess {
+ public:
+  WorkerProcess(const std::string& exe, int rank) : rank_(rank) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
+      throw core::RuntimeFailure(std::string("pipe: ") + std::strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    std::vector<std::string> args = {exe, "bench", "--cpu-rank-worker"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    to_ = fdopen(in[1], "w");
+    from_ = fdopen(out[0], "r");
+    if (rc != 0) {
+      pid_ = -1;
+      throw core::RuntimeFailure("cannot start CPU rank worker " + std::to_string(rank) + " (" + exe +
+                                 "): " + std::strerror(rc));
+    }
+  }
+  ~WorkerProcess() {
+    if (to_) {
+      (void)std::fputs("quit\n", to_);
+      (void)std::fclose(to_);
+    }
+    if (from_) (void)std::fclose(from_);
+    if (pid_ > 0) (void)waitpid(pid_, nullptr, 0);
+  }
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  void send(const std::string& line) {
+    if (std::fputs((line + "\n").c_str(), to_) < 0 || std::fflush(to_) != 0) lost("write");
+  }
+  std::string receive() {
+    char* buf = nullptr;
+    size_t cap = 0;
+    const ssize_t n = getline(&buf, &cap, from_);
+    std::string line = n > 0 ? std::string(buf, size_t(n)) : std::string();
+    std::free(buf);
+    if (n <= 0) lost("read");
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    if (line.rfind("error ", 0) == 0)
+      throw core::RuntimeFailure("CPU rank worker " + std::to_string(rank_) + ": " + line.substr(6));
+    return line;
+  }
+
+ private:
+  [[noreturn]] void lost(const char* what) {
+    throw core::RuntimeFailure("CPU rank worker " + std::to_string(rank_) + " exited (" + what +
+                               " failed; see its message above)");
+  }
+  int rank_;
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
+}  // namespace
+
+// ---- the group ------------------------------------------------------------------------------------
+
+struct CpuRankGroup::Impl {
+  std::vector<RankLayout> layouts;
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  std::vector<std::string> cpus;
+  std::vector<int> threads;
+
+  // One command to every worker (in rank order, back to back), then every answer.
+  std::vector<std::string> all(const std::string& cmd) {
+    for (auto& w : workers) w->send(cmd);
+    std::vector<std::string> answers;
+    for (auto& w : workers) answers.push_back(w->receive());
+    return answers;
+  }
+
+  PassTimes timed(const std::string& cmd, int reps) {
+    PassTimes t;
+    t.rank_s.assign(workers.size(), {});
+    std::vector<std::vector<std::vector<double>>> ops(workers.size());  // [rank][rep][op]
+    for (int rep = 0; rep < reps; ++rep) {
+      int64_t first = INT64_MAX, last = INT64_MIN;
+      const std::vector<std::string> answers = all(cmd);
+      for (size_t r = 0; r < answers.size(); ++r) {
+        std::istringstream in(answers[r]);
+        std::string tag;
+        int64_t t0 = 0, t1 = 0;
+        in >> tag >> t0 >> t1;
+        if (tag != "t" || !in)
+          throw core::RuntimeFailure("CPU rank worker " + std::to_string(r) + ": bad answer '" + answers[r] + "'");
+        first = std::min(first, t0);
+        last = std::max(last, t1);
+        t.rank_s[r].push_back(double(t1 - t0) * 1e-9);
+        std::vector<double> o;
+        for (int64_t x; in >> x;) o.push_back(double(x) * 1e-9);
+        ops[r].push_back(std::move(o));
+      }
+      t.node_s.push_back(double(last - first) * 1e-9);
+    }
+    t.op_s.assign(workers.size(), {});
+    for (size_t r = 0; r < ops.size(); ++r)
+      for (size_t i = 0; !ops[r].empty() && i < ops[r][0].size(); ++i) {
+        std::vector<double> v;
+        for (const auto& rep : ops[r]) v.push_back(rep.at(i));
+        t.op_s[r].push_back(median(v));
+      }
+    return t;
+  }
+};
+
+CpuRankGroup::CpuRankGroup(std::vector<RankLayout> layouts, size_t threads, bool pin, bool identical_pinning)
+    : impl_(std::make_unique<Impl>()) {
+  if (layouts.empty()) throw core::InputError("CPU ranks: at least one rank");
+  (void)signal(SIGPIPE, SIG_IGN);  // a worker that dies is an error on the write, not a signal
+  impl_->layouts = std::move(layouts);
+  const std::string exe = self_executable();
+  const int k = int(impl_->layouts.size());
+  for (int r = 0; r < k; ++r) impl_->workers.push_back(std::make_unique<WorkerProcess>(exe, r));
+  for (int r = 0; r < k; ++r) {
+    WorkerProcess& w = *impl_->workers[size_t(r)];
+    const RankLayout& l = impl_->layouts[size_t(r)];
+    std::ostringstream init, ranges, order;
+    if (identical_pinning)  // every rank "rank 0 of 1" with its part of the threads: the same first CPUs
+      init << "init 0 1 " << (threads ? threads : size_t(std::max(1, cpu::host_topology().physical_cores() / k))) << " "
+           << (pin ? 1 : 0);
+    else
+      init << "init " << r << " " << k << " " << threads << " " << (pin ? 1 : 0);
+    w.send(init.str());
+    ranges << "ranges " << l.ranges.size();
+    for (const cpu::SegmentRange& x : l.ranges) ranges << " " << x.layer << " " << x.begin << " " << x.end;
+    w.send(ranges.str());
+    order << "order " << l.order.size();
+    for (size_t x : l.order) order << " " << x;
+    w.send(order.str());
+  }
+  for (auto& w : impl_->workers) {
+    std::istringstream in(w->receive());
+    std::string tag, cpus;
+    int t = 0;
+    in >> tag >> t >> cpus;
+    impl_->threads.push_back(t);
+    impl_->cpus.push_back(cpus);
+  }
+}
+
+CpuRankGroup::~CpuRankGroup() = default;
+
+int CpuRankGroup::ranks() const { return int(impl_->workers.size()); }
+int64_t CpuRankGroup::elems() const {
+  int64_t n = 0;
+  for (const RankLayout& l : impl_->layouts) n += l.elems();
+  return n;
+}
+const std::vector<std::string>& CpuRankGroup::rank_cpus() const { return impl_->cpus; }
+const std::vector<int>& CpuRankGroup::rank_threads() const { return impl_->threads; }
+
+void CpuRankGroup::setup(const CpuRankSetup& s) {
+  impl_->all("setup " + std::string(core::optimizer_name(s.kind)) + " " + std::string(core::dtype_name(s.grad)) + " " +
+             std::string(core::dtype_name(s.copy)) + " " + std::to_string(s.prefetch_elems) + " " +
+             (s.stream_copy ? "1" : "0") + " " + std::to_string(s.steal_block_tiles));
+}
+
+PassTimes CpuRankGroup::passes(int reps) { return impl_->timed("pass", reps); }
+PassTimes CpuRankGroup::bound_passes(int reps) { return impl_->timed("bound", reps); }
+
+float cpu_rank_fill(uint64_t i) {
+  uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  return float(int((x >> 32) % 2001) - 1000) * 1e-4f;  // [-0.1, 0.1]
+}
+
+int run_cpu_rank_worker(std::istream& in, std::ostream& out) {
+  Worker w;
+  for (std::string line; std::getline(in, line);)
+    if (!w.handle(line, out)) return 0;
+  return 0;
+}
+
+}  // namespace tf::app

@@ -1,0 +1,92 @@
+// Several ranks' CPU optimizer passes at once on one host, through the engine's own CPU path
+// (cpu::CpuSegment): one worker process per rank, confined to its share of the cores
+// (cpu::rank_cpu_share), its segment placed by first touch, all started together for every pass.
+// `twinflow bench --cpu-ranks` and `twinflow calibrate` measure with it; no GPU is needed.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_segment.h"
+#include "core/settings.h"
+
+namespace tf::app {
+
+// One rank's CPU segment: its layers' ranges (forward order) and the order its CPU ops run in.
+struct RankLayout {
+  std::vector<backend::cpu::SegmentRange> ranges;
+  std::vector<size_t> order;  // layers, as the rank's CPU queue runs them
+  int64_t elems() const { return ranges.empty() ? 0 : ranges.back().end; }
+};
+
+// `ranks` segments of total / ranks elements each (whole 2048-element tiles), each cut into `layers`
+// equal ranges, run last layer first (the backward order in which gradients land).
+std::vector<RankLayout> flat_layouts(int64_t total_elems, int ranks, int layers);
+// The CPU pieces of every rank of the settings' world at `ratio` (core::plan_rank, as the engine plans
+// its rank), in the order each rank's CPU queue runs them (core::plan_queue_order).
+std::vector<RankLayout> scenario_layouts(const core::RunSettings& rs, double ratio);
+
+// What every rank runs.
+struct CpuRankSetup {
+  core::OptimizerKind kind = core::OptimizerKind::kAdamW;
+  core::DType grad = core::DType::kBF16;
+  core::DType copy = core::DType::kBF16;  // kNone: no copy
+  uint32_t prefetch_elems = backend::cpu::KernelTuning{}.prefetch_elems;
+  bool stream_copy = backend::cpu::KernelTuning{}.stream_copy;
+  size_t steal_block_tiles = backend::cpu::CpuOptions{}.steal_block_tiles;
+};
+
+// Seconds per repetition: the node's (first start to last end over the ranks) and each rank's; for
+// optimizer passes also each rank's ops (median over the repetitions, in the order they ran).
+struct PassTimes {
+  std::vector<double> node_s;
+  std::vector<std::vector<double>> rank_s;  // [rank][repetition]
+  std::vector<std::vector<double>> op_s;    // [rank][op]
+};
+
+// k worker processes (this executable, `bench --cpu-rank-worker`), one per layout.
+class CpuRankGroup {
+ public:
+  // threads: per rank, 0 for its share's cores; pin: bind each rank's threads to its CPUs. Starts the
+  // workers and waits until each has its memory (untouched until the first setup). Throws
+  // core::RuntimeFailure if one cannot start or dies. identical_pinning reproduces the engine before
+  // the shares (for comparison): every rank sees the whole host and pins its cores / k threads to its
+  // first CPUs, the same ones for all ranks.
+  CpuRankGroup(std::vector<RankLayout> layouts, size_t threads, bool pin, bool identical_pinning = false);
+  ~CpuRankGroup();  // stops the workers; never throws
+  CpuRankGroup(const CpuRankGroup&) = delete;
+  CpuRankGroup& operator=(const CpuRankGroup&) = delete;
+
+  int ranks() const;
+  int64_t elems() const;  // over all ranks
+  // Each rank's CPUs ("0-7") and threads, as the workers report them.
+  const std::vector<std::string>& rank_cpus() const;
+  const std::vector<int>& rank_threads() const;
+
+  // Every worker (re)builds its segment for this setup: the first setup places the pages (first touch
+  // per layer by the threads that update it), then fills finite gradients and runs one warm-up pass.
+  void setup(const CpuRankSetup& s);
+  // `reps` optimizer passes over every rank's layers, all ranks started together for each.
+  PassTimes passes(int reps);
+  // `reps` same-streams passes (measure.h: the optimizer's traffic, no arithmetic) over each rank's
+  // segment, all ranks together: the host's read-modify-write bound for k processes.
+  PassTimes bound_passes(int reps);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The worker's side: reads commands from `in`, answers on `out` (exit status).
+int run_cpu_rank_worker(std::istream& in, std::ostream& out);
+
+// The workers' data (finite, never subnormal, so no kernel takes a slow path): master element i is
+// cpu_rank_fill(i), gradient element i is cpu_rank_fill(i + elems) rounded to its dtype, the states at
+// the optimizer's start (0; Adagrad's initial accumulator). The worker's `digest` command answers the
+// 64-bit FNV-1a of the segment's master, states and copy bytes, in that order.
+float cpu_rank_fill(uint64_t i);
+
+}  // namespace tf::app

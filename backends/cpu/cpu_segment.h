@@ -1,0 +1,71 @@
+// The CPU half of one rank, without CUDA: the CPU segment's buffers in host memory, the per-layer
+// ranges the step plan's CPU optimizer ops update, and the CpuBackend (the rank's share of the host's
+// cores) that updates them. The CUDA engine runs its CPU ops through it, and so do the multi-process
+// CPU measurements (`twinflow bench --cpu-ranks`, `twinflow calibrate`): they time the engine's path.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_backend.h"
+#include "core/optim/optimizer.h"
+#include "core/twinflow.h"
+
+namespace tf::backend::cpu {
+
+// The segment's buffers, element e of the segment at index e of each.
+struct SegmentBuffers {
+  float* master = nullptr;  // (elems) fp32 master weights
+  float* state1 = nullptr;  // (elems) fp32: exp_avg or Adagrad's sum
+  float* state2 = nullptr;  // (elems) fp32 exp_avg_sq; null for one-state optimizers
+  void* grad = nullptr;     // (elems) grad_dtype: where the gradients land (D2H)
+  void* copy = nullptr;     // (elems) copy_dtype: the low-precision copy the H2D sends
+  core::DType grad_dtype = core::DType::kBF16;
+  core::DType copy_dtype = core::DType::kBF16;
+};
+
+// One layer's CPU part: elements [begin, end) of the segment.
+struct SegmentRange {
+  size_t layer = 0;
+  int64_t begin = 0, end = 0;
+  bool operator==(const SegmentRange&) const = default;
+};
+
+// The CPU pieces of a split as segment ranges (forward order; offsets from the segment's start, which
+// is the split's boundary).
+std::vector<SegmentRange> segment_ranges(const core::TwinFlowSplit& split);
+
+class CpuSegment {
+ public:
+  // `opt` says the rank's threads and CPUs. Throws core::InputError for ranges that overlap, run
+  // backwards, or name one layer twice.
+  CpuSegment(const CpuOptions& opt, core::OptimizerKind kind, const SegmentBuffers& bufs,
+             std::vector<SegmentRange> ranges);
+
+  // Zeroes every buffer, each layer's range by the workers that update it in update_layer (the same
+  // static split per range), so that the first touch places every page near the thread that streams
+  // it. Call before anything else writes the buffers.
+  void first_touch();
+
+  // One CPU optimizer op: the fused pass over the layer's range (nothing for a layer without a CPU
+  // part). Returns the range's gradient statistics.
+  GradStats update_layer(size_t layer, const core::StepScalars& s);
+
+  // The chunk of elements [begin, end) of the segment.
+  OptimChunk chunk(int64_t begin, int64_t end) const;
+  const std::vector<SegmentRange>& ranges() const { return ranges_; }
+  CpuBackend& backend() { return be_; }
+  core::OptimizerKind kind() const { return kind_; }
+
+ private:
+  const SegmentRange* find(size_t layer) const;
+
+  CpuBackend be_;
+  core::OptimizerKind kind_;
+  SegmentBuffers bufs_;
+  std::vector<SegmentRange> ranges_;
+  std::vector<int64_t> range_of_layer_;  // index into ranges_, -1: no CPU part
+};
+
+}  // namespace tf::backend::cpu

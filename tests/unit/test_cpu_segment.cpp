@@ -1,0 +1,172 @@
+// The engine's CPU half without CUDA: huge-page host regions, the CPU segment's per-layer passes (bit
+// for bit the backend's fused pass on each layer's chunk, whatever the threads and the work stealing),
+// and the CPU rank worker that the multi-process measurements run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "apps/twinflow/cpu_ranks.h"
+#include "backends/cpu/cpu_segment.h"
+#include "backends/cpu/host_region.h"
+#include "core/error.h"
+#include "core/optim/dtype.h"
+#include "core/partition.h"
+
+namespace tf::backend::cpu {
+namespace {
+
+TEST(HostRegion, TwoMebibyteAlignedZeroedAndMovable) {
+  HostRegion r(3u << 20);
+  ASSERT_NE(r.data(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(r.data()) % (2u << 20), 0u);
+  EXPECT_EQ(r.bytes(), 3u << 20);
+  const auto* b = r.as<unsigned char>();
+  for (size_t i = 0; i < r.bytes(); i += 4093) ASSERT_EQ(b[i], 0) << i;
+  r.as<float>()[7] = 1.5f;
+  HostRegion m = std::move(r);
+  EXPECT_EQ(r.data(), nullptr);
+  EXPECT_EQ(m.as<float>()[7], 1.5f);
+  EXPECT_EQ(HostRegion(0).data(), nullptr);
+}
+
+// A segment's buffers: (n) fp32 master, m, v; (n) bf16 gradient and copy.
+struct Buffers {
+  explicit Buffers(size_t n) : master(n * 4), s1(n * 4), s2(n * 4), grad(n * 2), copy(n * 2), n(n) {
+    for (size_t i = 0; i < n; ++i) {
+      master.as<float>()[i] = app::cpu_rank_fill(i);
+      grad.as<uint16_t>()[i] = core::f32_to_bf16(app::cpu_rank_fill(i + n));
+    }
+  }
+  SegmentBuffers views() const {
+    return {master.as<float>(), s1.as<float>(),     s2.as<float>(),    grad.data(),
+            copy.data(),        core::DType::kBF16, core::DType::kBF16};
+  }
+  HostRegion master, s1, s2, grad, copy;
+  size_t n;
+};
+
+// Uneven layers, one of them empty and one not a whole tile, run out of order.
+const std::vector<SegmentRange> kRanges = {{0, 0, 6144}, {3, 6144, 6144}, {1, 6144, 20000}, {2, 20000, 30000}};
+const std::vector<size_t> kOrder = {2, 1, 3, 0};
+
+core::StepScalars scalars(int64_t step) {
+  return core::make_step_scalars(core::OptimizerKind::kAdamW, core::default_hyper_params(core::OptimizerKind::kAdamW),
+                                 step, 1.0);
+}
+
+TEST(CpuSegment, EachLayerIsTheBackendsFusedPassOnItsChunkBitForBit) {
+  CpuOptions one;
+  one.threads = 1;
+  one.steal_block_tiles = 0;
+  CpuBackend plain(one);
+  for (const auto& [threads, block] : std::vector<std::pair<size_t, size_t>>{{1, 0}, {3, 0}, {3, 1}, {4, 16}}) {
+    Buffers s(30000), r(30000);
+    CpuOptions co;
+    co.threads = threads;
+    co.steal_block_tiles = block;
+    CpuSegment segment(co, core::OptimizerKind::kAdamW, s.views(), kRanges);
+    CpuSegment reference(one, core::OptimizerKind::kAdamW, r.views(), kRanges);
+    for (int64_t step = 1; step <= 3; ++step)
+      for (size_t layer : kOrder) {
+        const GradStats a = segment.update_layer(layer, scalars(step));
+        const SegmentRange& rg =
+            *std::find_if(kRanges.begin(), kRanges.end(), [&](auto& x) { return x.layer == layer; });
+        const OptimChunk c = reference.chunk(rg.begin, rg.end);
+        const GradStats b =
+            rg.end > rg.begin ? plain.step(core::OptimizerKind::kAdamW, std::span(&c, 1), scalars(step)) : GradStats{};
+        EXPECT_EQ(std::memcmp(&a.sumsq, &b.sumsq, sizeof a.sumsq), 0) << threads << "/" << block << " layer " << layer;
+        EXPECT_EQ(a.nonfinite, b.nonfinite);
+      }
+    for (const auto& [x, y] : {std::pair{&s.master, &r.master}, {&s.s1, &r.s1}, {&s.s2, &r.s2}, {&s.copy, &r.copy}})
+      EXPECT_EQ(std::memcmp(x->data(), y->data(), x->bytes()), 0) << threads << " threads, block " << block;
+  }
+}
+
+TEST(CpuSegment, FirstTouchZeroesEveryBufferOfEveryLayer) {
+  Buffers b(30000);
+  CpuSegment segment(CpuOptions(2), core::OptimizerKind::kAdamW, b.views(), kRanges);
+  segment.first_touch();
+  for (const HostRegion* r : {&b.master, &b.s1, &b.s2, &b.grad, &b.copy}) {
+    const auto* p = r->as<unsigned char>();
+    EXPECT_TRUE(std::all_of(p, p + r->bytes(), [](unsigned char c) { return c == 0; }));
+  }
+}
+
+TEST(CpuSegment, RangesMustNotOverlapNorRepeatALayer) {
+  Buffers b(100);
+  const CpuOptions co(1);
+  EXPECT_THROW(CpuSegment(co, core::OptimizerKind::kAdamW, b.views(), {{0, 0, 50}, {1, 40, 100}}), core::InputError);
+  EXPECT_THROW(CpuSegment(co, core::OptimizerKind::kAdamW, b.views(), {{0, 0, 50}, {0, 50, 100}}), core::InputError);
+  EXPECT_THROW(CpuSegment(co, core::OptimizerKind::kAdamW, b.views(), {{0, 50, 40}}), core::InputError);
+  CpuSegment ok(co, core::OptimizerKind::kAdamW, b.views(), {{4, 0, 100}});
+  EXPECT_EQ(ok.update_layer(2, scalars(1)).nonfinite, 0u);  // no CPU part: nothing to do
+}
+
+TEST(CpuSegment, RangesOfASplitStartAtItsBoundary) {
+  core::TwinFlowSplit split;
+  split.boundary = 4096;
+  split.cpu = {core::ShardPiece{5, 2048, 2048, 2048, 4096}, core::ShardPiece{6, 0, 6144, 6000, 6144}};
+  EXPECT_EQ(segment_ranges(split), (std::vector<SegmentRange>{{5, 0, 2048}, {6, 2048, 8192}}));
+}
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  return h;
+}
+
+// The worker's answers to a session of commands, on a thread of its own (init confines the calling
+// thread to the rank's CPUs, as a worker process confines itself).
+std::vector<std::string> worker_session(const std::string& commands) {
+  std::istringstream in(commands);
+  std::ostringstream out;
+  int rc = -1;
+  std::thread t([&] { rc = app::run_cpu_rank_worker(in, out); });
+  t.join();
+  EXPECT_EQ(rc, 0);
+  std::vector<std::string> lines;
+  std::istringstream o(out.str());
+  for (std::string l; std::getline(o, l);) lines.push_back(l);
+  return lines;
+}
+
+// setup runs one warm-up pass (step 1), then two passes (steps 2, 3) in the given order: the worker's
+// segment ends where the layers' fused passes in that order leave it.
+TEST(CpuRankWorker, RunsEveryLayerInOrderAsTheSegmentDoes) {
+  Buffers r(30000);
+  CpuSegment reference(CpuOptions(1), core::OptimizerKind::kAdamW, r.views(), kRanges);
+  for (int64_t step = 1; step <= 3; ++step)
+    for (size_t layer : kOrder) reference.update_layer(layer, scalars(step));
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (const HostRegion* x : {&r.master, &r.s1, &r.s2, &r.copy}) h = fnv1a(h, x->data(), x->bytes());
+  std::ostringstream want;
+  want << "digest " << std::hex << h;
+
+  const std::string layout = "ranges 4 0 0 6144 3 6144 6144 1 6144 20000 2 20000 30000\norder 4 2 1 3 0\n";
+  for (const char* setup : {"setup adamw bf16 bf16 1024 0 16", "setup adamw bf16 bf16 0 1 0"}) {
+    const std::vector<std::string> a =
+        worker_session("init 0 1 2 1\n" + layout + setup + "\npass\npass\ndigest\nquit\n");
+    ASSERT_EQ(a.size(), 5u);
+    EXPECT_EQ(a[0].rfind("ready 2 ", 0), 0u) << a[0];
+    EXPECT_EQ(a[1], "ok");
+    EXPECT_EQ(a[2].rfind("t ", 0), 0u) << a[2];
+    EXPECT_EQ(a[4], want.str()) << setup;
+  }
+  // a bound pass writes fp32 gradients over the segment; the next pass refills them in the setup's dtype
+  const std::vector<std::string> b =
+      worker_session("init 0 1 1 1\n" + layout + "setup adamw bf16 bf16 1024 0 16\nbound\npass\npass\ndigest\n");
+  ASSERT_EQ(b.size(), 6u);
+  EXPECT_NE(b[5], want.str());  // the bound pass moved the master and states (p += g): a different start
+  EXPECT_EQ(b[2].rfind("t ", 0), 0u) << b[2];
+  const std::vector<std::string> e = worker_session("pass\ninit 0 2 1 1\nbogus\nquit\n");
+  EXPECT_EQ(e[0].rfind("error ", 0), 0u) << e[0];
+  EXPECT_EQ(e[2].rfind("error unknown command", 0), 0u) << e[2];
+}
+
+}  // namespace
+}  // namespace tf::backend::cpu
