@@ -49,15 +49,15 @@ cu::EngineConfig config(const core::Scenario& sc, core::WorkloadType w, double r
   return e;
 }
 
-struct Run {
+struct EngineRun {
   std::vector<float> master;  // (total_params) fp32, model order
   std::vector<cu::StepReport> steps;
   core::StepPlan plan;
 };
 
-Run run(const cu::EngineConfig& e, int steps) {
+EngineRun run(const cu::EngineConfig& e, int steps) {
   auto eng = cu::Engine::create(e);
-  Run r;
+  EngineRun r;
   for (int s = 0; s < steps; ++s) r.steps.push_back(eng->step());
   r.master.assign(size_t(e.settings.model.total_params), 0.f);
   for (const auto& [i, v] : eng->master_weights()) r.master[size_t(i)] = v;
@@ -79,13 +79,16 @@ void expect_parity_and_stage3_pcie(int stage, const std::string& precision, doub
   const int steps = 3;
   cu::EngineConfig e = config(scenario(stage, kMlp, precision), core::WorkloadType::kSynthetic, ratio);
   e.overflow_at_step = overflow_at;
-  const Run mine = run(e, steps);
+  const EngineRun mine = run(e, steps);
   backend::sim::FunctionalConfig f =
       backend::sim::functional_config(e.settings, ratio, steps, e.settings.step.grad_accum * e.settings.world);
   f.overflow_at_step = overflow_at;
   const backend::sim::FunctionalResult ref = backend::sim::run_functional(e.settings.model, f);
   const std::string what = "stage " + std::to_string(stage) + " " + precision + " ratio " + std::to_string(ratio);
   ASSERT_EQ(f.stage, stage);
+  if (overflow_at > 0) {
+    ASSERT_TRUE(mine.steps[size_t(overflow_at - 1)].skipped) << "the forced overflow must skip its step";
+  }
   EXPECT_EQ(differing(mine.master, ref.master), 0) << what;
   for (int s = 0; s < steps; ++s) {
     EXPECT_EQ(mine.steps[size_t(s)].grad_norm, ref.grad_norms[size_t(s)]) << what << " step " << s + 1;
@@ -93,7 +96,7 @@ void expect_parity_and_stage3_pcie(int stage, const std::string& precision, doub
   }
   cu::EngineConfig e3 = config(scenario(3, kMlp, precision), core::WorkloadType::kSynthetic, ratio);
   e3.overflow_at_step = overflow_at;
-  const Run s3 = run(e3, steps);
+  const EngineRun s3 = run(e3, steps);
   EXPECT_EQ(differing(mine.master, s3.master), 0) << what << ": stage 3's bits";
   EXPECT_EQ(mine.plan.pcie_d2h_bytes, s3.plan.pcie_d2h_bytes);
   EXPECT_EQ(mine.plan.pcie_h2d_bytes, s3.plan.pcie_h2d_bytes);
@@ -129,9 +132,9 @@ TEST(CudaEngineZero12, MlpAndDecoderWorkloadsGiveStage3Bits) {
                                                               {kGptTiny, core::WorkloadType::kDecoder}};
   for (const auto& [model, w] : cases)
     for (double ratio : {0.0, 0.3, 1.0}) {
-      const Run s3 = run(config(scenario(3, model), w, ratio), 3);
+      const EngineRun s3 = run(config(scenario(3, model), w, ratio), 3);
       for (int stage : {1, 2}) {
-        const Run r = run(config(scenario(stage, model), w, ratio), 3);
+        const EngineRun r = run(config(scenario(stage, model), w, ratio), 3);
         EXPECT_EQ(differing(r.master, s3.master), 0) << model << " stage " << stage << " ratio " << ratio;
         for (size_t s = 0; s < r.steps.size(); ++s) {
           EXPECT_EQ(std::memcmp(&r.steps[s].loss, &s3.steps[s].loss, sizeof(double)), 0) << model << " step " << s;
