@@ -3,7 +3,8 @@
 # build-for-device.sh makes it); builds nothing. Issue 15, ZeRO stages 1 and 2 on the CUDA engine (~3 min):
 #  1. tf_cuda_tests' CudaEngineZero12 tests (stages 1/2 against the functional simulator bit for bit at
 #     ratios 0, 0.3, 1; fp16 overflow; PCIe bytes equal to stage 3's; the MLP's and the decoder's bits
-#     equal to stage 3's; memory and plan equal to the simulator's) and CudaEngine.* (stage 3 unchanged);
+#     equal to stage 3's; memory and plan equal to the simulator's; two GPUs: skipped on one) and
+#     CudaEngine.* (stage 3 unchanged);
 #  2. `twinflow run --verify --workload synthetic` at stages 1 and 2 on parity-mlp (MLP) and a small
 #     decoder (gpt-tiny, the tied head), ratios 0, 0.3, 1;
 #  3. tokens/s of OPT-1.3B at ratio 0.3 (real tokens, 5 steps), stage 2 against stage 3.
