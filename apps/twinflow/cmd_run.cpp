@@ -159,9 +159,6 @@ core::WorkloadType workload_option(const po::variables_map& vm, const core::Scen
 // What the real backend can train, and the options that need the synthetic workload.
 void check_run_options(const RunOptions& o) {
   if (o.steps < 1 || o.steps > 1000000) throw core::InputError("--steps must be in [1, 1000000]");
-  if (o.sc.zero.stage != 3)
-    throw core::InputError(o.sc.file.string() + ": zero.stage is " + std::to_string(o.sc.zero.stage) +
-                           "; the real backend runs ZeRO stage 3 (stages 1/2 run in `twinflow simulate`)");
   if (o.sc.training.precision == core::Precision::kFP32)
     throw core::InputError(
         o.sc.file.string() +

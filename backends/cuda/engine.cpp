@@ -162,6 +162,7 @@ class EngineImpl final : public Engine {
       comm_.emplace(s_.world, id, cfg_.rank);
     }
     init_weights_all();
+    fill_replica();
     size_t free_b = 0, total_b = 0;
     TF_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     mem_.gpu_used_by_process = int64_t(total_b - free_b);
@@ -204,8 +205,6 @@ class EngineImpl final : public Engine {
                              std::to_string(s_.world));
     if (s_.partition.world != s_.world)
       throw core::InputError("engine: the partition's world does not match the settings' world");
-    if (s_.partition.stage != 3)
-      throw core::InputError("engine: the real backend runs ZeRO stage 3 (stages 1/2 run in `twinflow simulate`)");
     if (!(c.ratio >= 0 && c.ratio <= 1)) throw core::InputError("engine: ratio must be in [0, 1]");
     if (s_.step.grad_dtype != core::DType::kBF16 && s_.step.grad_dtype != core::DType::kF16)
       throw core::InputError("engine: gradients must be bf16 or fp16 (fp32 training runs in the simulator only)");
@@ -281,6 +280,7 @@ class EngineImpl final : public Engine {
       cpu_begin_[p.layer] = p.shard_offset;
       cpu_end_[p.layer] = p.shard_offset + p.count;
     }
+    replica_off_ = core::replica_layer_offsets(part_);
     queue_ops_ = core::plan_queue_order(plan_);
     for (const core::Op& op : plan_.ops)
       if (op.kind == core::OpKind::kNormAllReduce) norm_op_ = op.id;
@@ -304,6 +304,7 @@ class EngineImpl final : public Engine {
   void allocate_device() {
     const core::AllocPlan& ap = mem_.plan;
     d_lp_ = gpu_buffer(buf::kParams);
+    if (ap.has(buf::kReplica)) d_replica_ = gpu_buffer(buf::kReplica);
     d_master_ = gpu_buffer(buf::kGpuMaster);
     d_s1_ = gpu_buffer(buf::kGpuState1);
     if (ap.has(buf::kGpuState2)) d_s2_ = gpu_buffer(buf::kGpuState2);
@@ -607,33 +608,36 @@ class EngineImpl final : public Engine {
   }
 
   const core::ShardPiece& piece(size_t layer) const { return shard_.pieces[size_t(piece_of_layer_[layer])]; }
-  // The layer's parameters as forward/backward read them: one rank computes on its shard directly.
+  // The layer's parameters as forward/backward read them: one rank computes on its shard directly;
+  // stages 1/2 read the replicated model.
   const uint16_t* gathered(const core::Op& op) const {
     if (s_.world == 1) return d_lp_.as<uint16_t>() + piece(size_t(op.layer)).shard_offset;
+    if (d_replica_.get()) return d_replica_.as<uint16_t>() + replica_off_[size_t(op.layer)];
     return d_ag_.at(size_t(op.gather_slot)).as<uint16_t>();
   }
   // The layer the op's layer shares a tensor with (Op::shared_layer), as gathered for it; null if none.
   const uint16_t* shared(const core::Op& op) const {
     if (op.shared_layer < 0) return nullptr;
     if (s_.world == 1) return d_lp_.as<uint16_t>() + piece(size_t(op.shared_layer)).shard_offset;
+    if (d_replica_.get()) return d_replica_.as<uint16_t>() + replica_off_[size_t(op.shared_layer)];
     return d_ag_shared_.as<uint16_t>();
   }
 
   void execute_gpu(const core::Op& op, cudaStream_t s) {
     switch (op.kind) {
-      case core::OpKind::kAllGather: return all_gather(op, s);
+      case core::OpKind::kAllGather: return op.micro_batch < 0 ? refresh_replica(size_t(op.layer), s) : all_gather(op, s);
       case core::OpKind::kForward: return workload_->forward(op.layer, op.micro_batch, {gathered(op), shared(op)}, s);
       case core::OpKind::kBackward:
         return workload_->backward(op.layer, op.micro_batch, {gathered(op), shared(op)},
                                    d_layer_grad_.at(size_t(op.grad_slot)).as<uint16_t>(), s);
       case core::OpKind::kReduceScatter: return reduce_scatter(op, s);
       case core::OpKind::kD2HGrad: return d2h(op, s);
+      case core::OpKind::kAllReduce: return all_reduce(op, s);
       case core::OpKind::kGradStats: return grad_stats(s);
       case core::OpKind::kNormAllReduce: return norm_all_reduce(s);
       case core::OpKind::kGpuOptimizer: return gpu_optimizer(s);
       case core::OpKind::kH2DParam: return h2d(op, s);
-      case core::OpKind::kCpuOptimizer:
-      case core::OpKind::kAllReduce: break;
+      case core::OpKind::kCpuOptimizer: break;
     }
     throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on a GPU stream");
   }
@@ -670,6 +674,43 @@ class EngineImpl final : public Engine {
     const SliceReduce r{s_.world, part_.layer_slice[l], s_.step.grad_dtype,
                         core::slice_sum_io(s_.step.grad_accum, op.micro_batch)};
     reduce_scatter_slices(std::span<const SliceReduceRank>(&k, 1), r);
+  }
+
+  // ZeRO stages 1/2 (docs/ARCHITECTURE.md, "The real backend"): every rank's updated slice of layer l,
+  // from its shard into the replicated model (core::plan_step's all-gather after the optimizers).
+  // Nothing with one rank: its shard is the model.
+  void refresh_replica(size_t l, cudaStream_t s) {
+    if (!d_replica_.get()) return;
+    TF_NCCL_CHECK(ncclAllGather(d_lp_.as<uint16_t>() + piece(l).shard_offset,
+                                d_replica_.as<uint16_t>() + replica_off_[l], size_t(part_.layer_slice[l]),
+                                ncclBfloat16, comm_->get(), s));
+  }
+  // The replicated model from the initial shards, before the first step (on the comm stream).
+  void fill_replica() {
+    if (!d_replica_.get()) return;
+    for (size_t l = 0; l < s_.model.layers.size(); ++l) refresh_replica(l, stream_of(core::Queue::kComm));
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream_of(core::Queue::kComm)));
+  }
+
+  // ZeRO stage 1's all-reduce: the deterministic reduce-scatter (the same sums, in the same order, as
+  // stages 2/3), then on the last micro-batch every rank's reduced slice of the layer into the whole
+  // model's gradients (core::stage1_grad_block: this rank's shard is block 0, where the optimizers,
+  // the statistics and the D2H read it).
+  void all_reduce(const core::Op& op, cudaStream_t s) {
+    reduce_scatter(op, s);
+    if (s_.world == 1 || !core::slice_sum_io(s_.step.grad_accum, op.micro_batch).write_out) return;
+    const size_t l = size_t(op.layer);
+    const int64_t at = piece(l).shard_offset, n = part_.layer_slice[l];  // the same on every rank
+    const ncclDataType_t type = s_.step.grad_dtype == core::DType::kF16 ? ncclFloat16 : ncclBfloat16;
+    uint16_t* grads = d_grad_.as<uint16_t>();
+    TF_NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < s_.world; ++peer) {
+      if (peer == cfg_.rank) continue;
+      const int64_t block = core::stage1_grad_block(cfg_.rank, peer, s_.world) * shard_.elems;
+      TF_NCCL_CHECK(ncclSend(grads + at, size_t(n), type, peer, comm_->get(), s));
+      TF_NCCL_CHECK(ncclRecv(grads + block + at, size_t(n), type, peer, comm_->get(), s));
+    }
+    TF_NCCL_CHECK(ncclGroupEnd());
   }
 
   void d2h(const core::Op& op, cudaStream_t s) {
@@ -787,8 +828,11 @@ class EngineImpl final : public Engine {
 
   // The allocation plan's buffers (core/alloc_plan.h names their shapes and dtypes):
   DeviceMemory d_lp_;                      // "params": (shard) bf16
+  DeviceMemory d_replica_;                 // "replica": (world x shard) bf16, stages 1/2 with several ranks
+  std::vector<int64_t> replica_off_;       // (L + 1) element offset of each layer in "replica"
   DeviceMemory d_master_, d_s1_, d_s2_;    // "gpu_master", "gpu_state1/2": (gpu_elems) fp32
-  DeviceMemory d_grad_, d_acc_;            // "grads": (shard) grad dtype; "grad_accum": (shard) fp32
+  DeviceMemory d_grad_, d_acc_;  // "grads": (shard) grad dtype (stage 1: (world x shard), this rank's shard first);
+                                 // "grad_accum": (shard) fp32
   DeviceMemory d_tiles_, d_fold_;          // "stats_table": (tiles + 1) f64; "fold_scratch": f64 + the result
   DeviceMemory d_counters_, d_opt_tiles_;  // "counters": (2) u64; "optimizer_tile_sums": (gpu tiles) f64
   DeviceMemory d_descs_;                   // "descriptors": (1 + statistics ranges) ChunkDesc

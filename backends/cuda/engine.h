@@ -1,4 +1,4 @@
-// The real backend's engine: one rank of ZeRO-3 + Twin-Flow training on one GPU, executing the
+// The real backend's engine: one rank of ZeRO (stage 1, 2 or 3) + Twin-Flow training on one GPU, executing the
 // core's step plan on CUDA streams (compute, comm, d2h, h2d) and the CPU optimizer's threads (cpu),
 // with NCCL collectives and pinned host memory for the CPU segment. Public header: no CUDA include.
 #pragma once
@@ -36,7 +36,7 @@ NcclId make_nccl_id();
 core::HostAllocator pinned_host_allocator();
 
 struct EngineConfig {
-  // What to train, as core::resolve_settings maps a scenario: the model, world, partition (ZeRO-3),
+  // What to train, as core::resolve_settings maps a scenario: the model, world, partition (ZeRO stage),
   // step configuration and policy, loss scaler, workload (synthetic, mlp or decoder), seed, and a
   // decoder's token file and initial weights.
   core::RunSettings settings;

@@ -5,7 +5,8 @@ Subcommands (run on the GPU machine, where torch and transformers are installed)
   make   --preset P --out DIR [--seed S]     a randomly initialised model written as DIR/model.safetensors
                                              (Hugging Face names, tied LM head stored once) + DIR/config.json
   grads  --model DIR --batch FILE --out F    loss and every parameter's gradient on the batch that
-         [--dtype fp32|bf16]                 `twinflow run --dump-step` wrote (tokens, targets), as safetensors
+         [--dtype fp32|bf16] [--step K]      `twinflow run --dump-step` (or --dump-batches: its step K) wrote
+                                             (tokens, targets), as safetensors
   train  --model DIR --batches FILE --steps N  AdamW (torch fused) over the batches `twinflow run
          [--lr --wd --beta1 --beta2 --eps --clip]  --dump-batches` wrote; prints the loss per step as JSON
          [--dtype bf16|fp32]                 (bf16 autocast over fp32 weights, or fp32 throughout: the
@@ -121,7 +122,10 @@ def cmd_grads(a):
     import torch
     from safetensors.torch import save_file
     model = load(a.model, a.preset, "cuda")
-    tok, tgt = read_batch(a.batch)[0]
+    batches = read_batch(a.batch)
+    if not 1 <= a.step <= len(batches):
+        sys.exit("hf_decoder grads: --step %d is outside the file's steps 1..%d" % (a.step, len(batches)))
+    tok, tgt = batches[a.step - 1]
     loss = loss_of(model, tok.cuda(), tgt.cuda(), autocast=(a.dtype == "bf16"))
     loss.backward()
     grads = {k: p.grad.detach().float().contiguous().cpu() for k, p in params(model).items()}
@@ -211,7 +215,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make"); m.add_argument("--preset", required=True, choices=PRESETS); m.add_argument("--out", required=True); m.add_argument("--seed", type=int, default=0)
-    g = sub.add_parser("grads"); g.add_argument("--preset", required=True, choices=PRESETS); g.add_argument("--model", required=True); g.add_argument("--batch", required=True); g.add_argument("--out", required=True); g.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    g = sub.add_parser("grads"); g.add_argument("--preset", required=True, choices=PRESETS); g.add_argument("--model", required=True); g.add_argument("--batch", required=True); g.add_argument("--out", required=True); g.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32"); g.add_argument("--step", type=int, default=1)
     t = sub.add_parser("train"); t.add_argument("--preset", required=True, choices=PRESETS); t.add_argument("--model", required=True); t.add_argument("--batches", required=True); t.add_argument("--steps", type=int, default=50)
     for name, d in (("--lr", 3e-4), ("--wd", 0.1), ("--beta1", 0.9), ("--beta2", 0.95), ("--eps", 1e-8), ("--clip", 1.0)):
         t.add_argument(name, type=float, default=d)
