@@ -22,6 +22,8 @@ struct SettingsOverrides {
   std::optional<int> world = {};              // ranks: as launched (run), simulated (simulate --world)
   std::optional<int> grad_accum = {};         // micro-batches per rank per step (run --grad-accum, a measured sweep)
   std::optional<WorkloadType> workload = {};  // what `run` trains (run --workload)
+  // training.speculation (run/simulate --speculation): bytes, or kSpeculationAuto
+  std::optional<int64_t> speculation_bytes = {};
 };
 
 struct RunSettings {

@@ -42,6 +42,7 @@
 #include "core/optim/grad_stats.h"
 #include "core/plan_hazards.h"
 #include "core/rank_plan.h"
+#include "core/speculation.h"
 #include "core/synthetic_workload.h"
 
 namespace tf::backend::cuda {
@@ -182,6 +183,9 @@ class EngineImpl final : public Engine {
 
   StepReport step() override;
   std::vector<std::pair<int64_t, float>> master_weights() override;
+  cpu::LayerState cpu_layer_state(size_t layer) override { return state_in_slot(layer, spec_->slot(int32_t(layer))); }
+  int64_t speculated_steps() const override { return spec_->speculated_steps(); }
+  int64_t failed_speculations() const override { return spec_->failed_steps(); }
   std::vector<std::pair<int64_t, float>> last_gradients() override;
   int64_t gpu_bytes_in_use() override {
     DeviceGuard guard(cfg_.device);
@@ -230,26 +234,34 @@ class EngineImpl final : public Engine {
     total_gpu_bytes_ = int64_t(prop.totalGlobalMem);
   }
 
-  // The rank's split, step plan and allocation plan: core::plan_rank, as the simulator builds its ranks.
+  // The rank's split, step plan and allocation plan: core::plan_rank, as the simulator builds its ranks
+  // (`speculation: auto` fills the host memory beyond the plan, up to the layers that gain from it).
   void plan_rank() {
     part_ = core::make_partition(s_.model, s_.partition);
     shard_ = part_.ranks[size_t(cfg_.rank)];
-    core::RankPlan rp = core::plan_rank(s_.model, part_, cfg_.rank, cfg_.ratio, s_.memory_options());
+    core::MemoryOptions mo = s_.memory_options();
+    mo.host_bytes_per_rank = host_limit();
+    core::RankPlan rp = core::plan_rank(s_.model, part_, cfg_.rank, cfg_.ratio, mo);
     split_ = std::move(rp.split);
     plan_ = std::move(rp.step);
     mem_.plan = std::move(rp.alloc);
     mem_.planned = core::sum_by_kind(mem_.plan);
+    spec_.emplace(plan_);
+    spare_ = core::spare_range(split_, spec_->layers());
     const std::vector<std::string> hazards = core::check_plan_hazards(plan_);
     if (!hazards.empty())
       throw std::logic_error("engine: the step plan leaves " + std::to_string(hazards.size()) +
                              " buffer reuse(s) unordered, e.g. " + hazards.front());
   }
 
+  int64_t host_limit() const {
+    if (cfg_.host_bytes_limit > 0) return cfg_.host_bytes_limit;
+    return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  }
+
   void check_memory() {
     const int64_t gpu_limit = cfg_.gpu_bytes_limit > 0 ? cfg_.gpu_bytes_limit : total_gpu_bytes_;
-    int64_t host_limit = cfg_.host_bytes_limit;
-    if (host_limit <= 0) host_limit = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
-    core::check_ratio_fits(s_.model, part_, s_.memory_options(), cfg_.ratio, gpu_limit, host_limit);
+    core::check_ratio_fits(s_.model, part_, s_.memory_options(), cfg_.ratio, gpu_limit, host_limit());
   }
 
   // A decoder's init.from, read and checked (names, shapes: core::load_hf_weights) before anything is
@@ -376,13 +388,19 @@ class EngineImpl final : public Engine {
     h_grad_ = host_buffer(buf::kHostGrad);
     h_copy_ = host_buffer(buf::kHostCopy);
     h_norm_ = host_buffer(buf::kHostNorm);
+    if (mem_.plan.has(buf::kHostMasterSpare)) {
+      h_master_spare_ = host_buffer(buf::kHostMasterSpare);
+      h_s1_spare_ = host_buffer(buf::kHostState1Spare);
+      if (mem_.plan.has(buf::kHostState2Spare)) h_s2_spare_ = host_buffer(buf::kHostState2Spare);
+    }
   }
 
   // Page-locks the host buffers (after the first touch placed them), or warns once that they stay
   // pageable. Returns whether one moved (the cudaHostAlloc fallback).
   bool pin_host() {
     bool moved = false;
-    for (HostBuffer* h : {&h_master_, &h_s1_, &h_s2_, &h_grad_, &h_copy_, &h_norm_}) {
+    for (HostBuffer* h :
+         {&h_master_, &h_s1_, &h_s2_, &h_grad_, &h_copy_, &h_norm_, &h_master_spare_, &h_s1_spare_, &h_s2_spare_}) {
       const HostBuffer::Pinned p = cfg_.pin_memory ? h->pin() : HostBuffer::Pinned::kNo;
       moved = moved || p == HostBuffer::Pinned::kMoved;
       (h->pinned() ? mem_.host_pinned : mem_.host_pageable) += int64_t(h->bytes());
@@ -414,6 +432,7 @@ class EngineImpl final : public Engine {
                                      core::DType::kBF16};
       cpu_ = std::make_unique<cpu::CpuSegment>(co, s_.policy.kind, bufs, cpu::segment_ranges(split_));
       cpu_->first_touch();
+      for (int32_t l : spec_->layers()) cpu_->first_touch(size_t(l), state_in_slot(size_t(l), 1));
     };
     segment();
     if (pin_host()) segment();  // a buffer moved to cudaHostAlloc memory: the segment's views follow
@@ -578,7 +597,7 @@ class EngineImpl final : public Engine {
     for (uint32_t id : queue_ops_[size_t(q)]) {
       const core::Op& op = plan_.ops[id];
       for (uint32_t dep : op.deps) wait_dep(q, dep);
-      if (needs_decision(op.kind)) decision();  // host data the op needs (scalars, skip)
+      if (needs_decision(op)) decision();  // host data the op needs (scalars, skip)
       if (on_gpu(q)) {
         const cudaStream_t s = stream_of(q);
         TF_CUDA_CHECK(cudaEventRecord(start_ev(id), s));
@@ -594,8 +613,11 @@ class EngineImpl final : public Engine {
     }
   }
 
-  static bool needs_decision(core::OpKind k) {
-    return k == core::OpKind::kGpuOptimizer || k == core::OpKind::kCpuOptimizer || k == core::OpKind::kH2DParam;
+  // Every optimizer-side op but a speculative update, which runs before the step is decided.
+  static bool needs_decision(const core::Op& op) {
+    const core::OpKind k = op.kind;
+    return k == core::OpKind::kGpuOptimizer || (k == core::OpKind::kCpuOptimizer && op.state_slot < 0) ||
+           k == core::OpKind::kCpuCommit || k == core::OpKind::kH2DParam;
   }
 
   int64_t host_now_ns() const {
@@ -629,6 +651,7 @@ class EngineImpl final : public Engine {
       case core::OpKind::kGpuOptimizer: return gpu_optimizer(s);
       case core::OpKind::kH2DParam: return h2d(op, s);
       case core::OpKind::kCpuOptimizer:
+      case core::OpKind::kCpuCommit:
       case core::OpKind::kAllReduce: break;
     }
     throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on a GPU stream");
@@ -725,11 +748,36 @@ class EngineImpl final : public Engine {
     h2d_bytes_ += (e - b) * 2;
   }
 
+  // The CPU part of `layer` in state slot `slot` (0: the segment's own buffers; 1: the spare slot of a
+  // speculated layer, the tail of the CPU segment that core::spare_range gives).
+  cpu::LayerState state_in_slot(size_t layer, int slot) const {
+    if (slot == 0) return cpu_->layer_state(layer);
+    const int64_t o = cpu_begin_[layer] - split_.gpu_elems - spare_.begin;
+    return {h_master_spare_.as<float>() + o, h_s1_spare_.as<float>() + o,
+            h_s2_spare_.bytes() ? h_s2_spare_.as<float>() + o : nullptr};
+  }
+
+  // CPU optimizer ops: an update in place of the layer's current slot; a speculated layer's
+  // speculative update (out of place into its other slot, before the step is decided) and its commit
+  // (adopt the other slot, or update in place: core::Speculation).
   void execute_cpu(const core::Op& op) {
+    const auto l = size_t(op.layer);
+    if (op.kind == core::OpKind::kCpuOptimizer && op.state_slot == 1) {
+      if (!spec_->active()) return;
+      const int cur = spec_->slot(op.layer);
+      const cpu::LayerState from = state_in_slot(l, cur);
+      cpu_nonfinite_ += cpu_->update_layer(l, spec_->scalars(), state_in_slot(l, 1 - cur), &from).nonfinite;
+      return;
+    }
+    if (op.kind == core::OpKind::kCpuCommit) {
+      if (spec_->commit(op.layer, *decision_) == core::Speculation::Commit::kUpdate)
+        cpu_nonfinite_ += cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l)).nonfinite;
+      return;
+    }
     if (op.kind != core::OpKind::kCpuOptimizer)
       throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on the cpu queue");
     if (decision_->skip) return;
-    cpu_nonfinite_ += cpu_->update_layer(size_t(op.layer), decision_->scalars).nonfinite;
+    cpu_nonfinite_ += cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l)).nonfinite;
   }
 
   // The step decision: known up front without a norm wait; else once the norm all-reduce landed.
@@ -788,6 +836,10 @@ class EngineImpl final : public Engine {
   HostBuffer h_master_, h_s1_, h_s2_;  // "host_master", "host_state1/2": (cpu_elems) fp32
   HostBuffer h_grad_, h_copy_;         // "host_grad": (cpu_elems) grad dtype; "host_copy": (cpu_elems) bf16
   HostBuffer h_norm_;                  // "host_norm": (2) f64, the folded norm and the non-finite count
+  // "host_master_spare", "host_state1/2_spare": (spare elems) fp32, the speculated layers' second slot
+  HostBuffer h_master_spare_, h_s1_spare_, h_s2_spare_;
+  core::SpareRange spare_;                   // where the spare slot sits in the CPU segment
+  std::optional<core::Speculation> spec_;    // the per-step rule and each layer's current slot
   std::unique_ptr<cpu::CpuSegment> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
   std::vector<cudaEvent_t> events_;
@@ -923,9 +975,13 @@ StepReport EngineImpl::step() {
   const double scale = scaler_.scale;
   last_scale_ = scale;
   begin_step();
+  spec_->begin_step(s_.policy, step_, scale, opt_step_);
   run_issuers();
   for (auto& st : streams_) st->sync();
   StepReport rep = report(scale);
+  const core::Speculation::Outcome spec = spec_->end_step(decision());
+  rep.speculated = spec.speculated;
+  rep.speculation_held = spec.held;
   check_masked_nonfinite();
   scaler_.update(rep.skipped);
   if (!rep.skipped) ++opt_step_;
@@ -947,8 +1003,10 @@ std::vector<std::pair<int64_t, float>> EngineImpl::master_weights() {
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> gpu(size_t(split_.gpu_elems));
   if (!gpu.empty()) TF_CUDA_CHECK(cudaMemcpy(gpu.data(), d_master_.get(), gpu.size() * 4, cudaMemcpyDeviceToHost));
-  return owned(
-      [&](int64_t o) { return o < split_.gpu_elems ? gpu[size_t(o)] : h_master_.as<float>()[o - split_.gpu_elems]; });
+  std::vector<float> cpu(size_t(split_.cpu_elems));  // (cpu_elems) fp32: each layer's current slot
+  for (const core::ShardPiece& p : split_.cpu)
+    std::copy_n(cpu_layer_state(p.layer).master, p.count, cpu.begin() + (p.shard_offset - split_.gpu_elems));
+  return owned([&](int64_t o) { return o < split_.gpu_elems ? gpu[size_t(o)] : cpu[size_t(o - split_.gpu_elems)]; });
 }
 
 // "grads" holds the whole shard's reduced gradients (the CPU segment's part is copied from it), which
