@@ -14,6 +14,12 @@
 set -uo pipefail
 OUT=${OUT:-out/issue14}
 mkdir -p "$OUT"
+# Only a few files come back from a device call: logs go to $LOG and are packed into one archive.
+FINAL=$OUT
+LOG=/tmp/tf-issue14-logs
+rm -rf "$LOG" && mkdir -p "$LOG"
+pack() { tar czf "$FINAL/issue14-logs.tar.gz" -C "$LOG" . 2>/dev/null; cp "$LOG/speed.txt" "$FINAL/" 2>/dev/null; true; }
+trap pack EXIT
 export LD_LIBRARY_PATH=$PWD/.devbin:${LD_LIBRARY_PATH:-}
 export TWINFLOW_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
 B=.devbin
@@ -26,26 +32,26 @@ step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 step "machine"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2;
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"; } \
-  | tee "$OUT/machine.txt"
+  | tee "$LOG/machine.txt"
 
 step "1. decoder workload and engine tests [~60 s]"
-timeout 150 $B/tf_cuda_tests --gtest_filter='DecoderWorkload.*:DecoderEngine.*' > "$OUT/decoder_tests.log" 2>&1
-echo "rc $?"; grep -E "^\[  (FAILED|PASSED) |OK \]|Failure|loss gpu|GPU in use" "$OUT/decoder_tests.log" | head -40
+timeout 150 $B/tf_cuda_tests --gtest_filter='DecoderWorkload.*:DecoderEngine.*' > "$LOG/decoder_tests.log" 2>&1
+echo "rc $?"; grep -E "^\[  (FAILED|PASSED) |OK \]|Failure|loss gpu|GPU in use" "$LOG/decoder_tests.log" | head -40
 
 step "2. transformers oracle: the same weights and batch [~90 s]"
 for p in gpt2-124m opt-125m; do
-  timeout 60 "${HF[@]}" make --preset $p --out $W/$p > "$OUT/$p-make.json" 2>>"$OUT/hf.err"; echo "make $p rc $?"
-  timeout 60 $TF run scenarios/real/$p-hf.yaml --steps 1 --dump-step $W/$p.batch --json "$OUT/$p-step1.json" \
-    > "$OUT/$p-step1.log" 2>&1; echo "run $p rc $?"; grep -E "memory:|dump:" "$OUT/$p-step1.log"
-  cp $W/$p.batch "$OUT/$p-step1.batch" 2>/dev/null
+  timeout 60 "${HF[@]}" make --preset $p --out $W/$p > "$LOG/$p-make.json" 2>>"$LOG/hf.err"; echo "make $p rc $?"
+  timeout 60 $TF run scenarios/real/$p-hf.yaml --steps 1 --dump-step $W/$p.batch --json "$LOG/$p-step1.json" \
+    > "$LOG/$p-step1.log" 2>&1; echo "run $p rc $?"; grep -E "memory:|dump:" "$LOG/$p-step1.log"
+  cp $W/$p.batch "$LOG/$p-step1.batch" 2>/dev/null
   for dt in fp32 bf16; do
     timeout 60 "${HF[@]}" grads --preset $p --model $W/$p --batch $W/$p.batch --out $W/$p-hf-$dt.safetensors --dtype $dt \
-      > "$OUT/$p-hf-grads-$dt.json" 2>>"$OUT/hf.err"; echo "grads $p $dt rc $?"
+      > "$LOG/$p-hf-grads-$dt.json" 2>>"$LOG/hf.err"; echo "grads $p $dt rc $?"
     timeout 60 "${HF[@]}" compare --ours $W/$p.batch.grads.safetensors --theirs $W/$p-hf-$dt.safetensors \
-      > "$OUT/$p-compare-$dt.json" 2>>"$OUT/hf.err"; echo "compare $p $dt rc $?"
+      > "$LOG/$p-compare-$dt.json" 2>>"$LOG/hf.err"; echo "compare $p $dt rc $?"
   done
 done
-python3 - "$OUT" <<'PY'
+python3 - "$LOG" <<'PY'
 import json, sys
 out = sys.argv[1]
 for p in ("gpt2-124m", "opt-125m"):
@@ -67,12 +73,12 @@ PY
 
 step "3. 50-step loss curves against transformers on the same batches [~120 s]"
 for p in gpt2-124m opt-125m; do
-  timeout 90 $TF run scenarios/real/$p-hf.yaml --steps 50 --dump-batches $W/$p-50.batch --json "$OUT/$p-50.json" \
-    > "$OUT/$p-50.log" 2>&1; echo "run $p rc $?"
-  timeout 90 "${HF[@]}" train --preset $p --model $W/$p --batches $W/$p-50.batch --steps 50 > "$OUT/$p-50-hf.json" \
-    2>>"$OUT/hf.err"; echo "train $p rc $?"
+  timeout 90 $TF run scenarios/real/$p-hf.yaml --steps 50 --dump-batches $W/$p-50.batch --json "$LOG/$p-50.json" \
+    > "$LOG/$p-50.log" 2>&1; echo "run $p rc $?"
+  timeout 90 "${HF[@]}" train --preset $p --model $W/$p --batches $W/$p-50.batch --steps 50 > "$LOG/$p-50-hf.json" \
+    2>>"$LOG/hf.err"; echo "train $p rc $?"
 done
-python3 - "$OUT" <<'PY'
+python3 - "$LOG" <<'PY'
 import json, sys
 out = sys.argv[1]
 for p in ("gpt2-124m", "opt-125m"):
@@ -89,19 +95,19 @@ for p in ("gpt2-124m", "opt-125m"):
 PY
 
 step "4. the tutorial scenario as written [~90 s]"
-timeout 170 $TF run scenarios/gpt-350m-ratio0.3.yaml --json "$OUT/tutorial.json" > "$OUT/tutorial.log" 2>&1
-echo "rc $?"; grep -E "memory:|step [0-9]+/|does not fit|error" "$OUT/tutorial.log" | head -16
+timeout 170 $TF run scenarios/gpt-350m-ratio0.3.yaml --json "$LOG/tutorial.json" > "$LOG/tutorial.log" 2>&1
+echo "rc $?"; grep -E "memory:|step [0-9]+/|does not fit|error" "$LOG/tutorial.log" | head -16
 
 step "5. speed beside the peer [~150 s]"
-timeout 150 $TF run scenarios/real/opt-1.3b-h100.yaml --ratios 0,1 --steps 8 --json "$OUT/opt-1.3b.json" \
-  > "$OUT/opt-1.3b.log" 2>&1; echo "ours opt-1.3b rc $?"
-timeout 90 "${HF[@]}" speed --preset opt-1.3b --seq 1024 --micro-batch 8 --steps 10 > "$OUT/peer-opt-1.3b.json" \
-  2>>"$OUT/hf.err"; echo "peer opt-1.3b rc $?"
-timeout 60 $TF run scenarios/real/gpt2-124m-h100.yaml --steps 10 --json "$OUT/gpt2-124m.json" \
-  > "$OUT/gpt2-124m.log" 2>&1; echo "ours gpt2-124m rc $?"
-timeout 60 "${HF[@]}" speed --preset gpt2-124m --seq 1024 --micro-batch 8 --steps 12 > "$OUT/peer-gpt2-124m.json" \
-  2>>"$OUT/hf.err"; echo "peer gpt2-124m rc $?"
-python3 - "$OUT" <<'PY' | tee "$OUT/speed.txt"
+timeout 150 $TF run scenarios/real/opt-1.3b-h100.yaml --ratios 0,1 --steps 8 --json "$LOG/opt-1.3b.json" \
+  > "$LOG/opt-1.3b.log" 2>&1; echo "ours opt-1.3b rc $?"
+timeout 90 "${HF[@]}" speed --preset opt-1.3b --seq 1024 --micro-batch 8 --steps 10 > "$LOG/peer-opt-1.3b.json" \
+  2>>"$LOG/hf.err"; echo "peer opt-1.3b rc $?"
+timeout 60 $TF run scenarios/real/gpt2-124m-h100.yaml --steps 10 --json "$LOG/gpt2-124m.json" \
+  > "$LOG/gpt2-124m.log" 2>&1; echo "ours gpt2-124m rc $?"
+timeout 60 "${HF[@]}" speed --preset gpt2-124m --seq 1024 --micro-batch 8 --steps 12 > "$LOG/peer-gpt2-124m.json" \
+  2>>"$LOG/hf.err"; echo "peer gpt2-124m rc $?"
+python3 - "$LOG" <<'PY' | tee "$LOG/speed.txt"
 import json, statistics, sys
 out = sys.argv[1]
 def med(xs): return statistics.median(xs) if xs else float("nan")
@@ -124,4 +130,4 @@ for ours_file, peer_file in (("opt-1.3b.json", "peer-opt-1.3b.json"), ("gpt2-124
                     f"({m['gpu_diff_percent']:+.1f}%), pinned {m['host_pinned_predicted'] / 1e9:.2f} / {m['host_pinned_measured'] / 1e9:.2f} GB")
 PY
 step "done"
-ls -la "$OUT"
+ls -la "$LOG"; pack
