@@ -244,8 +244,8 @@ TEST(CpuOutOfPlace, SameBitsAsInPlace) {
             backend::OptimChunk out = chunk(po, mo, vo, copy_out);
             out.from = {p0.data(), m0.data(), two ? v0.data() : nullptr};
             const std::vector<float> p_src = p0, m_src = m0, v_src = v0;
-            const GradStats a = be.step(k, std::span<const backend::OptimChunk>(&in_place, 1), sc);
-            const GradStats b = be.step(k, std::span<const backend::OptimChunk>(&out, 1), sc);
+            const backend::GradStats a = be.step(k, std::span<const backend::OptimChunk>(&in_place, 1), sc);
+            const backend::GradStats b = be.step(k, std::span<const backend::OptimChunk>(&out, 1), sc);
             const std::string what = std::string(backend::cpu::isa_name(isa)) + (stream ? " stream " : " ") +
                                      std::string(core::optimizer_name(k)) + " g" + std::string(core::dtype_name(g)) +
                                      " c" + std::string(core::dtype_name(cp));
@@ -254,11 +254,15 @@ TEST(CpuOutOfPlace, SameBitsAsInPlace) {
             EXPECT_EQ(std::memcmp(&a.sumsq, &b.sumsq, 8), 0) << what;
             EXPECT_EQ(std::memcmp(pi.data(), po.data(), n * 4), 0) << what;
             EXPECT_EQ(std::memcmp(mi.data(), mo.data(), n * 4), 0) << what;
-            if (two) EXPECT_EQ(std::memcmp(vi.data(), vo.data(), n * 4), 0) << what;
+            if (two) {
+              EXPECT_EQ(std::memcmp(vi.data(), vo.data(), n * 4), 0) << what;
+            }
             EXPECT_EQ(copy_in, copy_out) << what;
             EXPECT_EQ(std::memcmp(p0.data(), p_src.data(), n * 4), 0) << what << ": the source changed";
             EXPECT_EQ(std::memcmp(m0.data(), m_src.data(), n * 4), 0) << what << ": the source changed";
-            if (two) EXPECT_EQ(std::memcmp(v0.data(), v_src.data(), n * 4), 0) << what << ": the source changed";
+            if (two) {
+              EXPECT_EQ(std::memcmp(v0.data(), v_src.data(), n * 4), 0) << what << ": the source changed";
+            }
           }
     }
   }
