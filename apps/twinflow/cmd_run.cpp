@@ -678,6 +678,7 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     // the budget the plan resolved to: what `validate` simulates this point with
     jp["speculation_bytes"] = p.speculation_bytes;
     jp["speculated_layers"] = p.speculated_layers;
+    jp["spare_slot_bytes"] = spare_bytes(p.memory.plan);
     jp["speculated_steps"] = p.speculated_steps;
     jp["failed_speculations"] = p.failed_speculations;
     for (size_t i = 0; i < p.steps.size(); ++i) {

@@ -554,6 +554,7 @@ void collect_ranks(const Simulation& sim, const std::vector<core::StepPlan>& pla
   p.kind_ns = t.kind_ns;
   p.exposed_ns = t.exposed_ns;
   p.exposed_transfer_ns = t.exposed_transfer_ns;
+  p.cpu_overlapped_ns = t.cpu_overlapped_ns;
 }
 
 }  // namespace

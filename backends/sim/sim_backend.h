@@ -45,6 +45,8 @@ struct SimPoint {
   // Exposed transfer: the part of the step when a PCIe copy or the CPU optimizer runs while the
   // compute and comm queues are both idle (rank 0).
   int64_t exposed_transfer_ns = 0;
+  // The CPU queue's busy time while the compute queue is busy too (rank 0; StepTimeline::cpu_overlapped_ns)
+  int64_t cpu_overlapped_ns = 0;
   core::RankMemory memory;  // of the largest shard
   int64_t pcie_bytes_each_way = 0;
   std::vector<core::StepPlan> plans;  // per rank (only with SimOptions::keep_plans)
