@@ -16,7 +16,6 @@ namespace {
   throw core::InputError(where + ": " + what);
 }
 
-
 struct Named {
   const char* name;
   const BufferView* b;
@@ -34,8 +33,8 @@ void check_source(OptimizerKind k, const OptimChunk& c, size_t alignment, const 
                     " (and " + (two_states ? "nothing else" : "no state2") + ")");
   const size_t n = c.param.count;
   const size_t align = std::max<size_t>(alignment, 4);
-  const std::pair<const char*, const float*> src[] = {{"from.param", f.param}, {"from.state1", f.state1},
-                                                      {"from.state2", f.state2}};
+  const std::pair<const char*, const float*> src[] = {
+      {"from.param", f.param}, {"from.state1", f.state1}, {"from.state2", f.state2}};
   for (const auto& [name, p] : src) {
     if (!p) continue;
     if (reinterpret_cast<uintptr_t>(p) % align != 0)
@@ -45,8 +44,9 @@ void check_source(OptimizerKind k, const OptimChunk& c, size_t alignment, const 
       if (b.b == &c.grad) continue;  // read only
       const auto b0 = reinterpret_cast<uintptr_t>(b.b->data), b1 = b0 + b.b->bytes();
       if (n > 0 && a0 < b1 && b0 < a1)
-        fail(where, std::string(name) + " overlaps " + b.name + ", which the pass writes; an out-of-place update "
-                    "reads one slot and writes another");
+        fail(where, std::string(name) + " overlaps " + b.name +
+                        ", which the pass writes; an out-of-place update "
+                        "reads one slot and writes another");
     }
   }
 }

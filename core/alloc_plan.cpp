@@ -252,8 +252,7 @@ std::vector<BufferSpec> workload_buffers(const ModelDesc& model, WorkloadType wo
 
 int64_t resolve_speculation_bytes(const ModelDesc& model, const Partition& part, const RankShard& shard,
                                   const TwinFlowSplit& split, const MemoryOptions& opt) {
-  if (opt.step.speculation_bytes != kSpeculationAuto || opt.host_bytes_per_rank <= 0)
-    return opt.step.speculation_bytes;
+  if (opt.step.speculation_bytes != kSpeculationAuto || opt.host_bytes_per_rank <= 0) return opt.step.speculation_bytes;
   MemoryOptions without = opt;
   without.step.speculation_bytes = 0;
   const int64_t base = plan_allocations(model, part, shard, split, without).bytes(MemPlace::kHost);

@@ -19,7 +19,7 @@ std::vector<int32_t> speculated_layers(const TwinFlowSplit& split, const StepCon
   const int64_t per_elem = spare_slot_bytes_per_element(cfg.optimizer);
   int64_t used = 0;
   for (auto it = split.cpu.rbegin(); it != split.cpu.rend(); ++it) {  // backward order
-    if (it->layer == 0) break;  // layer 0's gradient lands with the norm
+    if (it->layer == 0) break;                                        // layer 0's gradient lands with the norm
     if (it->count == 0) continue;
     const int64_t bytes = it->count * per_elem;
     if (bytes > budget - used) break;  // a prefix in backward order: the spare slots stay contiguous

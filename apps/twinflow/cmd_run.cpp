@@ -460,9 +460,9 @@ std::string speculation_text(const cu::StepReport& r, bool planned) {
 void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics, RunPoint& pt) {
   const bool decoder = ec.settings.workload == core::WorkloadType::kDecoder;
   const bool planned = pt.speculated_layers > 0;
-  std::vector<std::string> head = {"step", "loss", "grad_norm", "scale",   "step", "fwd",       "bwd",      "ag",
-                                   "rs",   "d2h",  "cpu_opt",   "gpu_opt", "h2d",  "opt_phase", "exp_xfer", "spec",
-                                   "cpu_hid", "bound"};
+  std::vector<std::string> head = {"step", "loss",      "grad_norm", "scale", "step",    "fwd",
+                                   "bwd",  "ag",        "rs",        "d2h",   "cpu_opt", "gpu_opt",
+                                   "h2d",  "opt_phase", "exp_xfer",  "spec",  "cpu_hid", "bound"};
   if (decoder) head.insert(head.end(), {"tok/s", "MFU"});
   Table t(head);
   for (int s = 1; s <= o.steps; ++s) {
@@ -562,9 +562,10 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
 
 // Over steady steps (all but the first), rank 0.
 void print_summary(const std::vector<RunPoint>& points, int steps) {
-  Table s({"ratio", "actual", "step_ms", "fwd_ms", "bwd_ms", "opt_phase_ms", "exp_xfer_ms", "exp_cpu_opt_ms",
-           "exp_copies_ms", "cpu_opt_ms", "gpu_opt_ms", "busy_compute", "busy_cpu", "cpu_hid", "bound_ms", "spec_held",
-           "gpu_GB", "host_pinned_GB", "tok/s", "MFU", "x_vs_r1"});
+  Table s(
+      {"ratio",          "actual",        "step_ms",    "fwd_ms",         "bwd_ms",       "opt_phase_ms", "exp_xfer_ms",
+       "exp_cpu_opt_ms", "exp_copies_ms", "cpu_opt_ms", "gpu_opt_ms",     "busy_compute", "busy_cpu",     "cpu_hid",
+       "bound_ms",       "spec_held",     "gpu_GB",     "host_pinned_GB", "tok/s",        "MFU",          "x_vs_r1"});
   const auto step_ms = [](const cu::StepReport& r) { return ms(r.timeline.step_ns); };
   double r1 = std::nan("");
   for (const RunPoint& p : points)
@@ -590,18 +591,30 @@ void print_summary(const std::vector<RunPoint>& points, int steps) {
     auto overlap = [&](double OverlapFigures::*f) {
       return steady_median(p, [&](const cu::StepReport& r) { return p.overlap[size_t(r.step - 1)].*f; });
     };
-    const std::string held = p.speculated_layers == 0
-                                 ? "-"
-                                 : std::to_string(p.speculated_steps - p.failed_speculations) + "/" +
-                                       std::to_string(p.steps.size());
-    s.add({num(p.requested, 3), num(p.actual, 4), num(step), kind(core::OpKind::kForward),
-           kind(core::OpKind::kBackward), field(&backend::StepTimeline::optimizer_phase_ns),
-           field(&backend::StepTimeline::exposed_transfer_ns), field(&backend::StepTimeline::exposed_cpu_optimizer_ns),
-           field(&backend::StepTimeline::exposed_copies_ns), kind(core::OpKind::kCpuOptimizer),
-           kind(core::OpKind::kGpuOptimizer), num(busy(core::Queue::kCompute), 3), num(busy(core::Queue::kCpu), 3),
-           num(overlap(&OverlapFigures::overlap_fraction), 3), num(overlap(&OverlapFigures::bound_ms)), held,
-           num(double(p.memory.gpu_used_by_process) / 1e9), num(double(p.memory.host_pinned) / 1e9), num(tok_s, 0),
-           num(mfu, 3), num(r1 / step, 2)});
+    const std::string held = p.speculated_layers == 0 ? "-"
+                                                      : std::to_string(p.speculated_steps - p.failed_speculations) +
+                                                            "/" + std::to_string(p.steps.size());
+    s.add({num(p.requested, 3),
+           num(p.actual, 4),
+           num(step),
+           kind(core::OpKind::kForward),
+           kind(core::OpKind::kBackward),
+           field(&backend::StepTimeline::optimizer_phase_ns),
+           field(&backend::StepTimeline::exposed_transfer_ns),
+           field(&backend::StepTimeline::exposed_cpu_optimizer_ns),
+           field(&backend::StepTimeline::exposed_copies_ns),
+           kind(core::OpKind::kCpuOptimizer),
+           kind(core::OpKind::kGpuOptimizer),
+           num(busy(core::Queue::kCompute), 3),
+           num(busy(core::Queue::kCpu), 3),
+           num(overlap(&OverlapFigures::overlap_fraction), 3),
+           num(overlap(&OverlapFigures::bound_ms)),
+           held,
+           num(double(p.memory.gpu_used_by_process) / 1e9),
+           num(double(p.memory.host_pinned) / 1e9),
+           num(tok_s, 0),
+           num(mfu, 3),
+           num(r1 / step, 2)});
   }
   std::cout << "\nsummary (median of steps 2.." << steps
             << ", rank 0; spec_held: steps whose speculation held of all steps)\n";

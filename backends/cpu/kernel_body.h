@@ -140,7 +140,7 @@ uint64_t step_tiles(const OptimChunk& c, const StepScalars& s, const KernelTunin
       std::memcpy(tg, static_cast<const char*>(q.g) + i * core::dtype_bytes(G), r * core::dtype_bytes(G));
       if constexpr (C != DType::kNone) std::memcpy(tc, static_cast<uint16_t*>(q.copy) + i, r * 2);
       const Ptrs tq{tp, ts1, ts2, tg, tc, tp, ts1, ts2};  // in place on the stack copies
-      const KernelTuning plain{0, false, false};            // stack copies: no prefetch, no streaming stores
+      const KernelTuning plain{0, false, false};          // stack copies: no prefetch, no streaming stores
       bad += vec_step<T, K, G, C>(b, tq, 0, acc + (i - base) % core::kStatsLanes, plain);
       std::memcpy(q.p + i, tp, r * 4);
       std::memcpy(q.s1 + i, ts1, r * 4);

@@ -838,8 +838,8 @@ class EngineImpl final : public Engine {
   HostBuffer h_norm_;                  // "host_norm": (2) f64, the folded norm and the non-finite count
   // "host_master_spare", "host_state1/2_spare": (spare elems) fp32, the speculated layers' second slot
   HostBuffer h_master_spare_, h_s1_spare_, h_s2_spare_;
-  core::SpareRange spare_;                   // where the spare slot sits in the CPU segment
-  std::optional<core::Speculation> spec_;    // the per-step rule and each layer's current slot
+  core::SpareRange spare_;                 // where the spare slot sits in the CPU segment
+  std::optional<core::Speculation> spec_;  // the per-step rule and each layer's current slot
   std::unique_ptr<cpu::CpuSegment> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
   std::vector<cudaEvent_t> events_;

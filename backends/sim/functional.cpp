@@ -161,8 +161,8 @@ class FunctionalRun {
         c_(c),
         W_(c.world),
         part_(core::make_partition(model, {c.stage, c.world, int64_t(core::kStatsTile)})),
-        step_cfg_(core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false,
-                                         c.speculation_bytes)),
+        step_cfg_(
+            core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false, c.speculation_bytes)),
         two_(core::state_count(c.kind) == 2),
         initial_(initial_weights(model, c)),
         scaler_(c.loss_scaler) {
@@ -207,7 +207,7 @@ class FunctionalRun {
     // the speculated layers' spare slot (core::spare_range of the CPU segment): master, state1, state2
     std::vector<float> sp, sm, sv;
     core::SpareRange spare;
-    std::optional<core::Speculation> spec;  // the per-step rule and each layer's current slot
+    std::optional<core::Speculation> spec;      // the per-step rule and each layer's current slot
     std::vector<uint16_t> bf16;                 // (shard) GPU-resident bf16 parameters
     std::vector<float> acc;                     // (shard) fp32 gradient accumulation (reduce-scatter output)
     std::vector<uint16_t> grad;                 // (shard) reduced gradient in the grad dtype, on the GPU
@@ -465,8 +465,12 @@ class FunctionalRun {
     if (decision("GPU optimizer").skip) return;
     for (Rank& k : ranks_) {
       const size_t g = size_t(k.split.gpu_elems);
-      const OptimChunk ch{f32(k.gp, 0, g), f32(k.gm, 0, g), two_ ? f32(k.gv, 0, g) : BufferView{},
-                          lp(k.grad, 0, g, c_.grad_dtype), lp(k.bf16, 0, g, core::DType::kBF16), {}};
+      const OptimChunk ch{f32(k.gp, 0, g),
+                          f32(k.gm, 0, g),
+                          two_ ? f32(k.gv, 0, g) : BufferView{},
+                          lp(k.grad, 0, g, c_.grad_dtype),
+                          lp(k.bf16, 0, g, core::DType::kBF16),
+                          {}};
       kernels().step(c_.kind, std::span<const OptimChunk>(&ch, 1), decision_.scalars);
     }
   }
@@ -580,8 +584,12 @@ FunctionalResult run_reference_loop(const core::ModelDesc& model, const Function
       continue;
     }
     ++opt_step;
-    const OptimChunk all{f32(p, 0, n), f32(m, 0, n), two ? f32(v, 0, n) : BufferView{}, lp(g, 0, n, c.grad_dtype),
-                         lp(w, 0, n, core::DType::kBF16), {}};
+    const OptimChunk all{f32(p, 0, n),
+                         f32(m, 0, n),
+                         two ? f32(v, 0, n) : BufferView{},
+                         lp(g, 0, n, c.grad_dtype),
+                         lp(w, 0, n, core::DType::kBF16),
+                         {}};
     kernels().step(c.kind, std::span<const OptimChunk>(&all, 1), d.scalars);
   }
   res.master = p;

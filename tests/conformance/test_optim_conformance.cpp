@@ -210,7 +210,8 @@ TEST(CpuOutOfPlace, SameBitsAsInPlace) {
       o.min_tiles_per_thread = 1;
       o.tuning.stream_out_of_place = stream;
       backend::cpu::CpuBackend be(o);
-      for (OptimizerKind k : {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kAdagrad, OptimizerKind::kLion})
+      for (OptimizerKind k :
+           {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kAdagrad, OptimizerKind::kLion})
         for (DType g : {DType::kF32, DType::kBF16, DType::kF16})
           for (DType cp : {DType::kNone, DType::kBF16, DType::kF16}) {
             harness::Problem p = harness::random_problem(31 + uint64_t(k), k, g, cp, 10);
@@ -226,8 +227,8 @@ TEST(CpuOutOfPlace, SameBitsAsInPlace) {
             }
             const size_t cb = cp == DType::kNone ? 0 : n;
             std::vector<uint16_t> copy_in(cb, 0x1234), copy_out(cb, 0x1234);  // (n) copy dtype
-            std::vector<float> pi = p0, mi = m0, vi = v0;                       // in place
-            std::vector<float> po(n, NAN), mo(n, NAN), vo(two ? n : 0, NAN);    // the spare slot, poisoned
+            std::vector<float> pi = p0, mi = m0, vi = v0;                     // in place
+            std::vector<float> po(n, NAN), mo(n, NAN), vo(two ? n : 0, NAN);  // the spare slot, poisoned
             std::vector<uint8_t> gin = raw;
             const core::StepScalars sc = core::make_step_scalars(k, p.hp, 3, 0.25);
             auto chunk = [&](std::vector<float>& a, std::vector<float>& b, std::vector<float>& c,

@@ -112,8 +112,8 @@ double mid_clip(const core::ModelDesc& m, Case c) {
 TEST(CudaEngineSpeculation, SameBitsAsWithoutSpeculationWhenSomeStepsClip) {
   SKIP_WITHOUT_GPU();
   const core::ModelDesc m = small_model();
-  for (core::OptimizerKind k : {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdam,
-                                core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion})
+  for (core::OptimizerKind k : {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdam, core::OptimizerKind::kAdagrad,
+                                core::OptimizerKind::kLion})
     for (double ratio : {0.3, 1.0}) {
       Case c;
       c.kind = k;

@@ -182,16 +182,15 @@ TEST(PlanHazards, WhatSpeculationOpsTouch) {
       EXPECT_TRUE(has(PlanBuffer::kHostOptimizerState, false)) << o.label();
       EXPECT_TRUE(has(PlanBuffer::kHostOptimizerSpare, true)) << o.label();
       EXPECT_FALSE(has(PlanBuffer::kHostOptimizerState, true)) << o.label();  // the current slot is only read
-      EXPECT_EQ(std::count_if(u.begin(), u.end(), [](const BufferUse& b) { return b.buffer == PlanBuffer::kNormResult; }),
-                0)
+      EXPECT_EQ(
+          std::count_if(u.begin(), u.end(), [](const BufferUse& b) { return b.buffer == PlanBuffer::kNormResult; }), 0)
           << "a speculative update does not wait for the step decision";
     }
     if (o.kind == OpKind::kCpuCommit) {
       EXPECT_TRUE(has(PlanBuffer::kHostOptimizerState, true)) << o.label();
       EXPECT_TRUE(has(PlanBuffer::kHostOptimizerSpare, true)) << o.label();
       EXPECT_TRUE(has(PlanBuffer::kHostCopy, true)) << o.label();
-      EXPECT_NE(std::find(u.begin(), u.end(), BufferUse{PlanBuffer::kNormResult, -1, Segment::kWhole, false}),
-                u.end());
+      EXPECT_NE(std::find(u.begin(), u.end(), BufferUse{PlanBuffer::kNormResult, -1, Segment::kWhole, false}), u.end());
     }
   }
 }

@@ -111,8 +111,7 @@ TEST(Settings, SpeculationBudget) {
             kSpeculationAuto);
   EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: auto")).step.speculation_bytes, kSpeculationAuto);
   EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: 0")).step.speculation_bytes, 0);
-  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: 8000000000")).step.speculation_bytes,
-            8000000000);
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: 8000000000")).step.speculation_bytes, 8000000000);
   SettingsOverrides o;
   o.speculation_bytes = 0;
   EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: auto"), o).step.speculation_bytes, 0);

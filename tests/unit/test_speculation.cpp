@@ -92,7 +92,8 @@ TEST(Speculation, ThePlanSpeculatesRightAfterTheCopyAndCommitsAfterTheNorm) {
   EXPECT_EQ(count(p, OpKind::kCpuOptimizer, 1), 3u);  // layers 3, 2, 1
   EXPECT_EQ(count(p, OpKind::kCpuCommit, 1), 3u);
   EXPECT_EQ(count(p, OpKind::kCpuOptimizer, -1), 1u);  // layer 0, after the norm
-  const auto norm = std::find_if(p.ops.begin(), p.ops.end(), [](const Op& o) { return o.kind == OpKind::kNormAllReduce; });
+  const auto norm =
+      std::find_if(p.ops.begin(), p.ops.end(), [](const Op& o) { return o.kind == OpKind::kNormAllReduce; });
   ASSERT_NE(norm, p.ops.end());
   size_t last_backward = 0;
   for (const Op& o : p.ops)
@@ -119,8 +120,8 @@ TEST(Speculation, ThePlanSpeculatesRightAfterTheCopyAndCommitsAfterTheNorm) {
   EXPECT_EQ(spec_order, (std::vector<int32_t>{3, 2, 1}));
   EXPECT_EQ(commit_order, (std::vector<int32_t>{3, 2, 1}));
   // the first speculative update is issued while backward still runs
-  const auto first_spec = std::find_if(p.ops.begin(), p.ops.end(),
-                                       [](const Op& o) { return o.kind == OpKind::kCpuOptimizer && o.state_slot == 1; });
+  const auto first_spec = std::find_if(
+      p.ops.begin(), p.ops.end(), [](const Op& o) { return o.kind == OpKind::kCpuOptimizer && o.state_slot == 1; });
   EXPECT_LT(first_spec->id, last_backward);
   // the commit's op carries the redo's cost: the layer's elements
   for (const Op& o : p.ops)
