@@ -173,5 +173,4 @@ TEST(CudaEngineSpeculation, CurrentStateSlotHoldsTheMasterWeights) {
   }
 }
 
-}  // namespace
 }  // namespace tf

@@ -92,6 +92,16 @@ void expect_same_bits_everywhere(const FunctionalConfig& c, const FunctionalResu
     }
 }
 
+// `kind` with its default hyper-parameters at lr 1e-2, over `steps` steps.
+FunctionalConfig config_of(core::OptimizerKind kind, int steps) {
+  FunctionalConfig c;
+  c.kind = kind;
+  c.hp = core::default_hyper_params(kind);
+  c.hp.lr = 1e-2;
+  c.steps = steps;
+  return c;
+}
+
 const core::OptimizerKind kKinds[] = {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdam,
                                       core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion};
 
@@ -101,11 +111,7 @@ const core::OptimizerKind kKinds[] = {core::OptimizerKind::kAdamW, core::Optimiz
 // the others hold.
 TEST(FunctionalSpeculation, SameBitsWhenSomeStepsClip) {
   for (core::OptimizerKind kind : kKinds) {
-    FunctionalConfig base;
-    base.kind = kind;
-    base.hp = core::default_hyper_params(kind);
-    base.hp.lr = 1e-2;
-    base.steps = 8;
+    FunctionalConfig base = config_of(kind, 8);
     const std::optional<double> clip = mixed_clip(base);
     ASSERT_TRUE(clip) << core::optimizer_name(kind) << ": no clip gives both held and failed speculations";
     base.clip = *clip;
@@ -118,14 +124,10 @@ TEST(FunctionalSpeculation, SameBitsWhenSomeStepsClip) {
 // slot flips) and step 4 does not speculate; the loss scale halves.
 TEST(FunctionalSpeculation, SameBitsAcrossAnFp16Overflow) {
   for (core::OptimizerKind kind : kKinds) {
-    FunctionalConfig base;
-    base.kind = kind;
-    base.hp = core::default_hyper_params(kind);
-    base.hp.lr = 1e-2;
+    FunctionalConfig base = config_of(kind, 7);
     base.grad_dtype = core::DType::kF16;
     base.loss_scaler = {1024, 2, 1, 0};  // doubles after 2 clean steps: the scale changes between speculations
     base.overflow_at_step = 3;
-    base.steps = 7;
     base.clip = 1e30;  // only the overflow spoils a speculation
     const FunctionalResult ref = backend::sim::run_reference_loop(toy(), base);
     ASSERT_EQ(ref.skipped_steps, std::vector<int>{3});
@@ -139,9 +141,7 @@ TEST(FunctionalSpeculation, SameBitsAcrossAnFp16Overflow) {
 // A budget that holds some speculated layers and not others (the prefix in backward order that fits)
 // gives the same bits too.
 TEST(FunctionalSpeculation, SameBitsWithAPartialBudget) {
-  FunctionalConfig base;
-  base.hp.lr = 1e-2;
-  base.steps = 6;
+  FunctionalConfig base = config_of(core::OptimizerKind::kAdamW, 6);
   const std::optional<double> clip = mixed_clip(base);
   ASSERT_TRUE(clip);
   base.clip = *clip;
