@@ -15,10 +15,10 @@ namespace tf::core {
 // Bytes per rank: plan_allocations' buffers summed by kind. GPU terms sum to gpu_total, host terms to
 // host_total.
 struct RankMemory {
-  int64_t gpu_params = 0;       // stage 3: the rank's bf16 shard; stages 1/2: the full bf16 model
+  int64_t gpu_params = 0;       // the rank's bf16 shard; stages 1/2 with several ranks also the replicated model
   int64_t gpu_grads = 0;        // stage >= 2: the shard's reduced grads (the CPU segment's part lands here
-                                // before its D2H) + fp32 accumulation with grad_accum > 1; stage 1: the
-                                // full model's grads
+                                // before its D2H); stage 1: the full model's; + fp32 accumulation of the
+                                // shard with grad_accum > 1
   int64_t gpu_optimizer = 0;    // fp32 master + states of the GPU segment
   int64_t gpu_activations = 0;  // one micro-batch, with or without checkpointing
   int64_t gpu_comm = 0;         // all-gather prefetch + reduce-scatter buffers (whole layers)

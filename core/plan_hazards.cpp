@@ -60,10 +60,9 @@ void reduction_uses(const StepPlan& plan, const Op& op, Uses& u) {
   u.add(PlanBuffer::kLayerGrad, op.grad_slot, Segment::kWhole, false);
   u.add(PlanBuffer::kRecv, op.grad_slot, Segment::kWhole, true);
   const SliceSumIo io = slice_sum_io(plan.config.grad_accum, op.micro_batch);
-  if (plan.stage >= 2) {  // stage 1 keeps the whole model's gradients, without accumulation buffers
-    if (io.read_acc) u.layer(PlanBuffer::kGradAccum, op.layer, false);
-    if (io.write_acc) u.layer(PlanBuffer::kGradAccum, op.layer, true);
-  }
+  // every stage accumulates the shard's sums in fp32 across micro-batches (core/alloc_plan.h)
+  if (io.read_acc) u.layer(PlanBuffer::kGradAccum, op.layer, false);
+  if (io.write_acc) u.layer(PlanBuffer::kGradAccum, op.layer, true);
   if (io.write_out) u.layer(PlanBuffer::kGrads, op.layer, true);
 }
 

@@ -12,8 +12,9 @@ namespace tf::core {
 
 // The buffers a step touches, as a backend holds them (backends/cuda/engine.cpp, backends/sim).
 enum class PlanBuffer : uint8_t {
-  kParams,              // the bf16 parameters compute reads: the rank's shard (ZeRO-3; one rank computes on it
-                        // directly) or the replicated model (stages 1/2); per (layer, segment)
+  kParams,              // the bf16 parameters: the rank's shard (ZeRO-3; one rank computes on it directly) and,
+                        // stages 1/2, the replicated model compute reads and the all-gathers after the
+                        // optimizers refresh from the shard (one piece: a superset); per (layer, segment)
   kGather,              // ZeRO-3 prefetch buffers, per slot
   kGatherShared,        // ZeRO-3: the shared layer gathered for the layer that reads it (Op::shared_layer)
   kLayerGrad,           // the layer-gradient (send) buffers backward writes, per slot

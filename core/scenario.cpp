@@ -301,6 +301,26 @@ void read_init(const Node& n, Ctx& ctx) {
   ctx.s->init.from = path;
 }
 
+// checkpoint: {dir, every_steps, keep}: where and how often a run saves (docs/ARCHITECTURE.md,
+// "Checkpoints"). The directory need not exist yet: the first save creates it.
+void read_checkpoint(const Node& n, Ctx& ctx) {
+  MapReader m(n, ctx.warnings(), "{dir, every_steps, keep}");
+  CheckpointConfig& c = ctx.s->checkpoint;
+  const Node& dir = m.require("dir", "the directory that holds the checkpoints (step-N/)");
+  const std::string text = config::read_string(dir);
+  if (text.empty()) config::fail(dir, "empty; allowed: a directory path (relative to the scenario's directory)");
+  c.dir = resolve(ctx, dir, text);
+  if (const Node* e = m.find("every_steps"))
+    c.every_steps = config::read_int(*e, 0, int64_t(1) << 40);
+  else
+    ctx.add_default("checkpoint.every_steps", "0", "Twin-Flow's: save after the last step and on SIGTERM/SIGINT only");
+  if (const Node* k = m.find("keep"))
+    c.keep = int(config::read_int(*k, 0, int64_t(1) << 20));
+  else
+    ctx.add_default("checkpoint.keep", "0", "Twin-Flow's: every checkpoint is kept");
+  m.fail_unknown();
+}
+
 ReferenceResult read_reference(const Node& r, Ctx& ctx) {
   MapReader rm(r, ctx.warnings(), "a published result {speedup_vs_full_offload, source}");
   ReferenceResult ref;
@@ -431,6 +451,7 @@ void parse(const Node& root, Ctx& ctx, const DsSource& ds_text) {
   if (const Node* w = top.find("workload")) read_workload(*w, ctx);
   if (const Node* d = top.find("data")) read_data(*d, ctx);
   if (const Node* i = top.find("init")) read_init(*i, ctx);
+  if (const Node* c = top.find("checkpoint")) read_checkpoint(*c, ctx);
   if (const Node* r = top.find("reference")) s.reference = read_reference(*r, ctx);
   top.fail_unknown();
   check_hardware_and_activations(precision_node, training, ctx);

@@ -111,6 +111,15 @@ struct InitConfig {
   std::filesystem::path from;  // resolved against the scenario's directory; its tensors are checked when loaded
 };
 
+// Checkpoints (docs/ARCHITECTURE.md, "Checkpoints"): `checkpoint: {dir, every_steps, keep}`. DeepSpeed's
+// ds_config has no directory or interval (its save_checkpoint takes the directory as an argument), so
+// they live in the scenario; the ds_config's `checkpoint` section is read for what maps (ds_config.cpp).
+struct CheckpointConfig {
+  std::filesystem::path dir;  // resolved against the scenario's directory; empty: no checkpoints
+  int64_t every_steps = 0;    // save after every N steps (0: only after the last step, or on SIGTERM/SIGINT)
+  int keep = 0;               // complete checkpoints kept, the newest included (0: every one)
+};
+
 // A default that decided something the files did not say: the commands print them and write them to
 // --json, so a run's settings are never silently someone's default.
 struct AppliedDefault {
@@ -138,6 +147,7 @@ struct Scenario {
   WorkloadConfig workload;
   DataConfig data;  // decoders only
   InitConfig init;  // decoders only
+  CheckpointConfig checkpoint;
   // Set when a ds_config supplied the training, optimizer and ZeRO settings.
   bool from_ds_config = false;
   std::filesystem::path ds_config_file;  // empty when embedded or absent

@@ -60,6 +60,12 @@ void Speculation::begin_step(const StepPolicy& policy, int step, double loss_sca
   ++speculated_steps_;
 }
 
+void Speculation::reset_slots() {
+  std::fill(slot_.begin(), slot_.end(), uint8_t(0));
+  last_clean_ = true;
+  active_ = false;
+}
+
 Speculation::Commit Speculation::commit(int32_t layer, const StepDecision& d) {
   if (d.skip) return Commit::kSkip;
   if (!held(d)) return Commit::kUpdate;

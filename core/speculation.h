@@ -56,6 +56,13 @@ class Speculation {
   // does not speculate.
   int slot(int32_t layer) const { return slot_[size_t(layer)]; }
 
+  // A restore from a checkpoint (docs/ARCHITECTURE.md, "Checkpoints"): every layer's state goes back
+  // to its primary slot (slot 0), where the restore then writes it, and the next step may speculate as
+  // a first step does (the checkpoint does not say whether its last step clipped; the bits do not depend
+  // on it). The spare slots' contents are dead: a speculative update writes all of a slot before a
+  // commit adopts it. The step counters keep counting.
+  void reset_slots();
+
   // What `layer`'s commit op does once the step is decided.
   enum class Commit : uint8_t {
     kAdopt,   // the speculative update stands: the layer's slot index has flipped

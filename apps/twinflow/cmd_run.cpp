@@ -18,10 +18,12 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/run_decoder.h"
 #include "apps/twinflow/run_overlap.h"
+#include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/table.h"
 #include "backends/cpu/host_topology.h"
 #include "backends/launch/rank_env.h"
@@ -36,6 +38,7 @@
 #include "metrics/sim_samples.h"
 #include "metrics/step_metrics.h"
 #ifdef TWINFLOW_HAVE_CUDA
+#include "apps/twinflow/run_checkpoint.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/engine.h"
 #endif
@@ -84,9 +87,18 @@ struct RunOptions {
   int inject_inf_at = -1;
   int timeout_s = 120;
   MetricsOptions metrics;
-  std::optional<int64_t> speculation;  // --speculation: the scenario's training.speculation otherwise
-  int ranks_per_host = 1;              // LOCAL_WORLD_SIZE: the ranks sharing this host's memory bandwidth
+  std::optional<int64_t> speculation;           // --speculation: the scenario's training.speculation otherwise
+  int ranks_per_host = 1;                       // LOCAL_WORLD_SIZE: the ranks sharing this host's memory bandwidth
+  std::optional<std::filesystem::path> resume;  // --resume's checkpoint
+  bool checkpoints() const { return !sc.checkpoint.dir.empty() || resume; }
 };
+
+// The rendezvous's all_ok channels (docs/ARCHITECTURE.md, "Checkpoints"): the stop vote after each step
+// on the training thread, the checkpoint writer's phases on its own thread.
+constexpr uint32_t kStopChannel = 1;
+constexpr uint32_t kCheckpointChannel = 2;
+// A save's phases wait for the slowest rank's writing: longer than a rendezvous timeout.
+constexpr auto kCheckpointBarrierTimeout = std::chrono::minutes(30);
 
 CommandOptions run_options() {
   CommandOptions o(
@@ -123,6 +135,7 @@ CommandOptions run_options() {
   add_speculation_option(o.desc);
   add("inject-inf-at-step", po::value<int>(), "synthetic workload: make one gradient +Inf at this step (fault test)");
   add("timeout", po::value<int>()->default_value(120), "rendezvous timeout in seconds (multi-rank)");
+  add_resume_option(o.desc);
   add_metrics_options(o.desc, "serve Prometheus metrics on this port (0: a free port; rank r uses PORT + r)",
                       "address the metrics endpoint binds", "keep serving metrics this many seconds after the run");
   return o;
@@ -152,9 +165,6 @@ core::WorkloadType workload_option(const po::variables_map& vm, const core::Scen
 // What the real backend can train, and the options that need the synthetic workload.
 void check_run_options(const RunOptions& o) {
   if (o.steps < 1 || o.steps > 1000000) throw core::InputError("--steps must be in [1, 1000000]");
-  if (o.sc.zero.stage != 3)
-    throw core::InputError(o.sc.file.string() + ": zero.stage is " + std::to_string(o.sc.zero.stage) +
-                           "; the real backend runs ZeRO stage 3 (stages 1/2 run in `twinflow simulate`)");
   if (o.sc.training.precision == core::Precision::kFP32)
     throw core::InputError(
         o.sc.file.string() +
@@ -172,6 +182,11 @@ void check_run_options(const RunOptions& o) {
     if (!(r >= 0 && r <= 1)) throw core::InputError("--ratio must be in [0, 1]");
   if (o.grad_accum && (*o.grad_accum < 1 || *o.grad_accum > 4096))
     throw core::InputError("--grad-accum must be in [1, 4096]");
+  if (o.checkpoints() && o.ratios.size() > 1)
+    throw core::InputError(
+        "checkpoints (checkpoint.dir, --resume) follow one training run: give --ratio, not --ratios");
+  if (o.resume && (o.dump_step || o.dump_batches))
+    throw core::InputError("--dump-step and --dump-batches write the batches from step 1: drop --resume");
 }
 
 std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args) {
@@ -200,6 +215,7 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   o.timeout_s = vm["timeout"].as<int>();
   o.metrics = read_metrics_options(vm);
   o.speculation = read_speculation_option(vm);
+  o.resume = resume_option(vm, o.sc);
   check_run_options(o);
   return o;
 }
@@ -347,10 +363,10 @@ class RunMetrics {
 struct RunPoint {
   double requested = 0, actual = 0;
   std::vector<cu::StepReport> steps;
-  std::vector<Throughput> throughput;       // decoder: per step
-  std::vector<OverlapFigures> overlap;      // per step
-  int64_t speculation_bytes = 0;            // the budget the plan resolved to (core::resolve_speculation_bytes)
-  size_t speculated_layers = 0;             // the CPU layers that speculate (core::speculated_layers)
+  std::vector<Throughput> throughput;   // decoder: per step
+  std::vector<OverlapFigures> overlap;  // per step
+  int64_t speculation_bytes = 0;        // the budget the plan resolved to (core::resolve_speculation_bytes)
+  size_t speculated_layers = 0;         // the CPU layers that speculate (core::speculated_layers)
   int64_t speculated_steps = 0, failed_speculations = 0;
   std::optional<MemoryCheck> memory_check;  // after step 1
   cu::EngineMemory memory;
@@ -369,7 +385,7 @@ double median(std::vector<double> v) {
 double steady_median(const RunPoint& p, const std::function<double(const cu::StepReport&)>& f) {
   std::vector<double> v;
   for (const cu::StepReport& r : p.steps)
-    if (r.step > 1 || p.steps.size() == 1) v.push_back(f(r));
+    if (r.step > p.steps.front().step || p.steps.size() == 1) v.push_back(f(r));
   return median(v);
 }
 
@@ -457,7 +473,8 @@ std::string speculation_text(const cu::StepReport& r, bool planned) {
 }
 
 // The steps of one ratio, with the per-step table (rank 0) and metrics.
-void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics, RunPoint& pt) {
+void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics, RunPoint& pt,
+           RunCheckpoints* ck) {
   const bool decoder = ec.settings.workload == core::WorkloadType::kDecoder;
   const bool planned = pt.speculated_layers > 0;
   std::vector<std::string> head = {"step", "loss",      "grad_norm", "scale", "step",    "fwd",
@@ -465,7 +482,8 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
                                    "h2d",  "opt_phase", "exp_xfer",  "spec",  "cpu_hid", "bound"};
   if (decoder) head.insert(head.end(), {"tok/s", "MFU"});
   Table t(head);
-  for (int s = 1; s <= o.steps; ++s) {
+  const int first = ck ? int(ck->first_step()) : 1;
+  for (int s = first; s <= o.steps; ++s) {
     cu::StepReport r = eng.step();
     const backend::StepTimeline& tl = r.timeline;
     const OverlapFigures ov =
@@ -505,7 +523,8 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
                 << num(100 * ov.overlap_fraction, 0) << "% hidden\n";
     metrics.publish(r, eng);
     pt.steps.push_back(std::move(r));
-    if (s == 1) after_first_step(eng, o, ec, pt);
+    if (s == first) after_first_step(eng, o, ec, pt);
+    if (ck && ck->after_step(s)) break;  // a stop signal: saved, the run ends here
   }
   if (ec.rank == 0) {
     std::cout << "\nratio " << num(pt.requested, 3) << " (actual " << num(pt.actual, 4) << ")\n";
@@ -521,10 +540,36 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
   }
 }
 
-// One ratio from scratch: the engine, its steps, then the checks and files that need its state.
-RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics) {
+// The checkpoints of one run (docs/ARCHITECTURE.md, "Checkpoints"): the scenario's, a resume, and with
+// several ranks the rendezvous's votes.
+std::unique_ptr<RunCheckpoints> make_checkpoints(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec,
+                                                 backend::launch::Rendezvous* rdv, const StopSignals* signals) {
+  if (!o.checkpoints()) return nullptr;
+  RunCheckpointOptions co;
+  co.config = o.sc.checkpoint;
+  co.resume = o.resume;
+  co.texts = scenario_texts(o.sc);
+  co.total_steps = o.steps;
+  co.rank = ec.rank;
+  co.ratio = ec.ratio;
+  co.signals = signals;
+  if (rdv) {
+    co.barrier = [rdv](bool ok) {
+      return rdv->all_ok(ok, kCheckpointChannel,
+                         std::chrono::duration_cast<std::chrono::milliseconds>(kCheckpointBarrierTimeout));
+    };
+    co.continue_vote = [rdv](bool go_on) { return rdv->all_ok(go_on, kStopChannel); };
+  }
+  return std::make_unique<RunCheckpoints>(eng, ec.settings, std::move(co));
+}
+
+// One ratio from scratch (or from --resume's checkpoint): the engine, its steps, then the checks and
+// files that need its state.
+RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics,
+                   backend::launch::Rendezvous* rdv, const StopSignals* signals) {
   const int rank = ec.rank;
   const std::unique_ptr<cu::Engine> eng = cu::Engine::create(ec);
+  const std::unique_ptr<RunCheckpoints> ck = make_checkpoints(*eng, o, ec, rdv, signals);
   RunPoint pt;
   pt.requested = ec.ratio;
   pt.actual = eng->split().actual_ratio;
@@ -541,14 +586,14 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
   if (rank == 0 && pt.speculated_layers > 0)
     std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "
               << core::format_gb(spare_bytes(pt.memory.plan)) << " of host memory for their second state slot\n";
-  train(*eng, o, ec, metrics, pt);
+  train(*eng, o, ec, metrics, pt, ck.get());
   pt.speculated_steps = eng->speculated_steps();
   pt.failed_speculations = eng->failed_speculations();
   // (index, value) pairs of every owned weight: 16 B each, so only when asked for
   const bool need_master = o.verify || o.save_master;
   const auto mine = need_master ? eng->master_weights() : std::vector<std::pair<int64_t, float> >{};
   if (o.verify) {
-    pt.parity = check_parity(ec, o.steps, mine, pt.parity_ok);
+    pt.parity = check_parity(ec, pt.steps.back().step, mine, pt.parity_ok);  // the last step reached
     std::cout << "rank " << rank << ": parity at ratio " << num(pt.requested, 3) << ": " << pt.parity << "\n";
   }
   if (o.save_master)
@@ -585,11 +630,13 @@ void print_summary(const std::vector<RunPoint>& points, int steps) {
     };
     auto rate = [&](double Throughput::*f) {  // a decoder's, per step
       if (p.throughput.size() != p.steps.size()) return std::nan("");
-      return steady_median(p, [&](const cu::StepReport& r) { return p.throughput[size_t(r.step - 1)].*f; });
+      return steady_median(
+          p, [&](const cu::StepReport& r) { return p.throughput[size_t(r.step - p.steps.front().step)].*f; });
     };
     const double tok_s = rate(&Throughput::tokens_per_s), mfu = rate(&Throughput::mfu);
     auto overlap = [&](double OverlapFigures::*f) {
-      return steady_median(p, [&](const cu::StepReport& r) { return p.overlap[size_t(r.step - 1)].*f; });
+      return steady_median(
+          p, [&](const cu::StepReport& r) { return p.overlap[size_t(r.step - p.steps.front().step)].*f; });
     };
     const std::string held = p.speculated_layers == 0 ? "-"
                                                       : std::to_string(p.speculated_steps - p.failed_speculations) +
@@ -739,13 +786,16 @@ int cmd_run(const std::vector<std::string>& args) {
   RunMetrics metrics(o.metrics, o.sc, env.rank, env.world_size,
                      step.micro_batch * base.settings.model.tokens_per_sample() * step.grad_accum);
 
+  std::optional<StopSignals> signals;  // with checkpoints: SIGTERM/SIGINT end the run after a step, saved
+  if (o.checkpoints()) signals.emplace();
+
   std::vector<RunPoint> points;
   bool all_ok = true;
   for (size_t i = 0; i < o.ratios.size(); ++i) {  // one engine at a time: the previous one's memory is freed
     cu::EngineConfig ec = base;
     ec.ratio = o.ratios[i];
     ec.nccl_id = ids[i];
-    points.push_back(run_ratio(o, ec, metrics));
+    points.push_back(run_ratio(o, ec, metrics, rdv.get(), signals ? &*signals : nullptr));
     all_ok = all_ok && points.back().parity_ok;
   }
   if (env.rank == 0) print_summary(points, o.steps);

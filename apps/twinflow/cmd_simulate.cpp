@@ -5,7 +5,6 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -13,8 +12,10 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/svg_plot.h"
 #include "apps/twinflow/table.h"
 #include "backends/sim/functional.h"
@@ -57,36 +58,13 @@ struct ReplayOptions {
   int ranks = 8;        // ranks published
 };
 
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-// SIGINT/SIGTERM end the replay (and the linger) cleanly while it lives; the previous handlers come back after.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    old_int_ = std::signal(SIGINT, on_stop_signal);
-    old_term_ = std::signal(SIGTERM, on_stop_signal);
-  }
-  ~StopSignals() {
-    std::signal(SIGINT, old_int_);
-    std::signal(SIGTERM, old_term_);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  void (*old_int_)(int) = SIG_DFL;
-  void (*old_term_)(int) = SIG_DFL;
-};
-
 // Sleeps `seconds` of wall time (forever if negative); false when a stop signal arrived.
-bool sleep_unless_stopped(double seconds) {
+bool sleep_unless_stopped(double seconds, const StopSignals& signals) {
   using Clock = std::chrono::steady_clock;
   const bool forever = seconds < 0;
   const auto end = Clock::now() +
                    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(forever ? 0.0 : seconds));
-  while (!g_stop_signal) {
+  while (!signals.requested()) {
     const auto now = Clock::now();
     if (!forever && now >= end) return true;
     std::this_thread::sleep_for(forever ? std::chrono::milliseconds(50)
@@ -102,7 +80,8 @@ void replay_metrics(const core::Scenario& sc, const std::vector<backend::sim::Si
   if (feasible.empty())
     throw core::InputError("--metrics-port: no simulated ratio fits in memory, so there is no step to replay");
   metrics::Registry registry;
-  StopSignals signals;
+  // SIGINT/SIGTERM end the replay (and the linger) cleanly
+  const StopSignals signals("\nmetrics: stopping (signal again to exit at once)\n");
   metrics::MetricsServer server(registry, ro.server);
   std::cout << "metrics: serving " << server.url() << " (health: /healthz)" << std::endl;
   int64_t step = 0;
@@ -114,7 +93,7 @@ void replay_metrics(const core::Scenario& sc, const std::vector<backend::sim::Si
               << samples.size() << " rank(s): " << fmt(step_s * 1e3, 1) << " ms simulated, "
               << fmt(step_s * ro.pace * 1e3, 1) << " ms wall per step (pace " << ro.pace << ")" << std::endl;
     for (int64_t i = 0; i < ro.steps && !stopped; ++i) {
-      stopped = !sleep_unless_stopped(step_s * ro.pace);  // the step runs, then its metrics appear
+      stopped = !sleep_unless_stopped(step_s * ro.pace, signals);  // the step runs, then its metrics appear
       if (stopped) break;
       ++step;
       for (size_t r = 0; r < samples.size(); ++r) {
@@ -130,10 +109,10 @@ void replay_metrics(const core::Scenario& sc, const std::vector<backend::sim::Si
               << (ro.linger_s < 0 ? std::string("serving until interrupted (Ctrl-C)")
                                   : "serving for " + fmt(ro.linger_s, 1) + " s more")
               << std::endl;
-    stopped = !sleep_unless_stopped(ro.linger_s);
+    stopped = !sleep_unless_stopped(ro.linger_s, signals);
   }
   if (stopped)
-    std::cout << "metrics: stopped by signal " << int(g_stop_signal) << " after " << step << " steps" << std::endl;
+    std::cout << "metrics: stopped by signal " << signals.signal() << " after " << step << " steps" << std::endl;
   const metrics::ServerStats st = server.stats();
   server.stop();
   std::cout << "metrics: served " << st.scrapes << " scrape(s)" << std::endl;
@@ -149,7 +128,8 @@ struct SimulateOptions {
   OutputFiles out;
   bool functional = false;
   std::optional<int> steps;
-  std::optional<ReplayOptions> replay;  // --metrics-port
+  std::optional<ReplayOptions> replay;          // --metrics-port
+  std::optional<std::filesystem::path> resume;  // --functional --resume: the checkpoint to continue from
 };
 
 CommandOptions simulate_options() {
@@ -174,6 +154,7 @@ CommandOptions simulate_options() {
   add("steps", po::value<int>(),
       "functional mode: training steps (default: the scenario's, at most 20); with --metrics-port: steps "
       "replayed per ratio (default: the scenario's training.steps)");
+  add_resume_option(o.desc);
   add_metrics_options(o.desc,
                       "serve Prometheus metrics on this port (0: a free one, printed) and replay the simulated steps "
                       "in simulated time",
@@ -245,10 +226,77 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
   o.ratios = o.sweep ? parse_sweep(vm["sweep"].as<std::string>()) : std::vector{ratio_option(vm, o.sc.cpu_ratio())};
   o.out = read_output_options(vm);
   o.functional = vm["functional"].as<bool>();
+  if (vm.count("resume") && !o.functional)
+    throw core::InputError(
+        "--resume continues a training run: it needs --functional (the cost-only simulator "
+        "keeps no state)");
+  o.resume = resume_option(vm, o.sc);
   return o;
 }
 
 // ---- --functional: the math for real, against the plain loop --------------------------------------------
+
+// Elements of the run's master weights whose bits differ from the plain loop's.
+size_t differing(const backend::sim::FunctionalResult& got, const backend::sim::FunctionalResult& ref) {
+  size_t diff = 0;
+  for (size_t i = 0; i < got.master.size(); ++i) diff += std::memcmp(&got.master[i], &ref.master[i], 4) != 0;
+  return diff + (got.master.size() != ref.master.size() ? 1 : 0);
+}
+
+Table functional_table() {
+  return Table({"ratio", "world", "stage", "steps", "skipped", "last grad norm", "last loss", "PCIe MB each way",
+                "master vs loop"});
+}
+void add_functional_row(Table& t, double ratio, const backend::sim::FunctionalConfig& fc,
+                        const backend::sim::FunctionalResult& got, size_t diff) {
+  t.add({fmt(ratio, 3), std::to_string(fc.world), std::to_string(fc.stage),
+         std::to_string(got.first_step) + ".." + std::to_string(got.last_step),
+         std::to_string(got.skipped_steps.size()), fmt(got.grad_norms.back(), 6),
+         got.losses.empty() ? "-" : fmt(got.losses.back(), 5), fmt(double(got.d2h_bytes) / 1e6, 2),
+         diff ? std::to_string(diff) + " differ" : "bit-identical"});
+}
+
+// With checkpoints (the scenario's checkpoint.dir, or --resume): one ratio, saved as `run` saves
+// (docs/ARCHITECTURE.md, "Checkpoints"); SIGTERM/SIGINT finish the step, save and exit 0; the weights
+// reached are held to the plain loop trained from step 1 to the same step.
+int functional_with_checkpoints(const SimulateOptions& o, const core::ModelDesc& model,
+                                backend::sim::FunctionalConfig fc) {
+  if (o.sweep)
+    throw core::InputError(
+        "--functional with checkpoints (checkpoint.dir or --resume) trains one ratio: "
+        "give --ratio, not --sweep");
+  const core::CheckpointConfig& cc = o.sc.checkpoint;
+  backend::sim::FunctionalCheckpoints& ck = fc.checkpoints;
+  ck.dir = cc.dir;
+  ck.every_steps = cc.every_steps;
+  ck.keep = cc.keep;
+  if (o.resume) ck.resume = *o.resume;
+  const ScenarioTexts texts = scenario_texts(o.sc);
+  ck.scenario_text = texts.scenario;
+  ck.ds_config_text = texts.ds_config;
+  std::optional<StopSignals> signals;
+  if (!ck.dir.empty()) {
+    signals.emplace();
+    ck.stop_requested = [&signals] { return signals->requested(); };
+  }
+  if (o.resume) std::cerr << "functional: resuming from " << o.resume->string() << "\n";
+  const backend::sim::FunctionalResult got = backend::sim::run_functional(model, fc);
+  for (const core::SaveStats& st : got.saves) std::cerr << save_summary(st, -1) << "\n";
+  if (got.stopped)
+    std::cout << "functional: stopped after step " << got.last_step << " (signal " << signals->signal()
+              << "); resume with --resume latest\n";
+  fc.steps = got.last_step;
+  std::cerr << "functional: reference loop, steps 1.." << fc.steps << "\n";
+  const size_t diff = differing(got, backend::sim::run_reference_loop(model, fc));
+  Table ft = functional_table();
+  add_functional_row(ft, fc.ratio, fc, got, diff);
+  ft.print(std::cout);
+  if (o.out.csv) ft.write_csv(*o.out.csv);
+  if (o.out.json) ft.write_json(*o.out.json);
+  std::cout << (diff == 0 ? "functional: bit-identical to the single-process loop\n"
+                          : "functional: MISMATCH against the single-process loop\n");
+  return diff == 0 ? kExitOk : kExitCheckFailed;
+}
 
 int simulate_functional(const SimulateOptions& o) {
   const core::RunSettings rs = core::resolve_settings(o.sc, o.sim.overrides);
@@ -268,22 +316,18 @@ int simulate_functional(const SimulateOptions& o) {
       throw core::InputError("--functional trains the decoder with the CPU reference: " + fmt(flops / 1e12, 1) +
                              " TFLOP is too many (at most 1); use a smaller model, seq, micro_batch or --steps");
   }
+  if (!o.sc.checkpoint.dir.empty() || o.resume) return functional_with_checkpoints(o, model, fc);
   std::cerr << "functional: reference loop, " << fc.steps << " steps over " << model.total_params << " parameters"
             << (decoder ? " (decoder: the CPU reference decoder's gradients)" : "") << "\n";
   const auto ref = backend::sim::run_reference_loop(model, fc);
-  Table ft({"ratio", "world", "stage", "steps", "skipped", "last grad norm", "last loss", "PCIe MB each way",
-            "master vs loop"});
+  Table ft = functional_table();
   bool all_equal = true;
   for (double r : o.ratios) {
     fc.ratio = r;
     const auto got = backend::sim::run_functional(model, fc);
-    size_t diff = 0;
-    for (size_t i = 0; i < got.master.size(); ++i) diff += std::memcmp(&got.master[i], &ref.master[i], 4) != 0;
+    const size_t diff = differing(got, ref);
     all_equal = all_equal && diff == 0;
-    ft.add({fmt(r, 3), std::to_string(fc.world), std::to_string(fc.stage), std::to_string(fc.steps),
-            std::to_string(got.skipped_steps.size()), fmt(got.grad_norms.back(), 6),
-            got.losses.empty() ? "-" : fmt(got.losses.back(), 5), fmt(double(got.d2h_bytes) / 1e6, 2),
-            diff ? std::to_string(diff) + " differ" : "bit-identical"});
+    add_functional_row(ft, r, fc, got, diff);
   }
   ft.print(std::cout);
   if (o.out.csv) ft.write_csv(*o.out.csv);

@@ -20,6 +20,7 @@ int cmd_launch(const std::vector<std::string>& args);
 int cmd_calibrate(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
 int cmd_validate(const std::vector<std::string>& args);
+int cmd_export(const std::vector<std::string>& args);
 
 // True for the name of one of the subcommands above (main.cpp holds the list).
 bool is_command(const std::string& name);

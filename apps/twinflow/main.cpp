@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"launch", "start N ranks of a command on this node (torchrun-style variables)", tf::app::cmd_launch},
     {"calibrate", "measure this GPU machine and write a hardware profile", tf::app::cmd_calibrate},
     {"validate", "a measured ratio sweep against the simulator, per point, with the MAPE", tf::app::cmd_validate},
+    {"export", "a checkpoint's weights as a Hugging Face safetensors file (GPT-2, OPT)", tf::app::cmd_export},
 };
 
 void usage(std::ostream& os) {

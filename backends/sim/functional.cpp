@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/reference/decoder_ref.h"
+#include "core/and_barrier.h"
 #include "core/error.h"
 #include "core/init.h"
 #include "core/local_kernels.h"
@@ -22,6 +25,7 @@
 #include "core/step_decision.h"
 #include "core/synthetic_workload.h"
 #include "core/token_data.h"
+#include "core/training_checkpoint.h"
 #include "core/twinflow.h"
 
 namespace tf::backend::sim {
@@ -137,7 +141,35 @@ void check_config(const core::ModelDesc& m, const FunctionalConfig& c) {
     throw core::InputError("functional simulation: micro_batch must be >= 1");
   if (c.workload != core::WorkloadType::kSynthetic && !decoder_workload(c))
     throw core::InputError("functional simulation: the workload must be synthetic or decoder");
+  if (c.checkpoints.every_steps < 0)
+    throw core::InputError("functional simulation: checkpoint.every_steps must be >= 0");
   core::validate(c.kind, c.hp);
+}
+
+// The initial value of the optimizer's first state (Adagrad's sum starts at initial_accumulator_value).
+float initial_state1(const FunctionalConfig& c) {
+  return c.kind == core::OptimizerKind::kAdagrad ? float(c.hp.initial_accumulator_value) : 0.f;
+}
+
+// What every checkpoint of this run records besides its position.
+core::CheckpointRecord checkpoint_record(const FunctionalConfig& c) {
+  return {
+      c.seed, c.micro_shards, {c.world, c.stage, c.ratio}, c.checkpoints.scenario_text, c.checkpoints.ds_config_text};
+}
+
+// The first error of the ranks' saves, preferring a rank's own over "another rank failed".
+void rethrow_first(const std::vector<std::exception_ptr>& errors) {
+  std::exception_ptr first;
+  for (const std::exception_ptr& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      if (std::string(x.what()).find("another rank failed") == std::string::npos) std::rethrow_exception(e);
+    }
+    if (!first) first = e;
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 core::StepPolicy policy(const FunctionalConfig& c) {
@@ -177,24 +209,31 @@ class FunctionalRun {
     for (const Rank& k : ranks_)
       if (k.plan.ops.size() != plan().ops.size())
         throw core::RuntimeFailure("functional simulation: ranks planned different steps");
+    if (!c.checkpoints.resume.empty()) resume(c.checkpoints.resume);
+    if (!c.checkpoints.dir.empty()) make_writers();
     res_.queue_order.assign(size_t(W_), QueueOrder{});
     full_.assign(size_t(model.total_params), 0);  // the model every rank starts from
     for (const Rank& k : ranks_) gather_into_full(k, nullptr);
   }
 
   FunctionalResult run() {
-    for (int step = 1; step <= c_.steps; ++step) run_step(step);
-    res_.master.assign(size_t(model_.total_params), 0.f);
-    for (Rank& k : ranks_)
-      for (const core::ShardPiece& p : shard(k).pieces) {
-        const int64_t cpu_from = std::max(p.shard_offset, k.split.boundary);  // the piece's CPU part
-        const float* cpu = cpu_from < p.shard_offset + p.count ? current_state(k, p.layer).master : nullptr;
-        for (int64_t j = 0; j < p.real_count; ++j) {
-          const int64_t o = p.shard_offset + j;
-          res_.master[size_t(layer_first_[p.layer] + p.layer_offset + j)] =
-              o < k.split.gpu_elems ? k.gp[size_t(o)] : cpu[o - cpu_from];
-        }
+    res_.first_step = int(first_step_);
+    for (int step = int(first_step_); step <= c_.steps; ++step) {
+      run_step(step);
+      res_.last_step = step;
+      const FunctionalCheckpoints& ck = c_.checkpoints;
+      const bool stop = step < c_.steps && ck.stop_requested && ck.stop_requested();
+      if (!writers_.empty() && (stop || core::checkpoint_due(ck.every_steps, step, c_.steps))) save(step);
+      if (stop) {
+        res_.stopped = true;
+        break;
       }
+    }
+    collect_saves();  // the last save is synchronous
+    res_.master = model_order(0);
+    for (size_t a = 1; a < gpu_segments(ranks_[0]).size(); ++a) res_.states.push_back(model_order(a));
+    res_.loss_scaler = scaler_;
+    res_.optimizer_step = opt_step_;
     return std::move(res_);
   }
 
@@ -207,12 +246,19 @@ class FunctionalRun {
     // the speculated layers' spare slot (core::spare_range of the CPU segment): master, state1, state2
     std::vector<float> sp, sm, sv;
     core::SpareRange spare;
-    std::optional<core::Speculation> spec;      // the per-step rule and each layer's current slot
-    std::vector<uint16_t> bf16;                 // (shard) GPU-resident bf16 parameters
-    std::vector<float> acc;                     // (shard) fp32 gradient accumulation (reduce-scatter output)
-    std::vector<uint16_t> grad;                 // (shard) reduced gradient in the grad dtype, on the GPU
-    std::vector<uint16_t> cgrad, ccopy;         // host: the CPU segment's gradient (after D2H), bf16 staging
-    std::vector<std::vector<uint16_t>> local;   // (L) this micro-step's full-layer gradient from backward
+    std::optional<core::Speculation> spec;     // the per-step rule and each layer's current slot
+    std::vector<uint16_t> bf16;                // (shard) GPU-resident bf16 parameters
+    std::vector<float> acc;                    // (shard) fp32 gradient accumulation (reduce-scatter output)
+    std::vector<uint16_t> grad;                // (shard) reduced gradient in the grad dtype, on the GPU
+    std::vector<uint16_t> cgrad, ccopy;        // host: the CPU segment's gradient (after D2H), bf16 staging
+    std::vector<std::vector<uint16_t>> local;  // (L) this micro-step's full-layer gradient from backward
+  };
+
+  // A layer's CPU part in one state slot.
+  struct SlotPtrs {
+    float* master;  // (layer's CPU elems) fp32
+    float* state1;  // (layer's CPU elems) fp32
+    float* state2;  // (layer's CPU elems) fp32; null for one-state optimizers
   };
 
   const core::StepPlan& plan() const { return ranks_[0].plan; }  // every rank issues the same op list
@@ -220,7 +266,7 @@ class FunctionalRun {
 
   Rank make_rank(int r) {
     const core::RankShard& s = part_.ranks[size_t(r)];
-    const float init1 = c_.kind == core::OptimizerKind::kAdagrad ? float(c_.hp.initial_accumulator_value) : 0.f;
+    const float init1 = initial_state1(c_);
     Rank k;
     k.rank = r;
     k.split = core::split_shard(s, c_.ratio, part_.opt.align_elems);
@@ -244,6 +290,128 @@ class FunctionalRun {
     return k;
   }
 
+  // Optimizer array `a` (core::checkpoint_arrays' order: master, then the states) of every rank in
+  // model order, real parameters only.
+  std::vector<float> model_order(size_t a) {
+    std::vector<float> out(size_t(model_.total_params), 0.f);
+    for (Rank& k : ranks_) {
+      const std::vector<float> whole = shard_array(k, a);
+      for (const core::ShardPiece& p : shard(k).pieces)
+        for (int64_t j = 0; j < p.real_count; ++j)
+          out[size_t(layer_first_[p.layer] + p.layer_offset + j)] = whole[size_t(p.shard_offset + j)];
+    }
+    return out;
+  }
+
+  // ---- checkpoints (docs/ARCHITECTURE.md, "Checkpoints") ------------------------------------------------
+
+  // A rank's GPU segment of each optimizer array as a checkpoint holds them (core::checkpoint_arrays'
+  // order); the CPU segment's follow each layer's current state slot (cpu_segment_to / _from).
+  std::vector<std::vector<float>*> gpu_segments(Rank& k) const {
+    std::vector<std::vector<float>*> out = {&k.gp, &k.gm};
+    if (two_) out.push_back(&k.gv);
+    return out;
+  }
+  // Array `a` of a layer's state slot.
+  static float* array_of(const SlotPtrs& st, size_t a) { return a == 0 ? st.master : a == 1 ? st.state1 : st.state2; }
+  // The CPU segment of array `a` (cpu_elems fp32), each layer from its current slot, into `dst` / from
+  // `src`: the only places a checkpoint touches the host state (as the engine's).
+  void cpu_segment_to(Rank& k, size_t a, float* dst) {
+    for (const core::ShardPiece& p : k.split.cpu)
+      if (p.count)
+        std::copy_n(array_of(current_state(k, p.layer), a), p.count, dst + (p.shard_offset - k.split.gpu_elems));
+  }
+  void cpu_segment_from(Rank& k, size_t a, const float* src) {
+    for (const core::ShardPiece& p : k.split.cpu)
+      if (p.count)
+        std::copy_n(src + (p.shard_offset - k.split.gpu_elems), p.count, array_of(current_state(k, p.layer), a));
+  }
+  // Rank k's array `a` in shard order (shard elems fp32): its GPU segment, then its CPU segment.
+  std::vector<float> shard_array(Rank& k, size_t a) {
+    const std::vector<float>& g = *gpu_segments(k)[a];
+    std::vector<float> out(g.size() + k.cp.size());
+    std::copy(g.begin(), g.end(), out.begin());
+    cpu_segment_to(k, a, out.data() + g.size());
+    return out;
+  }
+
+  // Every rank's shard from the checkpoint (any layout wrote it), its bf16 copy rounded from master,
+  // and the position, scaler and optimizer step to continue from.
+  void resume(const std::filesystem::path& dir) {
+    const core::CheckpointReader reader(dir);
+    const core::TrainingPosition pos =
+        core::check_resume(reader, {&model_, c_.kind, c_.seed, c_.micro_shards, c_.steps, c_.loss_scaler});
+    for (Rank& k : ranks_) {
+      const core::RankShard& s = shard(k);
+      std::vector<std::vector<float>> arrays =
+          reader.read(core::shard_spans(part_, s.pieces), s.elems, reader.arrays());
+      for (const core::ShardPiece& p : s.pieces)  // padding: the state's initial value, as at step 0
+        std::fill(arrays[1].begin() + p.shard_offset + p.real_count, arrays[1].begin() + p.shard_offset + p.count,
+                  initial_state1(c_));
+      const core::SegmentArrays seg = core::split_segments(arrays, k.split.gpu_elems);
+      k.spec->reset_slots();  // every layer's state in its primary slot, as at step 0
+      const auto gpu = gpu_segments(k);
+      for (size_t a = 0; a < gpu.size(); ++a) {
+        gpu[a]->assign(seg.gpu[a].begin(), seg.gpu[a].end());
+        cpu_segment_from(k, a, seg.cpu[a].data());
+      }
+      for (size_t o = 0; o < k.bf16.size(); ++o) k.bf16[o] = core::f32_to_bf16(arrays[0][o]);
+    }
+    first_step_ = pos.step + 1;
+    opt_step_ = pos.optimizer_step;
+    scaler_ = pos.loss_scaler;
+  }
+
+  void make_writers() {
+    const FunctionalCheckpoints& ck = c_.checkpoints;
+    barrier_ = std::make_unique<core::AndBarrier>(W_);
+    for (const Rank& k : ranks_) {
+      core::CheckpointWriterOptions o;
+      o.root = ck.dir;
+      o.keep = ck.keep;
+      o.rank = k.rank;
+      o.world = W_;
+      if (W_ > 1) o.barrier = barrier_->callback();
+      o.io_threads = 1;  // small shards, many ranks in one process
+      const core::RankShard& s = shard(k);
+      writers_.push_back(std::make_unique<core::CheckpointWriter>(model_, c_.kind, core::shard_spans(part_, s.pieces),
+                                                                  s.elems, std::move(o)));
+    }
+  }
+
+  // Every rank snapshots its arrays and starts writing on its writer's thread; the run goes on.
+  void save(int step) {
+    collect_saves();
+    const core::CheckpointMeta meta = core::checkpoint_meta({step, opt_step_, scaler_}, checkpoint_record(c_));
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const std::vector<std::span<float>> staging = writers_[r]->begin_snapshot();
+      Rank& k = ranks_[r];
+      const auto gpu = gpu_segments(k);
+      for (size_t a = 0; a < gpu.size(); ++a) {
+        std::copy(gpu[a]->begin(), gpu[a]->end(), staging[a].begin());
+        cpu_segment_to(k, a, staging[a].data() + gpu[a]->size());
+      }
+      writers_[r]->save_async(meta);
+    }
+    saving_ = true;
+  }
+
+  // Waits for every rank's save in flight; records rank 0's figures, or rethrows a rank's error.
+  void collect_saves() {
+    if (!saving_) return;
+    saving_ = false;
+    std::vector<std::exception_ptr> errors(writers_.size());
+    core::SaveStats first;
+    for (size_t r = 0; r < writers_.size(); ++r) try {
+        const core::SaveStats st = writers_[r]->wait();
+        if (r == 0) first = st;
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    rethrow_first(errors);
+    res_.saves.push_back(first);
+  }
+
   const core::ShardPiece* piece_of(const Rank& k, size_t l) const {
     for (const core::ShardPiece& p : shard(k).pieces)
       if (p.layer == l) return &p;
@@ -256,11 +424,6 @@ class FunctionalRun {
       if (p.layer == l) b = p.shard_offset, e = p.shard_offset + p.count;
   }
   // The CPU part of layer l in state slot `slot` (0: the segment's own buffers, 1: the spare slot).
-  struct SlotPtrs {
-    float* master;
-    float* state1;
-    float* state2;  // null for one-state optimizers
-  };
   SlotPtrs layer_state(Rank& k, size_t l, int slot) {
     int64_t b, e;
     cpu_range(k, l, b, e);
@@ -502,6 +665,10 @@ class FunctionalRun {
   FunctionalResult res_;
   core::LossScaler scaler_;
   int64_t opt_step_ = 0;
+  int64_t first_step_ = 1;                                        // 1, or a resumed checkpoint's step + 1
+  std::unique_ptr<core::AndBarrier> barrier_;                     // the ranks' writers' phases
+  std::vector<std::unique_ptr<core::CheckpointWriter>> writers_;  // (world) when checkpoint.dir is set
+  bool saving_ = false;                                           // a save is in flight
   // per step
   int step_ = 0;
   std::map<int64_t, double> tiles_;  // table index (layer, tile) -> canonical tile sum
@@ -549,8 +716,7 @@ FunctionalResult run_reference_loop(const core::ModelDesc& model, const Function
   check_config(model, c);
   const bool two = core::state_count(c.kind) == 2;
   const size_t n = size_t(model.total_params);
-  std::vector<float> p(n), m(n, c.kind == core::OptimizerKind::kAdagrad ? float(c.hp.initial_accumulator_value) : 0.f),
-      v(two ? n : 0, 0.f);
+  std::vector<float> p(n), m(n, initial_state1(c)), v(two ? n : 0, 0.f);
   std::vector<uint16_t> w(n), g(n);
   p = initial_weights(model, c);
   for (size_t i = 0; i < n; ++i) w[i] = core::f32_to_bf16(p[i]);
@@ -593,6 +759,11 @@ FunctionalResult run_reference_loop(const core::ModelDesc& model, const Function
     kernels().step(c.kind, std::span<const OptimChunk>(&all, 1), d.scalars);
   }
   res.master = p;
+  res.states.push_back(m);
+  if (two) res.states.push_back(v);
+  res.loss_scaler = scaler;
+  res.optimizer_step = opt_step;
+  res.last_step = c.steps;
   return res;
 }
 

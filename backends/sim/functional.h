@@ -5,9 +5,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "backends/sim/sim_backend.h"
+#include "core/checkpoint.h"
 #include "core/model.h"
 #include "core/optim/dtype.h"
 #include "core/optim/optimizer.h"
@@ -16,6 +19,19 @@
 #include "core/step_decision.h"
 
 namespace tf::backend::sim {
+
+// Checkpoints of a functional run (docs/ARCHITECTURE.md, "Checkpoints"): one core::CheckpointWriter per
+// simulated rank, each saving its whole shard on its own thread, the ranks joined by an AND barrier.
+struct FunctionalCheckpoints {
+  std::filesystem::path dir;     // where saves go (step-N/); empty: none
+  int64_t every_steps = 0;       // save after every N steps (core::checkpoint_due) and after the last one
+  int keep = 0;                  // complete checkpoints kept (0: every one)
+  std::filesystem::path resume;  // a checkpoint (core::resolve_checkpoint's) to continue from; empty: from step 1
+  std::string scenario_text, ds_config_text;  // recorded in every manifest
+  // Asked after every step but the last: true ends the run there, after a synchronous save when `dir`
+  // is set (what SIGTERM/SIGINT ask for).
+  std::function<bool()> stop_requested;
+};
 
 struct FunctionalConfig {
   int world = 1;
@@ -44,6 +60,10 @@ struct FunctionalConfig {
   core::WorkloadType workload = core::WorkloadType::kSynthetic;
   int64_t micro_batch = 1;     // kDecoder: samples per micro-shard
   std::filesystem::path data;  // kDecoder: the token file; empty: the built-in stream
+  // run_functional only: saves, and a resume (then `steps` is still the total: the run trains steps
+  // checkpoint + 1 .. steps). The checkpoint must be of this model and optimizer, with this seed and
+  // micro_shards (core::check_resume); any world, stage and ratio can load it.
+  FunctionalCheckpoints checkpoints;
 };
 
 // The functional configuration of a run's settings (core::resolve_settings): its world, stage,
@@ -53,8 +73,17 @@ struct FunctionalConfig {
 FunctionalConfig functional_config(const core::RunSettings& s, double ratio, int steps, int micro_shards);
 
 struct FunctionalResult {
-  std::vector<float> master;             // final fp32 master weights, model order, real parameters only
-  std::vector<double> grad_norms;        // per step (before clipping, unscaled; inf on overflow)
+  std::vector<float> master;  // final fp32 master weights, model order, real parameters only
+  // The optimizer's final states (core::checkpoint_arrays' order after "master"), model order.
+  std::vector<std::vector<float>> states;
+  core::LossScaler loss_scaler;        // after the last step
+  int64_t optimizer_step = 0;          // updates applied (skipped steps excluded)
+  int first_step = 1;                  // the first step trained (after a resume: the checkpoint's step + 1)
+  int last_step = 0;                   // the last (cfg.steps, or where a stop request ended the run)
+  bool stopped = false;                // a stop request ended the run before cfg.steps
+  std::vector<core::SaveStats> saves;  // rank 0's figures of every checkpoint written, in order
+  // Per step trained (first_step .. last_step):
+  std::vector<double> grad_norms;        // before clipping, unscaled; inf on overflow
   std::vector<int> skipped_steps;        // 1-based steps skipped on overflow
   std::vector<double> loss_scales;       // loss scale used at each step
   std::vector<double> losses;            // kDecoder: per step, the mean loss over the micro-shards (unscaled)
@@ -80,7 +109,8 @@ float workload_gradient(uint64_t seed, int64_t element, int step, int micro_shar
 // copies.
 FunctionalResult run_functional(const core::ModelDesc& model, const FunctionalConfig& cfg);
 
-// The same training written as one loop over whole layers: no ranks, no split, no copies.
+// The same training written as one loop over whole layers: no ranks, no split, no copies. It always
+// trains steps 1..cfg.steps and ignores cfg.checkpoints (it is what a resumed run must equal).
 FunctionalResult run_reference_loop(const core::ModelDesc& model, const FunctionalConfig& cfg);
 
 }  // namespace tf::backend::sim

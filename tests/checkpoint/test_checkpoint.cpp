@@ -546,6 +546,7 @@ TEST_F(Checkpoint, DecoderDescriptionRoundTripsEveryField) {
   EXPECT_EQ(a.activation, b.activation);
   EXPECT_EQ(a.pre_ln, b.pre_ln);
   EXPECT_EQ(a.pos_offset, b.pos_offset);
+  EXPECT_EQ(a.pad_token, b.pad_token);
   EXPECT_EQ(a.embed_dim, b.embed_dim);
   EXPECT_EQ(a.ln_eps, b.ln_eps);
   EXPECT_EQ(a.family, b.family);

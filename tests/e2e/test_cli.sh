@@ -6,24 +6,7 @@ tf=$1
 src=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass=0
-expect() {  # expect CODE DESCRIPTION -- command...
-  local want=$1 what=$2
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" -eq "$want" ]; then
-    pass=$((pass + 1))
-  else
-    fails=$((fails + 1))
-    echo "FAIL: $what: exit $got, expected $want"
-    tail -5 "$tmp/err"
-  fi
-}
-contains() {  # contains FILE TEXT DESCRIPTION
-  if grep -q -- "$2" "$1"; then pass=$((pass + 1)); else fails=$((fails + 1)); echo "FAIL: $3: '$2' not in $1"; fi
-}
+. "$(dirname "$0")/e2e_lib.sh"
 
 expect 0 "help" -- "$tf" --help
 expect 2 "unknown command" -- "$tf" frobnicate

@@ -2,6 +2,7 @@
 // fast.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
@@ -260,6 +261,97 @@ TEST(Rendezvous, BarrierAfterRendezvous) {
       return rv.rank();
     }));
   for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[size_t(r)].get(), r);
+}
+
+// all_ok is an AND over the ranks' flags, round after round.
+TEST(Rendezvous, AllOkIsAnAndOverRanks) {
+  const uint16_t port = free_port();
+  constexpr int kWorld = 3, kRounds = 8;
+  std::vector<std::future<std::vector<bool>>> ranks;
+  for (int r = 0; r < kWorld; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      Rendezvous rv(options(port, r, kWorld), unique_id());
+      std::vector<bool> got;
+      for (int round = 0; round < kRounds; ++round) got.push_back(rv.all_ok(round % (kWorld + 1) != r));
+      return got;
+    }));
+  // round k: rank k % 4 passes false (none when k % 4 == 3)
+  const std::vector<bool> want = {false, false, false, true, false, false, false, true};
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(ranks[size_t(r)].get(), want) << "rank " << r;
+}
+
+// Two threads per rank vote on two channels at once while the background watch runs (a checkpoint
+// writer's barrier beside the training loop's stop vote), each channel in its own order.
+TEST(Rendezvous, AllOkOnTwoChannelsFromTwoThreadsWhileTheWatchRuns) {
+  const uint16_t port = free_port();
+  constexpr int kWorld = 3, kRounds = 30;
+  std::vector<std::future<int>> ranks;
+  for (int r = 0; r < kWorld; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      Rendezvous rv(options(port, r, kWorld, 5000ms), unique_id());
+      std::atomic<bool> lost{false};
+      rv.start_watch([&](const std::string&) { lost = true; });
+      int wrong = 0;
+      auto voter = [&](uint32_t channel, int false_every) {
+        for (int i = 0; i < kRounds; ++i) {
+          const bool mine = !(r == 1 && i % false_every == 0);  // rank 1 says no now and then
+          wrong += rv.all_ok(mine, channel) != (i % false_every != 0);
+        }
+      };
+      std::thread writer(voter, 2u, 3);
+      voter(1u, 5);
+      writer.join();
+      rv.stop_watch();
+      rv.barrier();
+      return wrong + (lost ? 1000 : 0);
+    }));
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(ranks[size_t(r)].get(), 0) << "rank " << r;
+}
+
+// A rank that dies while the others wait in all_ok makes them fail, naming it, well before the timeout.
+TEST(Rendezvous, AllOkFailsWhenAPeerDies) {
+  const uint16_t port = free_port();
+  constexpr int kWorld = 3;
+  auto dying = std::async(std::launch::async, [&] {
+    Rendezvous rv(options(port, 2, kWorld, 10000ms), {});
+    std::this_thread::sleep_for(100ms);  // then its connection closes
+  });
+  std::vector<std::future<std::string>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      Rendezvous rv(options(port, r, kWorld, 10000ms), unique_id());
+      const auto t0 = Clock::now();
+      try {
+        rv.all_ok(true, 7);
+      } catch (const core::RuntimeFailure& e) {
+        EXPECT_LT(Clock::now() - t0, 3s);
+        EXPECT_THROW(rv.all_ok(true, 7), core::RuntimeFailure);  // every later call fails too
+        return e.what();
+      }
+      return "no error";
+    }));
+  dying.get();
+  for (auto& f : ranks) EXPECT_NE(f.get().find("rank 2 closed the connection"), std::string::npos);
+}
+
+// A rank that never votes: rank 0 times out naming it.
+TEST(Rendezvous, AllOkTimesOutNamingTheRanksThatDidNotVote) {
+  const uint16_t port = free_port();
+  std::promise<void> done;
+  std::shared_future<void> release = done.get_future().share();
+  auto silent = std::async(std::launch::async, [&] {
+    Rendezvous rv(options(port, 1, 2), {});
+    release.wait_for(5s);
+  });
+  Rendezvous rv0(options(port, 0, 2), unique_id());
+  try {
+    rv0.all_ok(true, 3, 300ms);
+    ADD_FAILURE() << "no timeout";
+  } catch (const core::RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks {1} to vote on channel 3"), std::string::npos) << e.what();
+  }
+  done.set_value();
+  silent.get();
 }
 
 }  // namespace

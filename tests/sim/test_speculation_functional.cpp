@@ -1,43 +1,33 @@
 // Speculative CPU updates keep the bits (docs/ARCHITECTURE.md, "Speculation"): the functional simulator,
 // executing the plan's speculative updates and commits, ends with the same fp32 master weights as the same
-// run without speculation and as the plain loop, at every ratio and world, for every optimizer, with steps
-// that clip and steps that do not, and with fp16 steps that overflow and are skipped.
+// run without speculation and as the plain loop, at every ratio, world and ZeRO stage, for every optimizer,
+// with steps that clip and steps that do not, and with fp16 steps that overflow and are skipped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <vector>
 
 #include "backends/sim/functional.h"
 #include "core/step.h"
+#include "tests/bit_diff.h"
+#include "tests/sim/functional_test_config.h"
 
 using namespace tf;
 using backend::sim::FunctionalConfig;
 using backend::sim::FunctionalResult;
+using test::first_diff;
 
 namespace {
 
-const core::ModelDesc& toy() {
-  static const core::ModelDesc m = core::describe_model(core::make_mlp({128, 256, 256, 128}));
-  return m;
-}
-
-// first differing element, or -1 (-2: different sizes)
-int64_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return -2;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], 4) != 0) return int64_t(i);
-  return -1;
-}
-
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-FunctionalResult run(FunctionalConfig c, int64_t speculation_bytes, int world, double ratio) {
+FunctionalResult run(FunctionalConfig c, int64_t speculation_bytes, int world, double ratio, int stage = 3) {
   c.speculation_bytes = speculation_bytes;
   c.world = world;
   c.ratio = ratio;
-  return backend::sim::run_functional(toy(), c);
+  c.stage = stage;
+  return backend::sim::run_functional(test::toy_mlp(), c);
 }
 
 // What a run's speculation did must follow the rule: step 1 speculates; a step speculates exactly when the
@@ -53,16 +43,11 @@ void expect_the_rule(const FunctionalResult& r, double clip, const std::string& 
   }
 }
 
-// A clip between the norms of a clipping-free run that makes some speculated steps clip and others hold
-// (the norms move with the weights, so each candidate is checked on the run itself).
+// A clip between the norms of a clipping-free run that makes some speculated steps clip and others hold.
 std::optional<double> mixed_clip(const FunctionalConfig& base) {
-  FunctionalConfig free = base;
-  free.clip = 1e30;  // clipping on (so the optimizers wait for the norm) but never below the norm
-  std::vector<double> norms = backend::sim::run_reference_loop(toy(), free).grad_norms;
-  std::sort(norms.begin(), norms.end());
-  for (size_t i = 1; i < norms.size(); ++i) {
+  for (double clip : test::clips_between_norms(test::toy_mlp(), base)) {
     FunctionalConfig c = base;
-    c.clip = 0.5 * (norms[i - 1] + norms[i]);
+    c.clip = clip;
     const FunctionalResult r = run(c, core::kSpeculationAuto, 1, 1.0);
     const size_t failed = r.failed_speculations.size(), held = r.speculated_steps.size() - failed;
     if (failed >= 2 && held >= 2 && int(r.speculated_steps.size()) < c.steps) return c.clip;
@@ -70,36 +55,30 @@ std::optional<double> mixed_clip(const FunctionalConfig& base) {
   return std::nullopt;
 }
 
-// Every layout with speculation on against the plain loop and the same layout with speculation off.
+// Every layout (ZeRO stages 1-3: stage 1's all-reduce and stages 1/2's replica refresh carry the same
+// speculative updates and commits) with speculation on against the plain loop and the same layout with
+// speculation off.
 void expect_same_bits_everywhere(const FunctionalConfig& c, const FunctionalResult& ref, const std::string& what) {
-  for (int world : {1, 2, 4})
-    for (double ratio : {0.0, 0.3, 1.0}) {
-      const std::string at = what + " world " + std::to_string(world) + " ratio " + std::to_string(ratio);
-      const FunctionalResult on = run(c, core::kSpeculationAuto, world, ratio);
-      const FunctionalResult off = run(c, 0, world, ratio);
-      ASSERT_EQ(first_diff(on.master, ref.master), -1) << at;
-      ASSERT_EQ(first_diff(off.master, ref.master), -1) << at;
-      EXPECT_EQ(on.grad_norms, ref.grad_norms) << at;
-      EXPECT_EQ(on.skipped_steps, ref.skipped_steps) << at;
-      EXPECT_EQ(on.loss_scales, ref.loss_scales) << at;
-      EXPECT_TRUE(off.speculated_steps.empty()) << at;
-      if (ratio == 0.0) {  // no CPU segment: nothing to speculate
-        EXPECT_TRUE(on.speculated_steps.empty()) << at;
-      } else {
-        EXPECT_FALSE(on.speculated_steps.empty()) << at;
-        expect_the_rule(on, c.clip, at);
+  for (int stage : {1, 2, 3})
+    for (int world : {1, 2, 4})
+      for (double ratio : {0.0, 0.3, 1.0}) {
+        const std::string at = what + " stage " + std::to_string(stage) + " world " + std::to_string(world) +
+                               " ratio " + std::to_string(ratio);
+        const FunctionalResult on = run(c, core::kSpeculationAuto, world, ratio, stage);
+        const FunctionalResult off = run(c, 0, world, ratio, stage);
+        ASSERT_EQ(first_diff(on.master, ref.master), -1) << at;
+        ASSERT_EQ(first_diff(off.master, ref.master), -1) << at;
+        EXPECT_EQ(on.grad_norms, ref.grad_norms) << at;
+        EXPECT_EQ(on.skipped_steps, ref.skipped_steps) << at;
+        EXPECT_EQ(on.loss_scales, ref.loss_scales) << at;
+        EXPECT_TRUE(off.speculated_steps.empty()) << at;
+        if (ratio == 0.0) {  // no CPU segment: nothing to speculate
+          EXPECT_TRUE(on.speculated_steps.empty()) << at;
+        } else {
+          EXPECT_FALSE(on.speculated_steps.empty()) << at;
+          expect_the_rule(on, c.clip, at);
+        }
       }
-    }
-}
-
-// `kind` with its default hyper-parameters at lr 1e-2, over `steps` steps.
-FunctionalConfig config_of(core::OptimizerKind kind, int steps) {
-  FunctionalConfig c;
-  c.kind = kind;
-  c.hp = core::default_hyper_params(kind);
-  c.hp.lr = 1e-2;
-  c.steps = steps;
-  return c;
 }
 
 const core::OptimizerKind kKinds[] = {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdam,
@@ -111,11 +90,11 @@ const core::OptimizerKind kKinds[] = {core::OptimizerKind::kAdamW, core::Optimiz
 // the others hold.
 TEST(FunctionalSpeculation, SameBitsWhenSomeStepsClip) {
   for (core::OptimizerKind kind : kKinds) {
-    FunctionalConfig base = config_of(kind, 8);
+    FunctionalConfig base = test::optimizer_config(kind, 8);
     const std::optional<double> clip = mixed_clip(base);
     ASSERT_TRUE(clip) << core::optimizer_name(kind) << ": no clip gives both held and failed speculations";
     base.clip = *clip;
-    const FunctionalResult ref = backend::sim::run_reference_loop(toy(), base);
+    const FunctionalResult ref = backend::sim::run_reference_loop(test::toy_mlp(), base);
     expect_same_bits_everywhere(base, ref, std::string(core::optimizer_name(kind)) + " clip " + std::to_string(*clip));
   }
 }
@@ -124,12 +103,12 @@ TEST(FunctionalSpeculation, SameBitsWhenSomeStepsClip) {
 // slot flips) and step 4 does not speculate; the loss scale halves.
 TEST(FunctionalSpeculation, SameBitsAcrossAnFp16Overflow) {
   for (core::OptimizerKind kind : kKinds) {
-    FunctionalConfig base = config_of(kind, 7);
+    FunctionalConfig base = test::optimizer_config(kind, 7);
     base.grad_dtype = core::DType::kF16;
     base.loss_scaler = {1024, 2, 1, 0};  // doubles after 2 clean steps: the scale changes between speculations
     base.overflow_at_step = 3;
     base.clip = 1e30;  // only the overflow spoils a speculation
-    const FunctionalResult ref = backend::sim::run_reference_loop(toy(), base);
+    const FunctionalResult ref = backend::sim::run_reference_loop(test::toy_mlp(), base);
     ASSERT_EQ(ref.skipped_steps, std::vector<int>{3});
     const FunctionalResult on = run(base, core::kSpeculationAuto, 2, 0.3);
     EXPECT_EQ(on.speculated_steps, (std::vector<int>{1, 2, 3, 5, 6, 7}));
@@ -141,11 +120,11 @@ TEST(FunctionalSpeculation, SameBitsAcrossAnFp16Overflow) {
 // A budget that holds some speculated layers and not others (the prefix in backward order that fits)
 // gives the same bits too.
 TEST(FunctionalSpeculation, SameBitsWithAPartialBudget) {
-  FunctionalConfig base = config_of(core::OptimizerKind::kAdamW, 6);
+  FunctionalConfig base = test::optimizer_config(core::OptimizerKind::kAdamW, 6);
   const std::optional<double> clip = mixed_clip(base);
   ASSERT_TRUE(clip);
   base.clip = *clip;
-  const FunctionalResult ref = backend::sim::run_reference_loop(toy(), base);
+  const FunctionalResult ref = backend::sim::run_reference_loop(test::toy_mlp(), base);
   // the last layer (256 x 128 + 128 elements, padded to tiles) alone: 12 B per element for AdamW
   for (int64_t budget : {int64_t(12) * 34816, int64_t(12) * 34816 * 4})
     for (int world : {1, 2}) {
@@ -153,7 +132,7 @@ TEST(FunctionalSpeculation, SameBitsWithAPartialBudget) {
       c.speculation_bytes = budget;
       c.world = world;
       c.ratio = 1.0;
-      const FunctionalResult r = backend::sim::run_functional(toy(), c);
+      const FunctionalResult r = backend::sim::run_functional(test::toy_mlp(), c);
       EXPECT_FALSE(r.speculated_steps.empty()) << budget;
       ASSERT_EQ(first_diff(r.master, ref.master), -1) << "budget " << budget << " world " << world;
     }

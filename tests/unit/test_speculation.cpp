@@ -281,3 +281,55 @@ TEST(Speculation, TheRuleAcrossSteps) {
   EXPECT_FALSE(none.active());
   EXPECT_FALSE(none.planned());
 }
+
+// A restore (a checkpoint written into every layer's primary slot): reset_slots puts every layer back
+// in slot 0 and lets the next step speculate, even after a clipped step; the counters keep counting.
+TEST(Speculation, ResetSlotsForARestore) {
+  const Partition part = make_partition(mlp(), {3, 1, 2048});
+  const TwinFlowSplit split = split_shard(part.ranks[0], 1.0, 2048);
+  Speculation spec(plan_step(mlp(), part, split, clipped(kSpeculationAuto)));
+  const StepPolicy policy{OptimizerKind::kAdamW, default_hyper_params(OptimizerKind::kAdamW), 1.0, false};
+  spec.begin_step(policy, 1, 1.0, 0);  // clean: every speculated layer adopts its spare slot
+  StepDecision d = decide_step(policy, 1, 0.25, 0, 1.0, 1);
+  for (int32_t l : spec.layers()) ASSERT_EQ(spec.commit(l, d), Speculation::Commit::kAdopt);
+  spec.end_step(d);
+  spec.begin_step(policy, 2, 1.0, 1);  // clipped (norm 3): the next step would not speculate
+  d = decide_step(policy, 2, 9.0, 0, 1.0, 2);
+  for (int32_t l : spec.layers()) ASSERT_EQ(spec.commit(l, d), Speculation::Commit::kUpdate);
+  spec.end_step(d);
+  for (int32_t l : spec.layers()) ASSERT_EQ(spec.slot(l), 1);
+  spec.reset_slots();
+  for (int32_t l = 0; l < 4; ++l) EXPECT_EQ(spec.slot(l), 0) << "layer " << l;
+  spec.begin_step(policy, 3, 1.0, 2);
+  EXPECT_TRUE(spec.active());
+  EXPECT_EQ(spec.speculated_steps(), 3);
+  EXPECT_EQ(spec.failed_steps(), 1);
+}
+
+// ZeRO stages 1/2 carry the same speculative updates and commits as stage 3 (stage 1 after its
+// all-reduce), and a speculated layer's replica refresh waits for its commit through its H2D.
+TEST(Speculation, StagesOneAndTwoCarryTheSpeculativeOps) {
+  for (int stage : {1, 2}) {
+    const Partition part = make_partition(mlp(), {stage, 2, 2048});
+    const TwinFlowSplit split = split_shard(part.ranks[0], 1.0, 2048);
+    const StepPlan p = plan_step(mlp(), part, split, clipped(kSpeculationAuto));
+    EXPECT_EQ(count(p, OpKind::kCpuOptimizer, 1), 3u) << "stage " << stage;  // layers 3, 2, 1
+    EXPECT_EQ(count(p, OpKind::kCpuCommit, 1), 3u) << "stage " << stage;
+    EXPECT_EQ(count(p, OpKind::kCpuOptimizer, -1), 1u) << "stage " << stage;  // layer 0, after the norm
+    const OpKind reduction = stage == 1 ? OpKind::kAllReduce : OpKind::kReduceScatter;
+    for (const Op& o : p.ops) {
+      if (o.kind == OpKind::kCpuOptimizer && o.state_slot == 1) {  // right after the layer's copy ...
+        const Op& d2h = p.ops[o.deps.at(0)];
+        ASSERT_EQ(d2h.kind, OpKind::kD2HGrad) << o.label();
+        EXPECT_EQ(p.ops[d2h.deps.at(0)].kind, reduction) << o.label();  // ... of its reduced gradient
+      }
+      if (o.kind != OpKind::kAllGather || o.micro_batch >= 0 || o.layer == 0) continue;
+      const auto h2d =
+          std::find_if(o.deps.begin(), o.deps.end(), [&](uint32_t d) { return p.ops[d].kind == OpKind::kH2DParam; });
+      ASSERT_NE(h2d, o.deps.end()) << "stage " << stage << " " << o.label();
+      const Op& commit = p.ops[p.ops[*h2d].deps.at(0)];
+      EXPECT_EQ(commit.kind, OpKind::kCpuCommit) << "stage " << stage << " " << o.label();
+      EXPECT_EQ(commit.layer, o.layer);
+    }
+  }
+}
