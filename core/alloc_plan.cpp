@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/local_kernels.h"
 #include "core/optim/grad_stats.h"
+#include "core/speculation.h"
 #include "core/workload_layout.h"
 
 namespace tf::core {
@@ -116,17 +117,23 @@ void engine_gpu_buffers(const ModelDesc& model, const Partition& part, const Ran
   gpu.add(buf::kDescriptors, MemKind::kWorkspace, (1 + ranges) * kChunkDescBytes);
 }
 
-// The engine's host buffers: the CPU segment (master, states, gradient landing, bf16 copy staging) and
-// the norm's result.
+// The engine's host buffers: the CPU segment (master, states, gradient landing, bf16 copy staging), the
+// norm's result, and the speculated layers' second slot (`step` with its budget resolved).
 void engine_host_buffers(const TwinFlowSplit& split, const StepConfig& step, std::vector<BufferSpec>& out) {
   Lister host(MemPlace::kHost, out);
   const int64_t n = split.cpu_elems;
+  const bool two = state_count(step.optimizer) == 2;
   host.add(buf::kHostMaster, MemKind::kOptimizer, n * 4);
   host.add(buf::kHostState1, MemKind::kOptimizer, n * 4);
-  if (state_count(step.optimizer) == 2) host.add(buf::kHostState2, MemKind::kOptimizer, n * 4);
+  if (two) host.add(buf::kHostState2, MemKind::kOptimizer, n * 4);
   host.add(buf::kHostGrad, MemKind::kStaging, n * int64_t(dtype_bytes(step.grad_dtype)));
   host.add(buf::kHostCopy, MemKind::kStaging, n * int64_t(dtype_bytes(step.param_dtype)));
   host.add(buf::kHostNorm, MemKind::kWorkspace, kNormResultBytes);
+  const int64_t spare = spare_range(split, speculated_layers(split, step)).elems;
+  if (spare == 0) return;
+  host.add(buf::kHostMasterSpare, MemKind::kOptimizer, spare * 4);
+  host.add(buf::kHostState1Spare, MemKind::kOptimizer, spare * 4);
+  if (two) host.add(buf::kHostState2Spare, MemKind::kOptimizer, spare * 4);
 }
 
 // backends/cuda/workload_mlp.cu's buffers, in the order it allocates them.
@@ -255,11 +262,22 @@ std::vector<BufferSpec> workload_buffers(const ModelDesc& model, WorkloadType wo
   return {};
 }
 
+int64_t resolve_speculation_bytes(const ModelDesc& model, const Partition& part, const RankShard& shard,
+                                  const TwinFlowSplit& split, const MemoryOptions& opt) {
+  if (opt.step.speculation_bytes != kSpeculationAuto || opt.host_bytes_per_rank <= 0) return opt.step.speculation_bytes;
+  MemoryOptions without = opt;
+  without.step.speculation_bytes = 0;
+  const int64_t base = plan_allocations(model, part, shard, split, without).bytes(MemPlace::kHost);
+  return std::max<int64_t>(0, opt.host_bytes_per_rank - base);
+}
+
 AllocPlan plan_allocations(const ModelDesc& model, const Partition& part, const RankShard& shard,
                            const TwinFlowSplit& split, const MemoryOptions& opt) {
   AllocPlan plan;
+  StepConfig step = opt.step;
+  step.speculation_bytes = resolve_speculation_bytes(model, part, shard, split, opt);
   engine_gpu_buffers(model, part, shard, split, opt.step, plan.buffers);
-  engine_host_buffers(split, opt.step, plan.buffers);
+  engine_host_buffers(split, step, plan.buffers);
   for (BufferSpec& b : workload_buffers(model, opt.workload, opt.step)) plan.buffers.push_back(std::move(b));
   plan.buffers.push_back(
       {std::string(buf::kContext), MemPlace::kGpu, MemKind::kContext, opt.context_reserve_bytes, false});

@@ -75,6 +75,11 @@ inline constexpr std::string_view kHostState1 = "host_state1";   // (cpu_elems) 
 inline constexpr std::string_view kHostState2 = "host_state2";   // (cpu_elems) fp32, two-state optimizers
 inline constexpr std::string_view kHostGrad = "host_grad";       // (cpu_elems) grad dtype, D2H landing
 inline constexpr std::string_view kHostCopy = "host_copy";       // (cpu_elems) bf16, H2D staging
+// The speculated layers' second state slot (core/speculation.h): the tail of the CPU segment that
+// core::spare_range gives, present when some layer speculates.
+inline constexpr std::string_view kHostMasterSpare = "host_master_spare";  // (spare elems) fp32
+inline constexpr std::string_view kHostState1Spare = "host_state1_spare";  // (spare elems) fp32
+inline constexpr std::string_view kHostState2Spare = "host_state2_spare";  // (spare elems) fp32, two-state optimizers
 inline constexpr std::string_view kHostNorm = "host_norm";       // (2) f64: the folded norm and count
 inline constexpr std::string_view kCublasWorkspace = "cublas_workspace";
 inline constexpr std::string_view kMlpAct = "mlp.act";    // .l, (B x d_l) bf16 + GEMM slack
@@ -142,14 +147,25 @@ struct MemoryOptions {
   // GPU memory the rank uses that no buffer names: the CUDA context, NCCL's and cuBLAS's internal
   // allocations. Not measured yet: an estimate, listed as a buffer that is not allocated.
   int64_t context_reserve_bytes = int64_t(512) << 20;
+  // Host bytes the rank may use: what `speculation: auto` fills (core::resolve_speculation_bytes). 0: not
+  // known, every eligible layer speculates.
+  int64_t host_bytes_per_rank = 0;
 };
 
 // Every buffer of one rank (shard `shard`, split `split`): the engine's, then the workload's, then the
 // context estimate. ZeRO stages 1/2 keep the whole bf16 model (with several ranks a replica beside the
 // shard the optimizers write; one rank's shard is the whole padded model) and, stage 1, the whole
-// model's reduced gradients.
+// model's reduced gradients. The speculated layers' spare slots are those of opt.step with its
+// speculation budget resolved (resolve_speculation_bytes).
 AllocPlan plan_allocations(const ModelDesc& model, const Partition& part, const RankShard& shard,
                            const TwinFlowSplit& split, const MemoryOptions& opt);
+
+// The speculation budget one rank plans with: opt.step.speculation_bytes, where kSpeculationAuto becomes
+// the host bytes opt.host_bytes_per_rank leaves beyond the allocation plan without speculation (0 when
+// nothing is left), or stays kSpeculationAuto (every eligible layer) when that is not known. Either
+// way core::speculated_layers stops at the layers whose gradients land early enough to matter.
+int64_t resolve_speculation_bytes(const ModelDesc& model, const Partition& part, const RankShard& shard,
+                                  const TwinFlowSplit& split, const MemoryOptions& opt);
 
 // The buffers of a workload for one micro-batch shape (on the GPU unless the entry says otherwise):
 //   kSynthetic: none (its gradient is a function of the weights);

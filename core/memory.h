@@ -25,7 +25,7 @@ struct RankMemory {
   int64_t gpu_workspace = 0;    // the step's small buffers and cuBLAS's workspace
   int64_t gpu_context = 0;      // the CUDA context and libraries' own memory: an estimate (not allocated by name)
   int64_t gpu_total = 0;
-  int64_t host_optimizer = 0;  // pinned fp32 master + states of the CPU segment
+  int64_t host_optimizer = 0;  // pinned fp32 master + states of the CPU segment (+ the speculated layers' spare slot)
   int64_t host_staging = 0;    // pinned bf16 gradient (D2H) and parameter (H2D) buffers of the CPU segment
   int64_t host_workspace = 0;  // the norm's 16-byte result
   int64_t host_total = 0;
@@ -38,7 +38,9 @@ RankMemory rank_memory(const ModelDesc& model, const Partition& part, const Rank
                        const TwinFlowSplit& split, const MemoryOptions& opt);
 
 // The ratios whose memory fits: GPU bytes fall and host bytes rise with the ratio, so the feasible
-// set is an interval [min_ratio, max_ratio] (on the alignment grid of the largest shard).
+// set is an interval [min_ratio, max_ratio] (on the alignment grid of the largest shard). Both this and
+// check_ratio_fits resolve `speculation: auto` against host_bytes_per_rank (opt.host_bytes_per_rank is
+// replaced), so auto never changes which ratios fit; an explicit speculation budget counts in full.
 struct RatioRange {
   bool feasible = false;
   double min_ratio = 0, max_ratio = 0;

@@ -24,6 +24,7 @@ const char* plan_buffer_name(PlanBuffer b) {
     case PlanBuffer::kGpuOptimizerState: return "gpu_optimizer_state";
     case PlanBuffer::kHostGrad: return "host_grad";
     case PlanBuffer::kHostOptimizerState: return "host_optimizer_state";
+    case PlanBuffer::kHostOptimizerSpare: return "host_optimizer_spare";
     case PlanBuffer::kHostCopy: return "host_copy";
   }
   return "?";
@@ -95,8 +96,20 @@ void optimizer_side_uses(const StepPlan& plan, const Op& op, Uses& u) {
       u.all_layers(PlanBuffer::kParams, L, Segment::kGpu, true);
       return;
     case OpKind::kCpuOptimizer:
+      u.add(PlanBuffer::kHostGrad, op.layer, Segment::kWhole, false);
+      u.add(PlanBuffer::kHostCopy, op.layer, Segment::kWhole, true);
+      if (op.state_slot == 1) {  // speculative: the current slot read, the spare written, no decision
+        u.add(PlanBuffer::kHostOptimizerState, op.layer, Segment::kWhole, false);
+        u.add(PlanBuffer::kHostOptimizerSpare, op.layer, Segment::kWhole, true);
+        return;
+      }
+      decision_use(plan, u);
+      u.add(PlanBuffer::kHostOptimizerState, op.layer, Segment::kWhole, true);
+      return;
+    case OpKind::kCpuCommit:  // adopts the spare slot (both slots change roles) or redoes the update in place
       decision_use(plan, u);
       u.add(PlanBuffer::kHostGrad, op.layer, Segment::kWhole, false);
+      u.add(PlanBuffer::kHostOptimizerSpare, op.layer, Segment::kWhole, true);
       u.add(PlanBuffer::kHostOptimizerState, op.layer, Segment::kWhole, true);
       u.add(PlanBuffer::kHostCopy, op.layer, Segment::kWhole, true);
       return;

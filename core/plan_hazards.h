@@ -25,7 +25,8 @@ enum class PlanBuffer : uint8_t {
   kNormResult,          // the folded norm and non-finite count the step decision reads
   kGpuOptimizerState,   // fp32 master and states of the GPU segment
   kHostGrad,            // the CPU segment's gradient landing buffer, per layer
-  kHostOptimizerState,  // fp32 master and states of the CPU segment, per layer
+  kHostOptimizerState,  // fp32 master and states of the CPU segment, per layer: the slot current at the step's start
+  kHostOptimizerSpare,  // a speculated layer's other slot (core/speculation.h), per layer
   kHostCopy,            // the CPU segment's updated bf16 copy before its H2D, per layer
 };
 const char* plan_buffer_name(PlanBuffer b);

@@ -554,6 +554,10 @@ std::vector<ReportedSetting> settings_report(const Scenario& s) {
   num("training.gradient_clipping", t.gradient_clipping);
   text("training.prescale_gradients", bool_text(t.prescale_gradients));
   text("training.activation_checkpointing", bool_text(t.activation_checkpointing));
+  if (t.speculation_bytes)
+    num("training.speculation", double(*t.speculation_bytes));
+  else
+    text("training.speculation", "auto");
   num("training.steps", double(t.steps));
   const bool fp16 = t.precision == Precision::kFP16;
   text("training.loss_scaling", !fp16 ? "off" : t.loss_scaling.dynamic() ? "dynamic" : "static");

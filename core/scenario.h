@@ -50,6 +50,9 @@ struct TrainingConfig {
                                  // ds_config's is kDeepSpeedGradientClippingDefault)
   bool activation_checkpointing = false;
   bool prescale_gradients = false;  // divide by world size before the reduction (DeepSpeed)
+  // Twin-Flow's speculative CPU updates (docs/ARCHITECTURE.md, "Speculation"): host bytes per rank for the
+  // speculated layers' second state slot; 0 off; nullopt `auto` (what the host has beyond the plan).
+  std::optional<int64_t> speculation_bytes;
 };
 
 struct OptimizerConfig {

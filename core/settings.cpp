@@ -54,7 +54,11 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   s.partition = {sc.zero.stage, s.world, int64_t(kStatsTile)};
   const DType grad = grad_dtype_of(sc.training.precision);
   s.policy = make_step_policy(sc.optimizer.kind, sc.optimizer.hp, sc.training.gradient_clipping, grad);
-  s.step = make_step_config(s.policy, grad, sc.training.micro_batch, grad_accum, sc.training.activation_checkpointing);
+  const int64_t speculation = o.speculation_bytes.value_or(sc.training.speculation_bytes.value_or(kSpeculationAuto));
+  if (speculation < 0 && speculation != kSpeculationAuto)
+    throw InputError("speculation must be auto or >= 0 bytes, got " + std::to_string(speculation));
+  s.step = make_step_config(s.policy, grad, sc.training.micro_batch, grad_accum, sc.training.activation_checkpointing,
+                            speculation);
   s.loss_scaler = loss_scaler_of(sc.training);
   s.workload = workload_of(sc, o);
   s.seed = sc.workload.seed;

@@ -26,6 +26,8 @@ struct SettingsOverrides {
   // What set world and grad_accum, as errors name it: "--world", "WORLD_SIZE", "run.json: grad_accum".
   std::string world_from = "the world override";
   std::string grad_accum_from = "the grad_accum override";
+  // training.speculation (run/simulate --speculation): bytes, or kSpeculationAuto
+  std::optional<int64_t> speculation_bytes = {};
 };
 
 struct RunSettings {

@@ -6,6 +6,7 @@
 #include <boost/system/system_error.hpp>
 #include <charconv>
 #include <cmath>
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "apps/twinflow/commands.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "core/step.h"
 #include "core/strings.h"
 
 namespace tf::app {
@@ -215,6 +217,25 @@ double ratio_option(const po::variables_map& vm, double fallback) {
   const double r = vm.count("ratio") ? vm["ratio"].as<double>() : fallback;
   if (!(r >= 0 && r <= 1)) throw core::InputError("--ratio must be in [0, 1]");
   return r;
+}
+
+void add_speculation_option(po::options_description& desc) {
+  desc.add_options()("speculation", po::value<std::string>(),
+                     "host bytes per rank for the speculated CPU layers' second state slot: auto (what the host "
+                     "has beyond the plan), 0 (off) or a number (default: the scenario's training.speculation)");
+}
+
+std::optional<int64_t> read_speculation_option(const po::variables_map& vm) {
+  if (!vm.count("speculation")) return std::nullopt;
+  const std::string v = vm["speculation"].as<std::string>();
+  if (core::ascii_lower(v) == "auto") return core::kSpeculationAuto;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE || n < 0)
+    throw core::InputError("--speculation '" + core::printable(v, 40) +
+                           "': expected auto or a number of bytes >= 0 (0 turns speculation off)");
+  return int64_t(n);
 }
 
 std::string self_executable(const std::string& who) {

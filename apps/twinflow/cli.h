@@ -107,6 +107,12 @@ std::vector<double> parse_ratio_list(const std::string& text, const std::string&
 // One ratio: --ratio if given, else `fallback`; core::InputError "--ratio must be in [0, 1]" outside.
 double ratio_option(const po::variables_map& vm, double fallback);
 
+// ---- speculation (--speculation auto|BYTES) ----------------------------------------------------------
+// The speculated CPU layers' host budget (docs/ARCHITECTURE.md, "Speculation"): overrides the scenario's
+// training.speculation. `auto` gives core::kSpeculationAuto, 0 turns it off; none: not given.
+void add_speculation_option(po::options_description& desc);
+std::optional<int64_t> read_speculation_option(const po::variables_map& vm);
+
 // This executable's path (/proc/self/exe), to run another twinflow subcommand; core::RuntimeFailure
 // naming `who` when it cannot be read.
 std::string self_executable(const std::string& who);

@@ -22,6 +22,7 @@
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/master_weights.h"
 #include "apps/twinflow/run_decoder.h"
+#include "apps/twinflow/run_overlap.h"
 #include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/table.h"
 #include "backends/cpu/host_topology.h"
@@ -32,6 +33,7 @@
 #include "core/error.h"
 #include "core/scenario.h"
 #include "core/settings.h"
+#include "core/speculation.h"
 #include "metrics/http_server.h"
 #include "metrics/sim_samples.h"
 #include "metrics/step_metrics.h"
@@ -85,6 +87,8 @@ struct RunOptions {
   int inject_inf_at = -1;
   int timeout_s = 120;
   MetricsOptions metrics;
+  std::optional<int64_t> speculation;           // --speculation: the scenario's training.speculation otherwise
+  int ranks_per_host = 1;                       // LOCAL_WORLD_SIZE: the ranks sharing this host's memory bandwidth
   std::optional<std::filesystem::path> resume;  // --resume's checkpoint
   bool checkpoints() const { return !sc.checkpoint.dir.empty() || resume; }
 };
@@ -131,6 +135,7 @@ CommandOptions run_options() {
   add("dump-batches", po::value<std::string>(),
       "decoder: write every step's global batch to FILE (for `hf_decoder.py train`)");
   add("no-pin", po::bool_switch(), "leave the CPU segment in pageable memory (to measure what pinning buys)");
+  add_speculation_option(o.desc);
   add("inject-inf-at-step", po::value<int>(), "synthetic workload: make one gradient +Inf at this step (fault test)");
   add("timeout", po::value<int>()->default_value(120), "rendezvous timeout in seconds (multi-rank)");
   add_resume_option(o.desc);
@@ -143,7 +148,11 @@ const char kRunEpilog[] =
     "\nColumns (ms unless stated): step = wall time of the step; fwd/bwd/gpu_opt/cpu_opt/d2h/h2d/ag/rs =\n"
     "summed durations of those ops (measured with CUDA events on the streams, host clocks on the CPU\n"
     "optimizer's queue); opt_phase = from the end of the last backward to the end of the step;\n"
-    "exp_xfer = time when only PCIe copies or the CPU optimizer ran (compute and comm idle).\n";
+    "exp_xfer = time when only PCIe copies or the CPU optimizer ran (compute and comm idle);\n"
+    "spec = the CPU optimizer's speculation (held: its updates during backward stood; failed: the step\n"
+    "clipped or was skipped, so they were redone; off: the step after such a step does not speculate;\n"
+    "-: none planned); cpu_hid = share of the CPU optimizer's busy time during which the compute stream\n"
+    "was busy too; bound = max(compute stream busy, the CPU pass at the profile's host memory bandwidth).\n";
 
 core::WorkloadType workload_option(const po::variables_map& vm, const core::Scenario& sc) {
   if (!vm.count("workload")) return sc.workload.resolved(sc.model.type);
@@ -208,6 +217,7 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   o.no_pin = vm["no-pin"].as<bool>();
   o.timeout_s = vm["timeout"].as<int>();
   o.metrics = read_metrics_options(vm);
+  o.speculation = read_speculation_option(vm);
   o.resume = resume_option(vm, o.sc);
   check_run_options(o);
   return o;
@@ -279,6 +289,7 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
   overrides.grad_accum = o.grad_accum;
   overrides.grad_accum_from = "--grad-accum";
   overrides.workload = o.workload;
+  overrides.speculation_bytes = o.speculation;
   cu::EngineConfig base;
   base.settings = core::resolve_settings(o.sc, overrides);
   base.rank = env.rank;
@@ -348,6 +359,8 @@ class RunMetrics {
     smp.loss = r.loss;
     smp.loss_scale = r.loss_scale;
     smp.skipped = r.skipped;
+    smp.speculated = r.speculated;
+    smp.speculation_failed = r.speculated && !r.speculation_held;
     smp.tokens = tokens_per_step_;
     metrics::publish(registry_, smp, {rank_, job_, "cuda"});
   }
@@ -366,7 +379,11 @@ class RunMetrics {
 struct RunPoint {
   double requested = 0, actual = 0;
   std::vector<cu::StepReport> steps;
-  std::vector<Throughput> throughput;       // decoder: per step
+  std::vector<Throughput> throughput;   // decoder: per step
+  std::vector<OverlapFigures> overlap;  // per step
+  int64_t speculation_bytes = 0;        // the budget the plan resolved to (core::resolve_speculation_bytes)
+  size_t speculated_layers = 0;         // the CPU layers that speculate (core::speculated_layers)
+  int64_t speculated_steps = 0, failed_speculations = 0;
   std::optional<MemoryCheck> memory_check;  // after step 1
   cu::EngineMemory memory;
   int64_t gpu_elems = 0, cpu_elems = 0;
@@ -446,18 +463,39 @@ void after_first_step(cu::Engine& eng, const RunOptions& o, const cu::EngineConf
             << ".grads.safetensors (loss " << num(pt.steps.front().loss, 6) << ")\n";
 }
 
+// The allocation plan's second state slots (the speculated layers', core/speculation.h).
+int64_t spare_bytes(const core::AllocPlan& p) {
+  namespace buf = core::buf;
+  int64_t n = 0;
+  for (std::string_view name : {buf::kHostMasterSpare, buf::kHostState1Spare, buf::kHostState2Spare})
+    if (p.has(name)) n += p.at(name).bytes;
+  return n;
+}
+
+// What the step's CPU speculation did: "held", "failed", "off" (planned, not run), "-" (none planned).
+std::string speculation_text(const cu::StepReport& r, bool planned) {
+  if (!planned) return "-";
+  if (!r.speculated) return "off";
+  return r.speculation_held ? "held" : "failed";
+}
+
 // The steps of one ratio, with the per-step table (rank 0) and metrics.
 void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics, RunPoint& pt,
            RunCheckpoints* ck) {
   const bool decoder = ec.settings.workload == core::WorkloadType::kDecoder;
-  std::vector<std::string> head = {"step", "loss", "grad_norm", "scale",   "step", "fwd",       "bwd",     "ag",
-                                   "rs",   "d2h",  "cpu_opt",   "gpu_opt", "h2d",  "opt_phase", "exp_xfer"};
+  const bool planned = pt.speculated_layers > 0;
+  std::vector<std::string> head = {"step", "loss",      "grad_norm", "scale", "step",    "fwd",
+                                   "bwd",  "ag",        "rs",        "d2h",   "cpu_opt", "gpu_opt",
+                                   "h2d",  "opt_phase", "exp_xfer",  "spec",  "cpu_hid", "bound"};
   if (decoder) head.insert(head.end(), {"tok/s", "MFU"});
   Table t(head);
   const int first = ck ? int(ck->first_step()) : 1;
   for (int s = first; s <= o.steps; ++s) {
     cu::StepReport r = eng.step();
     const backend::StepTimeline& tl = r.timeline;
+    const OverlapFigures ov =
+        overlap_figures(tl, ec.settings.step, pt.cpu_elems, o.sc.cluster.hardware.cpu, o.ranks_per_host);
+    pt.overlap.push_back(ov);
     std::vector<std::string> row = {std::to_string(r.step) + (r.skipped ? " skip" : ""),
                                     num(r.loss, 5),
                                     num(r.grad_norm, 4),
@@ -472,7 +510,10 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
                                     num(kind_ms(tl, core::OpKind::kGpuOptimizer)),
                                     num(kind_ms(tl, core::OpKind::kH2DParam)),
                                     num(ms(tl.optimizer_phase_ns)),
-                                    num(ms(tl.exposed_transfer_ns))};
+                                    num(ms(tl.exposed_transfer_ns)),
+                                    speculation_text(r, planned),
+                                    num(ov.overlap_fraction, 3),
+                                    num(ov.bound_ms)};
     std::string rate;
     if (decoder) {
       const Throughput th = throughput(ec.settings, o.sc.training.precision, o.sc.cluster.hardware.gpu, tl.step_ns);
@@ -484,7 +525,9 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
     if (ec.rank == 0)
       std::cerr << "  step " << r.step << "/" << o.steps << ": " << num(ms(tl.step_ns)) << " ms"
                 << (std::isnan(r.loss) ? "" : ", loss " + num(r.loss, 5)) << rate
-                << (r.skipped ? " (skipped: overflow)" : "") << "\n";
+                << (r.skipped ? " (skipped: overflow)" : "")
+                << (planned ? ", speculation " + speculation_text(r, planned) : "") << ", CPU pass "
+                << num(100 * ov.overlap_fraction, 0) << "% hidden\n";
     metrics.publish(r, eng);
     pt.steps.push_back(std::move(r));
     if (s == first) after_first_step(eng, o, ec, pt);
@@ -537,12 +580,19 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
   pt.memory = eng->memory();
   pt.gpu_elems = eng->split().gpu_elems;
   pt.cpu_elems = eng->split().cpu_elems;
+  pt.speculation_bytes = eng->plan().config.speculation_bytes;
+  pt.speculated_layers = core::speculated_layers(eng->split(), eng->plan().config).size();
   if (rank == 0)
     std::cerr << "ratio " << num(ec.ratio, 3) << " (actual " << num(pt.actual, 4) << "): GPU segment " << pt.gpu_elems
               << ", CPU segment " << pt.cpu_elems << " elements; GPU " << core::format_gb(pt.memory.gpu_used_by_process)
               << " in use (model " << core::format_gb(pt.memory.planned.gpu_total) << "), host pinned "
               << core::format_gb(pt.memory.host_pinned) << "\n";
+  if (rank == 0 && pt.speculated_layers > 0)
+    std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "
+              << core::format_gb(spare_bytes(pt.memory.plan)) << " of host memory for their second state slot\n";
   train(*eng, o, ec, metrics, pt, ck.get());
+  pt.speculated_steps = eng->speculated_steps();
+  pt.failed_speculations = eng->failed_speculations();
   // (index, value) pairs of every owned weight: 16 B each, so only when asked for
   const bool need_master = o.verify || o.save_master;
   const auto mine = need_master ? eng->master_weights() : std::vector<std::pair<int64_t, float> >{};
@@ -564,9 +614,10 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
 
 // Over steady steps (all but the first), rank 0.
 void print_summary(const std::vector<RunPoint>& points, int steps) {
-  Table s({"ratio", "actual", "step_ms", "fwd_ms", "bwd_ms", "opt_phase_ms", "exp_xfer_ms", "exp_cpu_opt_ms",
-           "exp_copies_ms", "cpu_opt_ms", "gpu_opt_ms", "busy_compute", "busy_cpu", "gpu_GB", "host_pinned_GB", "tok/s",
-           "MFU", "x_vs_r1"});
+  Table s(
+      {"ratio",          "actual",        "step_ms",    "fwd_ms",         "bwd_ms",       "opt_phase_ms", "exp_xfer_ms",
+       "exp_cpu_opt_ms", "exp_copies_ms", "cpu_opt_ms", "gpu_opt_ms",     "busy_compute", "busy_cpu",     "cpu_hid",
+       "bound_ms",       "spec_held",     "gpu_GB",     "host_pinned_GB", "tok/s",        "MFU",          "x_vs_r1"});
   const auto step_ms = [](const cu::StepReport& r) { return ms(r.timeline.step_ns); };
   double r1 = std::nan("");
   for (const RunPoint& p : points)
@@ -590,15 +641,37 @@ void print_summary(const std::vector<RunPoint>& points, int steps) {
           p, [&](const cu::StepReport& r) { return p.throughput[size_t(r.step - p.steps.front().step)].*f; });
     };
     const double tok_s = rate(&Throughput::tokens_per_s), mfu = rate(&Throughput::mfu);
-    s.add({num(p.requested, 3), num(p.actual, 4), num(step), kind(core::OpKind::kForward),
-           kind(core::OpKind::kBackward), field(&backend::StepTimeline::optimizer_phase_ns),
-           field(&backend::StepTimeline::exposed_transfer_ns), field(&backend::StepTimeline::exposed_cpu_optimizer_ns),
-           field(&backend::StepTimeline::exposed_copies_ns), kind(core::OpKind::kCpuOptimizer),
-           kind(core::OpKind::kGpuOptimizer), num(busy(core::Queue::kCompute), 3), num(busy(core::Queue::kCpu), 3),
-           num(double(p.memory.gpu_used_by_process) / 1e9), num(double(p.memory.host_pinned) / 1e9), num(tok_s, 0),
-           num(mfu, 3), num(r1 / step, 2)});
+    auto overlap = [&](double OverlapFigures::*f) {
+      return steady_median(
+          p, [&](const cu::StepReport& r) { return p.overlap[size_t(r.step - p.steps.front().step)].*f; });
+    };
+    const std::string held = p.speculated_layers == 0 ? "-"
+                                                      : std::to_string(p.speculated_steps - p.failed_speculations) +
+                                                            "/" + std::to_string(p.steps.size());
+    s.add({num(p.requested, 3),
+           num(p.actual, 4),
+           num(step),
+           kind(core::OpKind::kForward),
+           kind(core::OpKind::kBackward),
+           field(&backend::StepTimeline::optimizer_phase_ns),
+           field(&backend::StepTimeline::exposed_transfer_ns),
+           field(&backend::StepTimeline::exposed_cpu_optimizer_ns),
+           field(&backend::StepTimeline::exposed_copies_ns),
+           kind(core::OpKind::kCpuOptimizer),
+           kind(core::OpKind::kGpuOptimizer),
+           num(busy(core::Queue::kCompute), 3),
+           num(busy(core::Queue::kCpu), 3),
+           num(overlap(&OverlapFigures::overlap_fraction), 3),
+           num(overlap(&OverlapFigures::bound_ms)),
+           held,
+           num(double(p.memory.gpu_used_by_process) / 1e9),
+           num(double(p.memory.host_pinned) / 1e9),
+           num(tok_s, 0),
+           num(mfu, 3),
+           num(r1 / step, 2)});
   }
-  std::cout << "\nsummary (median of steps 2.." << steps << ", rank 0)\n";
+  std::cout << "\nsummary (median of steps 2.." << steps
+            << ", rank 0; spec_held: steps whose speculation held of all steps)\n";
   s.print(std::cout);
 }
 
@@ -609,6 +682,9 @@ nlohmann::json step_json(const cu::StepReport& r) {
   js["grad_norm"] = std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json();
   js["loss_scale"] = r.loss_scale;
   js["skipped"] = r.skipped;
+  js["speculated"] = r.speculated;
+  js["speculation_held"] = r.speculation_held;
+  js["cpu_overlapped_ns"] = r.timeline.cpu_overlapped_ns;
   js["step_ns"] = r.timeline.step_ns;
   js["optimizer_phase_ns"] = r.timeline.optimizer_phase_ns;
   js["exposed_ns"] = r.timeline.exposed_ns;
@@ -666,8 +742,19 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
           {"host_pinned_measured", p.memory_check->host_measured},
           {"host_diff_percent", percent_diff(p.memory_check->host_predicted, p.memory_check->host_measured)}};
     if (!p.parity.empty()) jp["parity"] = {{"ok", p.parity_ok}, {"detail", p.parity}};
+    // the budget the plan resolved to: what `validate` simulates this point with
+    jp["speculation_bytes"] = p.speculation_bytes;
+    jp["speculated_layers"] = p.speculated_layers;
+    jp["spare_slot_bytes"] = spare_bytes(p.memory.plan);
+    jp["speculated_steps"] = p.speculated_steps;
+    jp["failed_speculations"] = p.failed_speculations;
     for (size_t i = 0; i < p.steps.size(); ++i) {
       nlohmann::json js = step_json(p.steps[i]);
+      if (i < p.overlap.size())
+        js["overlap"] = {{"cpu_overlap_fraction", p.overlap[i].overlap_fraction},
+                         {"gpu_work_ms", p.overlap[i].gpu_work_ms},
+                         {"cpu_pass_bound_ms", p.overlap[i].cpu_pass_bound_ms},
+                         {"bound_ms", p.overlap[i].bound_ms}};
       if (i < p.throughput.size()) {
         js["tokens_per_s"] = p.throughput[i].tokens_per_s;
         js["model_tflops"] = p.throughput[i].tflops;
@@ -684,10 +771,11 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& args) {
-  const std::optional<RunOptions> parsed = parse_run_options(args);
+  std::optional<RunOptions> parsed = parse_run_options(args);
   if (!parsed) return kExitOk;
-  const RunOptions& o = *parsed;
   const backend::launch::RankEnv env = backend::launch::rank_env_from_process();
+  parsed->ranks_per_host = env.local_world_size;
+  const RunOptions& o = *parsed;
   const backend::cpu::CpuShare share = take_cpu_share(env);
   std::string why;
   if (!cu::cuda_available(&why))

@@ -158,6 +158,10 @@ CommandOptions simulate_options() {
   add("ratio", po::value<double>(), "one CPU share in [0, 1] (default: the scenario's)");
   add("sweep", po::value<std::string>(), "START:STOP:STEP ratios, e.g. 0:1:0.05");
   add_int_option(o.desc, kWorld);
+  add_speculation_option(o.desc);
+  add("previous-step-clipped", po::bool_switch(),
+      "cost-only: simulate a step after a clipped or skipped one, which does not speculate (every speculated "
+      "layer's commit redoes its update after the norm); without it the speculation is assumed to hold");
   add_output_options(o.desc, {.csv = "write the table as CSV",
                               .json = "write points, best ratio and assumptions as JSON",
                               .svg = "plot step time and GPU memory against the ratio",
@@ -180,9 +184,13 @@ CommandOptions simulate_options() {
 
 const char kSimulateEpilog[] =
     "\nColumns: step = the slowest rank's step; compute/comm/d2h/h2d/cpu = busy time of each queue\n"
-    "(rank 0); exposed = step time with the GPU compute queue idle; optim = from the last backward op\n"
+    "(rank 0); cpu hid = share of the cpu queue's busy time during which compute is busy too; exposed =\n"
+    "step time with the GPU compute queue idle; optim = from the last backward op\n"
     "to the end of the step; GPU/host GB = memory per rank (largest shard); fits = memory fits the\n"
-    "profile (OOM otherwise, still simulated); x vs r=1 = step time at ratio 1 over this step time.\n";
+    "profile (OOM otherwise, still simulated); x vs r=1 = step time at ratio 1 over this step time.\n"
+    "With clipping or loss scaling, the CPU layers that speculate (training.speculation, --speculation) update\n"
+    "during backward and the simulator assumes their speculation holds (each commit costs only its wait for\n"
+    "the norm); --previous-step-clipped simulates the step after a clipped or skipped one instead.\n";
 
 // --metrics-port and the options that need it.
 std::optional<ReplayOptions> replay_options(const po::variables_map& vm) {
@@ -220,6 +228,8 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
   }
   core::check_simulation_size(o.sc, o.sim.overrides);  // before anything is simulated
   if (const std::optional<int64_t> steps = optional_int_option(vm, kSteps)) o.steps = int(*steps);
+  o.sim.overrides.speculation_bytes = read_speculation_option(vm);
+  if (vm["previous-step-clipped"].as<bool>()) o.sim.speculation = backend::sim::SpeculationCase::kNotSpeculating;
   if (o.replay) {
     o.sim.record_ops = o.sim.keep_plans = true;  // per-op timings give the phase durations
     o.replay->steps = o.steps ? *o.steps : o.sc.training.steps;
@@ -375,14 +385,20 @@ Sweep simulate_sweep(const SimulateOptions& o) {
   return w;
 }
 
+// The share of rank 0's CPU queue busy time that its compute queue hides ("-" without CPU work).
+std::string cpu_hidden(const backend::sim::SimPoint& p) {
+  const int64_t cpu = p.busy_ns[size_t(core::Queue::kCpu)];
+  return cpu > 0 ? fmt(double(p.cpu_overlapped_ns) / double(cpu), 2) : "-";
+}
+
 Table sweep_table(const Sweep& w) {
-  Table t({"ratio", "step ms", "compute", "comm", "d2h", "h2d", "cpu", "exposed", "optim", "GPU GB", "host GB", "fits",
-           "x vs r=1"});
+  Table t({"ratio", "step ms", "compute", "comm", "d2h", "h2d", "cpu", "cpu hid", "exposed", "optim", "GPU GB",
+           "host GB", "fits", "x vs r=1"});
   using core::Queue;
   for (const auto& p : w.pts) {
     auto q = [&](Queue x) { return fmt(ms(p.busy_ns[size_t(x)]), 1); };
     t.add({fmt(p.ratio, 3), fmt(ms(p.step_ns), 1), q(Queue::kCompute), q(Queue::kComm), q(Queue::kD2H), q(Queue::kH2D),
-           q(Queue::kCpu), fmt(ms(p.exposed_ns), 1), fmt(ms(p.optimizer_phase_ns), 1),
+           q(Queue::kCpu), cpu_hidden(p), fmt(ms(p.exposed_ns), 1), fmt(ms(p.optimizer_phase_ns), 1),
            fmt(double(p.memory.gpu_total) / 1e9, 1), fmt(double(p.memory.host_total) / 1e9, 1), p.oom ? "OOM" : "yes",
            fmt(double(w.full.step_ns) / double(p.step_ns), 2)});
   }

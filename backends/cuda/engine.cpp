@@ -44,6 +44,7 @@
 #include "core/optim/grad_stats.h"
 #include "core/plan_hazards.h"
 #include "core/rank_plan.h"
+#include "core/speculation.h"
 #include "core/synthetic_workload.h"
 
 namespace tf::backend::cuda {
@@ -185,6 +186,9 @@ class EngineImpl final : public Engine {
 
   StepReport step() override;
   std::vector<std::pair<int64_t, float>> master_weights() override;
+  cpu::LayerState cpu_layer_state(size_t layer) override { return state_in_slot(layer, spec_->slot(int32_t(layer))); }
+  int64_t speculated_steps() const override { return spec_->speculated_steps(); }
+  int64_t failed_speculations() const override { return spec_->failed_steps(); }
   std::vector<std::pair<int64_t, float>> last_gradients() override;
   core::TrainingPosition position() const override { return {step_, opt_step_, scaler_}; }
   void snapshot_optimizer(std::span<const std::span<float>> arrays) override;
@@ -234,26 +238,34 @@ class EngineImpl final : public Engine {
     total_gpu_bytes_ = int64_t(prop.totalGlobalMem);
   }
 
-  // The rank's split, step plan and allocation plan: core::plan_rank, as the simulator builds its ranks.
+  // The rank's split, step plan and allocation plan: core::plan_rank, as the simulator builds its ranks
+  // (`speculation: auto` fills the host memory beyond the plan, up to the layers that gain from it).
   void plan_rank() {
     part_ = core::make_partition(s_.model, s_.partition);
     shard_ = part_.ranks[size_t(cfg_.rank)];
-    core::RankPlan rp = core::plan_rank(s_.model, part_, cfg_.rank, cfg_.ratio, s_.memory_options());
+    core::MemoryOptions mo = s_.memory_options();
+    mo.host_bytes_per_rank = host_limit();
+    core::RankPlan rp = core::plan_rank(s_.model, part_, cfg_.rank, cfg_.ratio, mo);
     split_ = std::move(rp.split);
     plan_ = std::move(rp.step);
     mem_.plan = std::move(rp.alloc);
     mem_.planned = core::sum_by_kind(mem_.plan);
+    spec_.emplace(plan_);
+    spare_ = core::spare_range(split_, spec_->layers());
     const std::vector<std::string> hazards = core::check_plan_hazards(plan_);
     if (!hazards.empty())
       throw std::logic_error("engine: the step plan leaves " + std::to_string(hazards.size()) +
                              " buffer reuse(s) unordered, e.g. " + hazards.front());
   }
 
+  int64_t host_limit() const {
+    if (cfg_.host_bytes_limit > 0) return cfg_.host_bytes_limit;
+    return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  }
+
   void check_memory() {
     const int64_t gpu_limit = cfg_.gpu_bytes_limit > 0 ? cfg_.gpu_bytes_limit : total_gpu_bytes_;
-    int64_t host_limit = cfg_.host_bytes_limit;
-    if (host_limit <= 0) host_limit = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
-    core::check_ratio_fits(s_.model, part_, s_.memory_options(), cfg_.ratio, gpu_limit, host_limit);
+    core::check_ratio_fits(s_.model, part_, s_.memory_options(), cfg_.ratio, gpu_limit, host_limit());
   }
 
   // A decoder's init.from, read and checked (names, shapes: core::load_hf_weights) before anything is
@@ -382,13 +394,19 @@ class EngineImpl final : public Engine {
     h_grad_ = host_buffer(buf::kHostGrad);
     h_copy_ = host_buffer(buf::kHostCopy);
     h_norm_ = host_buffer(buf::kHostNorm);
+    if (mem_.plan.has(buf::kHostMasterSpare)) {
+      h_master_spare_ = host_buffer(buf::kHostMasterSpare);
+      h_s1_spare_ = host_buffer(buf::kHostState1Spare);
+      if (mem_.plan.has(buf::kHostState2Spare)) h_s2_spare_ = host_buffer(buf::kHostState2Spare);
+    }
   }
 
   // Page-locks the host buffers (after the first touch placed them), or warns once that they stay
   // pageable. Returns whether one moved (the cudaHostAlloc fallback).
   bool pin_host() {
     bool moved = false;
-    for (HostBuffer* h : {&h_master_, &h_s1_, &h_s2_, &h_grad_, &h_copy_, &h_norm_}) {
+    for (HostBuffer* h :
+         {&h_master_, &h_s1_, &h_s2_, &h_grad_, &h_copy_, &h_norm_, &h_master_spare_, &h_s1_spare_, &h_s2_spare_}) {
       const HostBuffer::Pinned p = cfg_.pin_memory ? h->pin() : HostBuffer::Pinned::kNo;
       moved = moved || p == HostBuffer::Pinned::kMoved;
       (h->pinned() ? mem_.host_pinned : mem_.host_pageable) += int64_t(h->bytes());
@@ -419,6 +437,7 @@ class EngineImpl final : public Engine {
                                      h_copy_.as<void>(),    s_.step.grad_dtype, core::DType::kBF16};
       cpu_ = std::make_unique<cpu::CpuSegment>(co, s_.policy.kind, bufs, cpu::segment_ranges(split_));
       cpu_->first_touch();
+      for (int32_t l : spec_->layers()) cpu_->first_touch(size_t(l), state_in_slot(size_t(l), 1));
     };
     segment();
     if (pin_host()) segment();  // a buffer moved to cudaHostAlloc memory: the segment's views follow
@@ -583,7 +602,7 @@ class EngineImpl final : public Engine {
     for (uint32_t id : queue_ops_[size_t(q)]) {
       const core::Op& op = plan_.ops[id];
       for (uint32_t dep : op.deps) wait_dep(q, dep);
-      if (needs_decision(op.kind)) decision();  // host data the op needs (scalars, skip)
+      if (needs_decision(op)) decision();  // host data the op needs (scalars, skip)
       if (on_gpu(q)) {
         const cudaStream_t s = stream_of(q);
         TF_CUDA_CHECK(cudaEventRecord(start_ev(id), s));
@@ -599,8 +618,11 @@ class EngineImpl final : public Engine {
     }
   }
 
-  static bool needs_decision(core::OpKind k) {
-    return k == core::OpKind::kGpuOptimizer || k == core::OpKind::kCpuOptimizer || k == core::OpKind::kH2DParam;
+  // Every optimizer-side op but a speculative update, which runs before the step is decided.
+  static bool needs_decision(const core::Op& op) {
+    const core::OpKind k = op.kind;
+    return k == core::OpKind::kGpuOptimizer || (k == core::OpKind::kCpuOptimizer && op.state_slot < 0) ||
+           k == core::OpKind::kCpuCommit || k == core::OpKind::kH2DParam;
   }
 
   int64_t host_now_ns() const {
@@ -625,7 +647,8 @@ class EngineImpl final : public Engine {
 
   void execute_gpu(const core::Op& op, cudaStream_t s) {
     switch (op.kind) {
-      case core::OpKind::kAllGather: return op.micro_batch < 0 ? refresh_replica(size_t(op.layer), s) : all_gather(op, s);
+      case core::OpKind::kAllGather:
+        return op.micro_batch < 0 ? refresh_replica(size_t(op.layer), s) : all_gather(op, s);
       case core::OpKind::kForward: return workload_->forward(op.layer, op.micro_batch, {gathered(op), shared(op)}, s);
       case core::OpKind::kBackward:
         return workload_->backward(op.layer, op.micro_batch, {gathered(op), shared(op)},
@@ -637,7 +660,8 @@ class EngineImpl final : public Engine {
       case core::OpKind::kNormAllReduce: return norm_all_reduce(s);
       case core::OpKind::kGpuOptimizer: return gpu_optimizer(s);
       case core::OpKind::kH2DParam: return h2d(op, s);
-      case core::OpKind::kCpuOptimizer: break;
+      case core::OpKind::kCpuOptimizer:
+      case core::OpKind::kCpuCommit: break;
     }
     throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on a GPU stream");
   }
@@ -682,8 +706,8 @@ class EngineImpl final : public Engine {
   void refresh_replica(size_t l, cudaStream_t s) {
     if (!d_replica_.get()) return;
     TF_NCCL_CHECK(ncclAllGather(d_lp_.as<uint16_t>() + piece(l).shard_offset,
-                                d_replica_.as<uint16_t>() + replica_off_[l], size_t(part_.layer_slice[l]),
-                                ncclBfloat16, comm_->get(), s));
+                                d_replica_.as<uint16_t>() + replica_off_[l], size_t(part_.layer_slice[l]), ncclBfloat16,
+                                comm_->get(), s));
   }
   // The replicated model from the initial shards, before the first step (on the comm stream).
   void fill_replica() {
@@ -770,11 +794,36 @@ class EngineImpl final : public Engine {
     h2d_bytes_ += (e - b) * 2;
   }
 
+  // The CPU part of `layer` in state slot `slot` (0: the segment's own buffers; 1: the spare slot of a
+  // speculated layer, the tail of the CPU segment that core::spare_range gives).
+  cpu::LayerState state_in_slot(size_t layer, int slot) const {
+    if (slot == 0) return cpu_->layer_state(layer);
+    const int64_t o = cpu_begin_[layer] - split_.gpu_elems - spare_.begin;
+    return {h_master_spare_.as<float>() + o, h_s1_spare_.as<float>() + o,
+            h_s2_spare_.bytes() ? h_s2_spare_.as<float>() + o : nullptr};
+  }
+
+  // CPU optimizer ops: an update in place of the layer's current slot; a speculated layer's
+  // speculative update (out of place into its other slot, before the step is decided) and its commit
+  // (adopt the other slot, or update in place: core::Speculation).
   void execute_cpu(const core::Op& op) {
+    const auto l = size_t(op.layer);
+    if (op.kind == core::OpKind::kCpuOptimizer && op.state_slot == 1) {
+      if (!spec_->active()) return;
+      const int cur = spec_->slot(op.layer);
+      const cpu::LayerState from = state_in_slot(l, cur);
+      cpu_nonfinite_ += cpu_->update_layer(l, spec_->scalars(), state_in_slot(l, 1 - cur), &from).nonfinite;
+      return;
+    }
+    if (op.kind == core::OpKind::kCpuCommit) {
+      if (spec_->commit(op.layer, *decision_) == core::Speculation::Commit::kUpdate)
+        cpu_nonfinite_ += cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l)).nonfinite;
+      return;
+    }
     if (op.kind != core::OpKind::kCpuOptimizer)
       throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on the cpu queue");
     if (decision_->skip) return;
-    cpu_nonfinite_ += cpu_->update_layer(size_t(op.layer), decision_->scalars).nonfinite;
+    cpu_nonfinite_ += cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l)).nonfinite;
   }
 
   // The step decision: known up front without a norm wait; else once the norm all-reduce landed.
@@ -827,13 +876,13 @@ class EngineImpl final : public Engine {
   int64_t norm_op_ = -1;
 
   // The allocation plan's buffers (core/alloc_plan.h names their shapes and dtypes):
-  DeviceMemory d_lp_;                      // "params": (shard) bf16
-  DeviceMemory d_replica_;                 // "replica": (world x shard) bf16, stages 1/2 with several ranks
-  std::vector<int64_t> replica_off_;       // (L + 1) element offset of each layer in "replica"
-  DeviceMemory d_master_, d_s1_, d_s2_;    // "gpu_master", "gpu_state1/2": (gpu_elems) fp32
-  DeviceMemory d_grad_, d_acc_;  // "grads": (shard) grad dtype (stage 1: (world x shard), this rank's shard first);
-                                 // "grad_accum": (shard) fp32
-  DeviceMemory d_tiles_, d_fold_;          // "stats_table": (tiles + 1) f64; "fold_scratch": f64 + the result
+  DeviceMemory d_lp_;                    // "params": (shard) bf16
+  DeviceMemory d_replica_;               // "replica": (world x shard) bf16, stages 1/2 with several ranks
+  std::vector<int64_t> replica_off_;     // (L + 1) element offset of each layer in "replica"
+  DeviceMemory d_master_, d_s1_, d_s2_;  // "gpu_master", "gpu_state1/2": (gpu_elems) fp32
+  DeviceMemory d_grad_, d_acc_;    // "grads": (shard) grad dtype (stage 1: (world x shard), this rank's shard first);
+                                   // "grad_accum": (shard) fp32
+  DeviceMemory d_tiles_, d_fold_;  // "stats_table": (tiles + 1) f64; "fold_scratch": f64 + the result
   DeviceMemory d_counters_, d_opt_tiles_;  // "counters": (2) u64; "optimizer_tile_sums": (gpu tiles) f64
   DeviceMemory d_descs_;                   // "descriptors": (1 + statistics ranges) ChunkDesc
   std::vector<DeviceMemory> d_ag_;         // "gather.i": (padded layer) bf16, by Op::gather_slot
@@ -845,6 +894,10 @@ class EngineImpl final : public Engine {
   HostBuffer h_master_, h_s1_, h_s2_;  // "host_master", "host_state1/2": (cpu_elems) fp32
   HostBuffer h_grad_, h_copy_;         // "host_grad": (cpu_elems) grad dtype; "host_copy": (cpu_elems) bf16
   HostBuffer h_norm_;                  // "host_norm": (2) f64, the folded norm and the non-finite count
+  // "host_master_spare", "host_state1/2_spare": (spare elems) fp32, the speculated layers' second slot
+  HostBuffer h_master_spare_, h_s1_spare_, h_s2_spare_;
+  core::SpareRange spare_;                 // where the spare slot sits in the CPU segment
+  std::optional<core::Speculation> spec_;  // the per-step rule and each layer's current slot
   std::unique_ptr<cpu::CpuSegment> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
   std::vector<cudaEvent_t> events_;
@@ -980,9 +1033,13 @@ StepReport EngineImpl::step() {
   const double scale = scaler_.scale;
   last_scale_ = scale;
   begin_step();
+  spec_->begin_step(s_.policy, step_, scale, opt_step_);
   run_issuers();
   for (auto& st : streams_) st->sync();
   StepReport rep = report(scale);
+  const core::Speculation::Outcome spec = spec_->end_step(decision());
+  rep.speculated = spec.speculated;
+  rep.speculation_held = spec.held;
   check_masked_nonfinite();
   scaler_.update(rep.skipped);
   if (!rep.skipped) ++opt_step_;
@@ -1004,8 +1061,10 @@ std::vector<std::pair<int64_t, float>> EngineImpl::master_weights() {
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> gpu(size_t(split_.gpu_elems));
   if (!gpu.empty()) TF_CUDA_CHECK(cudaMemcpy(gpu.data(), d_master_.get(), gpu.size() * 4, cudaMemcpyDeviceToHost));
-  return owned(
-      [&](int64_t o) { return o < split_.gpu_elems ? gpu[size_t(o)] : h_master_.as<float>()[o - split_.gpu_elems]; });
+  std::vector<float> cpu(size_t(split_.cpu_elems));  // (cpu_elems) fp32: each layer's current slot
+  for (const core::ShardPiece& p : split_.cpu)
+    std::copy_n(cpu_layer_state(p.layer).master, p.count, cpu.begin() + (p.shard_offset - split_.gpu_elems));
+  return owned([&](int64_t o) { return o < split_.gpu_elems ? gpu[size_t(o)] : cpu[size_t(o - split_.gpu_elems)]; });
 }
 
 // "grads" holds the whole shard's reduced gradients (the CPU segment's part is copied from it), which
@@ -1058,19 +1117,27 @@ void EngineImpl::snapshot_optimizer(std::span<const std::span<float>> arrays) {
   TF_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+// Array `a` (core::checkpoint_arrays' order) of a layer's CPU part in one state slot.
+float* array_of(const cpu::LayerState& st, size_t a) { return a == 0 ? st.master : a == 1 ? st.state1 : st.state2; }
+
+// Each worker copies its share [b, e) of the segment, layer by layer from the layer's current state
+// slot (cpu_layer_state: a speculated layer's may be the spare one).
 void EngineImpl::cpu_segment_to(size_t a, float* dst) {
-  const size_t n = size_t(split_.cpu_elems);
-  const float* src = optimizer_segments()[a].second->as<float>();
   cpu::ThreadPool& pool = cpu_->backend().pool();
   pool.run(pool.size(), [&](size_t w) {
     size_t b = 0, e = 0;
-    cpu::ThreadPool::split(n, pool.size(), w, b, e);
-    std::memcpy(dst + b, src + b, (e - b) * 4);
+    cpu::ThreadPool::split(size_t(split_.cpu_elems), pool.size(), w, b, e);
+    for (const cpu::SegmentRange& r : cpu_->ranges()) {
+      const int64_t lo = std::max(int64_t(b), r.begin), hi = std::min(int64_t(e), r.end);
+      if (lo < hi) std::memcpy(dst + lo, array_of(cpu_layer_state(r.layer), a) + (lo - r.begin), size_t(hi - lo) * 4);
+    }
   });
 }
 
+// Into each layer's current slot: restore_optimizer resets the slots first, so the primary one.
 void EngineImpl::cpu_segment_from(size_t a, const float* src) {
-  std::memcpy(optimizer_segments()[a].second->as<float>(), src, size_t(split_.cpu_elems) * 4);
+  for (const cpu::SegmentRange& r : cpu_->ranges())
+    if (r.begin < r.end) std::memcpy(array_of(cpu_layer_state(r.layer), a), src + r.begin, size_t(r.end - r.begin) * 4);
 }
 
 // The bf16 copy of the whole shard (both segments' parts live on the device), rounded from master on
@@ -1098,11 +1165,13 @@ void EngineImpl::restore_optimizer(std::span<const std::vector<float>> arrays, c
   whole[1] = state1;
   const size_t g = size_t(split_.gpu_elems), n = size_t(split_.cpu_elems);
   const auto segs = optimizer_segments();
+  spec_->reset_slots();  // every layer's state in its primary slot, where cpu_segment_from writes it
   for (size_t a = 0; a < segs.size(); ++a) {
     if (g) TF_CUDA_CHECK(cudaMemcpy(segs[a].first->get(), whole[a].data(), g * 4, cudaMemcpyHostToDevice));
     if (n) cpu_segment_from(a, whole[a].data() + g);
   }
   restore_bf16_copy(arrays[0]);
+  fill_replica();  // stages 1/2: the replicated model from the restored shards
   step_ = int(pos.step);
   opt_step_ = pos.optimizer_step;
   scaler_ = pos.loss_scaler;

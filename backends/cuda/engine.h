@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_segment.h"
 #include "core/alloc_plan.h"
 #include "core/checkpoint.h"
 #include "core/memory.h"
@@ -61,6 +62,8 @@ struct StepReport {
   double grad_norm = 0;                  // global L2 norm of the unscaled gradient (inf on an fp16 overflow)
   double loss_scale = 1;                 // the scale this step used
   bool skipped = false;                  // fp16 overflow: nothing updated
+  bool speculated = false;               // the CPU optimizer's speculative updates ran (core/speculation.h)
+  bool speculation_held = false;         // ... and the decided scalars were the speculated ones
   StepTimeline timeline;                 // per-op intervals (ns from the step's start) and totals
   int64_t d2h_bytes = 0, h2d_bytes = 0;  // PCIe traffic of the step
   core::QueueOrder issued;               // op ids in the order each queue's issuer issued them
@@ -99,6 +102,14 @@ class Engine {
   // This rank's fp32 master weights: (model-order element index, value) for every real element the
   // rank owns, in shard order.
   virtual std::vector<std::pair<int64_t, float>> master_weights() = 0;
+  // The CPU segment's fp32 master and states of `layer` in the state slot that holds them now (a
+  // speculated layer has two and flips between them: docs/ARCHITECTURE.md, "Speculation"), pointers to
+  // the layer's first CPU element in pinned host memory (split().cpu gives its count): what a checkpoint
+  // reads, or restores into, between steps. Null pointers for a layer without a CPU part.
+  virtual cpu::LayerState cpu_layer_state(size_t layer) = 0;
+  // Steps that ran their speculative CPU updates, and those of them whose speculation did not hold.
+  virtual int64_t speculated_steps() const = 0;
+  virtual int64_t failed_speculations() const = 0;
   // This rank's reduced gradients of the last step as the optimizers read them (the grad dtype's
   // values), divided by the loss scale they carried: the same (element, value) pairs. Valid after
   // step() until the next step overwrites them.

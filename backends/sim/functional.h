@@ -15,6 +15,7 @@
 #include "core/optim/dtype.h"
 #include "core/optim/optimizer.h"
 #include "core/settings.h"
+#include "core/step.h"
 #include "core/step_decision.h"
 
 namespace tf::backend::sim {
@@ -47,6 +48,9 @@ struct FunctionalConfig {
   // min_scale; doubled after `window` clean steps). bf16: 1, never updated (an overflow stops).
   core::LossScaler loss_scaler{1.0, 0, 1.0, 0};
   int overflow_at_step = -1;  // fp16: this step's gradient holds an Inf (1-based), -1: none
+  // Speculative CPU updates (core/speculation.h; StepConfig::speculation_bytes): 0 off; kSpeculationAuto
+  // every eligible layer (no host memory limit here). The bits do not depend on it.
+  int64_t speculation_bytes = core::kSpeculationAuto;
   uint64_t seed = 1;
   // Where the per-micro-shard gradients come from:
   //   kSynthetic: workload_gradient below (initial weights core::synthetic_initial_weight);
@@ -83,6 +87,8 @@ struct FunctionalResult {
   std::vector<int> skipped_steps;        // 1-based steps skipped on overflow
   std::vector<double> loss_scales;       // loss scale used at each step
   std::vector<double> losses;            // kDecoder: per step, the mean loss over the micro-shards (unscaled)
+  std::vector<int> speculated_steps;     // 1-based steps that ran their speculative CPU updates
+  std::vector<int> failed_speculations;  // ... of those, the steps whose speculation did not hold (redone or skipped)
   int64_t d2h_bytes = 0, h2d_bytes = 0;  // what crossed the simulated PCIe (whole run, all ranks)
   // The ops each queue executed in the last step, per rank (run_functional only): the same
   // vocabulary as the cost-only simulator's executed_queue_order().
@@ -98,7 +104,9 @@ float workload_gradient(uint64_t seed, int64_t element, int step, int micro_shar
 // micro-shard a rank owns): all-gather, backward (the workload's per-micro-shard gradients),
 // reduce-scatter (fp32 accumulation in micro-shard order k = micro_step * world + rank), D2H of the
 // CPU segment's gradients, canonical statistics folded over the global tile order, clipping, fp16
-// overflow skip, the fused optimizer on both segments, and H2D of the updated bf16 copies.
+// overflow skip, the fused optimizer on both segments (a speculated layer's speculative update into its
+// spare state slot and its commit: adopt or redo, core/speculation.h), and H2D of the updated bf16
+// copies.
 FunctionalResult run_functional(const core::ModelDesc& model, const FunctionalConfig& cfg);
 
 // The same training written as one loop over whole layers: no ranks, no split, no copies. It always

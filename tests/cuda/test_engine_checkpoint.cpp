@@ -1,7 +1,8 @@
 // Checkpoint and resume on the CUDA engine through `twinflow run`'s code (apps/twinflow/run_checkpoint.*):
 // train N steps against k steps + save + a fresh engine resumed (at the same or another ratio) + N - k
 // steps; the fp32 master weights, the optimizer states and the position are bit-identical. Synthetic,
-// MLP and decoder workloads; a stop signal saves synchronously. Skips without a GPU.
+// MLP and decoder workloads; speculated CPU layers whose state is in their spare slot at the save; a
+// stop signal saves synchronously. Skips without a GPU.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -16,6 +17,7 @@
 #include "core/checkpoint.h"
 #include "core/scenario.h"
 #include "core/settings.h"
+#include "core/speculation.h"
 #include "tests/cuda/gpu_test.h"
 #include "tests/temp_dir.h"
 
@@ -24,12 +26,14 @@ namespace {
 
 namespace cu = backend::cuda;
 
-core::Scenario mlp_scenario(const std::string& optimizer) {
+core::Scenario mlp_scenario(const std::string& optimizer, const std::string& clip = "1.0") {
   return core::parse_scenario(
       "model: {type: mlp, dims: [96, 160, 80, 48]}\n"
       "cluster: {profile: h100-80gb-16core, cpu_cores_per_gpu: 4}\n"
-      "training: {micro_batch: 1, grad_accum: 2, gradient_clipping: 1.0}\n"
-      "optimizer: {type: " +
+      "training: {micro_batch: 1, grad_accum: 2, gradient_clipping: " +
+          clip +
+          "}\n"
+          "optimizer: {type: " +
           optimizer +
           ", params: {lr: 0.01}}\n"
           "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.3}}\n"
@@ -155,6 +159,38 @@ TEST(EngineCheckpoint, ResumedSyntheticRunMatchesTheFunctionalSimulator) {
     for (int64_t j = 0; j < sp.count; ++j)
       differ += std::memcmp(&got.arrays[0][size_t(sp.offset + j)], &ref.master[size_t(sp.model_begin + j)], 4) != 0;
   EXPECT_EQ(differ, 0);
+}
+
+// Speculation (docs/ARCHITECTURE.md, "Speculation") with a clip no norm reaches: every step holds, so the
+// speculated layers flip slots every step and after 3 steps their state is in the spare slot. The save
+// reads it there (Engine::cpu_layer_state); 6 steps against 3 + resume + 3 at ratio 1 and resharded to
+// 0.3. Then a restore into an engine whose layers sit in their spare slot resets the slots: the next
+// step equals an engine that never restored.
+TEST(EngineCheckpoint, SpeculatedLayersInTheirSpareSlot) {
+  SKIP_WITHOUT_GPU();
+  const core::RunSettings s =
+      core::resolve_settings(mlp_scenario("adamw", "1.0e30"), {.workload = core::WorkloadType::kMlp});
+  ASSERT_NE(s.step.speculation_bytes, 0);
+  const State whole = uninterrupted(s, 1.0, 6);
+  for (double r2 : {1.0, 0.3}) {
+    test::TempDir dir("tf_eckpt");
+    expect_same(whole, resumed(s, 1.0, 3, r2, 6, dir.path()), "speculation -> ratio " + std::to_string(r2));
+  }
+  auto a = engine(s, 1.0);
+  auto b = engine(s, 1.0);
+  ASSERT_FALSE(core::speculated_layers(a->split(), a->plan().config).empty());
+  const cu::StepReport first = a->step();
+  b->step();
+  ASSERT_TRUE(first.speculated && first.speculation_held);  // slot 1 now
+  const State st = state_of(*a, s);
+  a->step();
+  a->step();  // slot 1 again, two steps further
+  a->restore_optimizer(st.arrays, st.pos);
+  expect_same(st, state_of(*a, s), "restored over the spare slot");
+  const cu::StepReport next = a->step();
+  b->step();
+  EXPECT_TRUE(next.speculated && next.speculation_held);
+  expect_same(state_of(*b, s), state_of(*a, s), "the step after the restore");
 }
 
 // The decoder (gpt-tiny): 4 steps against 2 at ratio 0.3 + resume at ratio 0 + 2.

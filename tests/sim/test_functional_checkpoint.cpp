@@ -1,11 +1,14 @@
 // Checkpoint and resume in the functional simulator: train N steps against train k + save + resume +
 // train N - k; the final master weights, optimizer states, loss scaler and optimizer step are
 // bit-identical for every optimizer, for fp16 with a skipped step after the resume, at ratios
-// {0, 0.3, 1}, and across the reshard matrix (ratio 0.3 -> 0.7, world 2 -> 4 -> 1, stage 3 -> 2).
+// {0, 0.3, 1}, across the reshard matrix (ratio 0.3 -> 0.7, world 2 -> 4 -> 1, stage 3 -> 2), and with
+// speculative CPU updates whose layers hold their state in the spare slot at the save.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +18,7 @@
 #include "core/hf_names.h"
 #include "core/optim/dtype.h"
 #include "tests/bit_diff.h"
+#include "tests/sim/functional_test_config.h"
 #include "tests/temp_dir.h"
 
 using namespace tf;
@@ -24,15 +28,8 @@ using test::first_diff;
 
 namespace {
 
-// The toy MLP: every rank of 4 holds several 2048-element tiles of each layer.
-core::ModelDesc toy() { return core::describe_model(core::make_mlp({128, 256, 256, 128})); }
-
 FunctionalConfig config(core::OptimizerKind kind, int steps) {
-  FunctionalConfig c;
-  c.kind = kind;
-  c.hp = core::default_hyper_params(kind);
-  c.hp.lr = 1e-2;
-  c.steps = steps;
+  FunctionalConfig c = test::optimizer_config(kind, steps);
   c.micro_shards = 4;  // divisible by every world below
   c.clip = 0.5;        // active: the norm's bits matter
   c.world = 2;
@@ -93,7 +90,7 @@ void expect_same_final_state(const FunctionalResult& whole, const FunctionalResu
 
 // Every optimizer at ratios {0, 0.3, 1}: 10 steps against 5 + save + resume + 5 (world 2, stage 3).
 TEST(FunctionalCheckpoint, ResumeIsBitIdenticalForEveryOptimizerAndRatio) {
-  const core::ModelDesc m = toy();
+  const core::ModelDesc m = test::toy_mlp();
   for (core::OptimizerKind kind : {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdam,
                                    core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion})
     for (double ratio : {0.0, 0.3, 1.0}) {
@@ -114,7 +111,7 @@ TEST(FunctionalCheckpoint, ResumeIsBitIdenticalForEveryOptimizerAndRatio) {
 // restored), and the overflow at step 7, after the resume, skips that step and halves the scale in both
 // runs.
 TEST(FunctionalCheckpoint, Fp16WithASkippedStepAfterTheResume) {
-  const core::ModelDesc m = toy();
+  const core::ModelDesc m = test::toy_mlp();
   FunctionalConfig c = config(core::OptimizerKind::kAdamW, 10);
   c.grad_dtype = core::DType::kF16;
   c.loss_scaler = {128, 2, 1, 0};
@@ -133,7 +130,7 @@ TEST(FunctionalCheckpoint, Fp16WithASkippedStepAfterTheResume) {
 
 // The reshard matrix: a checkpoint written at one layout continues bit for bit at another.
 TEST(FunctionalCheckpoint, ReshardedResumeIsBitIdentical) {
-  const core::ModelDesc m = toy();
+  const core::ModelDesc m = test::toy_mlp();
   const FunctionalConfig c = config(core::OptimizerKind::kAdamW, 10);
   const FunctionalResult whole = backend::sim::run_functional(m, c);
   const std::vector<std::pair<std::string, std::vector<Leg>>> matrix = {
@@ -145,6 +142,61 @@ TEST(FunctionalCheckpoint, ReshardedResumeIsBitIdentical) {
     test::TempDir dir("tf_fckpt");
     expect_same_final_state(whole, run_legs(m, c, legs, dir.path()), what);
   }
+}
+
+namespace {
+
+// Steps 1..until that ran their speculative updates and that speculation held (every speculated layer
+// adopted its spare slot: its slot index flipped).
+int held_until(const FunctionalResult& r, int until) {
+  int n = 0;
+  for (int s : r.speculated_steps)
+    if (s <= until &&
+        std::find(r.failed_speculations.begin(), r.failed_speculations.end(), s) == r.failed_speculations.end())
+      ++n;
+  return n;
+}
+
+// A clip under which `c`'s 10 steps both clip and hold speculations, with an odd number held in steps 1..5:
+// at the save after step 5 every speculated layer's state is in its spare slot.
+std::optional<double> clip_leaving_spare_slots(const core::ModelDesc& m, FunctionalConfig c) {
+  for (double clip : test::clips_between_norms(m, c)) {
+    c.clip = clip;
+    const FunctionalResult r = backend::sim::run_functional(m, c);
+    if (!r.failed_speculations.empty() && held_until(r, 5) % 2 == 1 && held_until(r, 10) > held_until(r, 5))
+      return clip;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// Speculation on (docs/ARCHITECTURE.md, "Speculation") with a clip that makes some steps clip: the save
+// after step 5 reads each speculated layer's current slot (the spare one there), the resume writes it
+// back into the primary slot and resets the slot indices; 10 steps against 5 + save + resume + 5, at the
+// same layout and resharded, every optimizer, ratios 0.3 and 1.
+TEST(FunctionalCheckpoint, ResumeWithSpeculatedLayersInTheirSpareSlot) {
+  const core::ModelDesc m = test::toy_mlp();
+  for (core::OptimizerKind kind : {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdam,
+                                   core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion})
+    for (double ratio : {0.3, 1.0}) {
+      const std::string what = std::string(core::optimizer_name(kind)) + " ratio " + std::to_string(ratio);
+      FunctionalConfig c = config(kind, 10);
+      c.ratio = ratio;
+      c.speculation_bytes = core::kSpeculationAuto;
+      const std::optional<double> clip = clip_leaving_spare_slots(m, c);
+      ASSERT_TRUE(clip) << what << ": no clip leaves the speculated layers in their spare slot at step 5";
+      c.clip = *clip;
+      const FunctionalResult whole = backend::sim::run_functional(m, c);
+      ASSERT_EQ(first_diff(whole.master, backend::sim::run_reference_loop(m, c).master), -1) << what;
+      for (const std::vector<Leg>& legs : {std::vector<Leg>{{2, 3, ratio, 5}, {2, 3, ratio, 10}},
+                                           std::vector<Leg>{{2, 3, ratio, 5}, {1, 2, 0.7, 10}}}) {
+        test::TempDir dir("tf_fckpt");
+        const FunctionalResult resumed = run_legs(m, c, legs, dir.path());
+        expect_same_final_state(whole, resumed, what + " -> world " + std::to_string(legs[1].world));
+        EXPECT_FALSE(resumed.speculated_steps.empty()) << what;
+      }
+    }
 }
 
 // The decoder workload (the CPU reference decoder's gradients on the tokens of the resumed step): 4
@@ -167,7 +219,7 @@ TEST(FunctionalCheckpoint, DecoderResumeAcrossWorldAndRatio) {
 // A stop request ends the run after the current step with a synchronous save; the resumed run goes on
 // to the total steps bit for bit.
 TEST(FunctionalCheckpoint, StopRequestSavesAndTheResumeContinues) {
-  const core::ModelDesc m = toy();
+  const core::ModelDesc m = test::toy_mlp();
   FunctionalConfig c = config(core::OptimizerKind::kLion, 8);
   const FunctionalResult whole = backend::sim::run_functional(m, c);
   test::TempDir dir("tf_fckpt");
@@ -189,7 +241,7 @@ TEST(FunctionalCheckpoint, StopRequestSavesAndTheResumeContinues) {
 
 // every_steps and keep: saves after steps 2, 4, 6, 8 and 9 (the last), the two newest kept.
 TEST(FunctionalCheckpoint, EveryStepsAndKeep) {
-  const core::ModelDesc m = toy();
+  const core::ModelDesc m = test::toy_mlp();
   FunctionalConfig c = config(core::OptimizerKind::kAdagrad, 9);
   test::TempDir dir("tf_fckpt");
   c.checkpoints.dir = dir.path();
@@ -213,7 +265,7 @@ TEST(FunctionalCheckpoint, EveryStepsAndKeep) {
 
 // A resume that would not continue the same run is refused before anything is loaded.
 TEST(FunctionalCheckpoint, ResumeRefusesAnotherRun) {
-  const core::ModelDesc m = toy();
+  const core::ModelDesc m = test::toy_mlp();
   FunctionalConfig c = config(core::OptimizerKind::kAdamW, 3);
   test::TempDir dir("tf_fckpt");
   c.checkpoints.dir = dir.path();

@@ -144,3 +144,31 @@ TEST(Settings, SimulationSizeNamesWhatSetIt) {
   EXPECT_NE(error_of(sc, {.world = 0, .world_from = "--nproc"}).find("--nproc 0: 0 ranks is out of range"),
             std::string::npos);
 }
+
+// training.speculation: auto by default, 0 off, a byte count, or the command's override; anything else
+// names the key.
+TEST(Settings, SpeculationBudget) {
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, gradient_clipping: 1.0")).step.speculation_bytes,
+            kSpeculationAuto);
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: auto")).step.speculation_bytes, kSpeculationAuto);
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: 0")).step.speculation_bytes, 0);
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: 8000000000")).step.speculation_bytes, 8000000000);
+  SettingsOverrides o;
+  o.speculation_bytes = 0;
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: auto"), o).step.speculation_bytes, 0);
+  o.speculation_bytes = -5;
+  EXPECT_THROW(resolve_settings(scenario("micro_batch: 1"), o), InputError);
+  for (const char* bad : {"speculation: -1", "speculation: lots", "speculation: '12'", "speculation: [1]"}) {
+    try {
+      resolve_settings(scenario(std::string("micro_batch: 1, ") + bad));
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("speculation"), std::string::npos) << e.what();
+    }
+  }
+  // the report lists it
+  bool listed = false;
+  for (const ReportedSetting& r : settings_report(scenario("micro_batch: 1, speculation: 0")))
+    if (r.key == "training.speculation") listed = r.value == "0";
+  EXPECT_TRUE(listed);
+}
