@@ -69,13 +69,16 @@ bool RunCheckpoints::after_step(int64_t step) {
   return stop;
 }
 
-// The stall is what training waits for: the previous save (if still writing) and the snapshot.
+// The stall is what training waits for: the previous save (if still writing) and the snapshot; the two
+// are reported apart, since the first only means saves come faster than the disk writes them.
 void RunCheckpoints::save(int64_t step, bool synchronous) {
   const auto t0 = std::chrono::steady_clock::now();
   report_pending();
+  const double wait_s = seconds_since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
   const std::vector<std::span<float>> staging = writer_->begin_snapshot();
   engine_.snapshot_optimizer(staging);
-  const double stall_s = seconds_since(t0);
+  const double stall_s = seconds_since(t1);
   const core::TrainingPosition pos = engine_.position();
   if (pos.step != step)
     throw core::RuntimeFailure("checkpoint: the engine is at step " + std::to_string(pos.step) + ", not step " +
@@ -83,6 +86,7 @@ void RunCheckpoints::save(int64_t step, bool synchronous) {
   writer_->save_async(core::checkpoint_meta(pos, record_));
   pending_ = true;
   pending_stall_s_ = stall_s;
+  pending_wait_s_ = wait_s;
   if (synchronous) report_pending();
 }
 
@@ -97,7 +101,16 @@ void RunCheckpoints::report_pending() {
   char b[128];  // fixed notation: bench/device/issue17-ckpt.sh parses the line
   std::snprintf(b, sizeof b, " (%.2f%% of a synchronous save's %.3f s)",
                 sync_s > 0 ? 100.0 * pending_stall_s_ / sync_s : 0.0, sync_s);
-  std::cerr << save_summary(st, pending_stall_s_) << b << "\n";
+  std::cerr << save_summary(st, pending_stall_s_) << b;
+  if (pending_wait_s_ >= 1e-3)
+    std::fprintf(stderr, "; before it, %.1f ms waiting for the previous save still writing", 1e3 * pending_wait_s_);
+  std::cerr << "\n";
+  if (pending_wait_s_ >= 0.01 && !warned_cadence_) {
+    warned_cadence_ = true;
+    std::cerr << "warning: checkpoint.every_steps " << o_.config.every_steps
+              << ": a save began before the previous one had finished writing, and training waited for it; "
+                 "raise checkpoint.every_steps so that the steps between saves outlast one save's write\n";
+  }
 }
 
 }  // namespace tf::app

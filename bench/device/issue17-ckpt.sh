@@ -109,15 +109,17 @@ out = sys.argv[1]
 saves = []
 for line in open(f"{out}/whole.log"):
     m = re.match(r"checkpoint (\S+): ([\d.]+) GB \(this rank\) written in ([\d.]+) s \(([\d.]+) GB/s\), committed after "
-                 r"([\d.]+) s; training stalled ([\d.]+) ms for the snapshot \(([\d.]+)% of a synchronous save's ([\d.]+) s\)", line)
+                 r"([\d.]+) s; training stalled ([\d.]+) ms for the snapshot \(([\d.]+)% of a synchronous save's ([\d.]+) s\)"
+                 r"(?:; before it, ([\d.]+) ms waiting for the previous save still writing)?", line)
     if m: saves.append(m.groups())
 dd = open(f"{out}/dd.txt").read()
 ddm = re.search(r"copied, ([\d.]+) s, ([\d.]+) ([GM])B/s", dd)
 dd_gbps = float(ddm.group(2)) / (1000 if ddm and ddm.group(3) == "M" else 1) if ddm else float("nan")
 print(f"dd sequential write (conv=fsync), same size, same disk: {dd_gbps:.2f} GB/s")
-for d, gb, ws, gbps, total, stall, pct, sync in saves:
+for d, gb, ws, gbps, total, stall, pct, sync, wait in saves:
     print(f"save {d.split('/')[-1]}: {gb} GB in {ws} s = {gbps} GB/s ({float(gbps) / dd_gbps * 100:.0f}% of dd); "
-          f"stall {stall} ms = {pct}% of a synchronous save ({sync} s)")
+          f"snapshot stall {stall} ms = {pct}% of a synchronous save ({sync} s)"
+          + (f"; before it {wait} ms waiting for the previous save (saves every 4 steps outpace the disk)" if wait else ""))
 for line in open(f"{out}/resumed.log"):
     if line.startswith("resumed from"): print("load:", line.strip())
 PY
