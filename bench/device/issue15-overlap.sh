@@ -42,7 +42,16 @@ echo "rc $?"; grep -E "^\[  (FAILED|PASSED) |OK \]|Failure" "$LOG/parity.log" | 
 # 2026-11-24-decoder-h100/run2), and a clipped step's speculation fails by design. So the sweeps start
 # from a checkpoint of WARM_STEPS steps at ratio 0 (resumed at each ratio: checkpoints reshard), as a
 # run in progress does. WARM_STEPS=0 starts from the init.
+# CLIP=X runs the scenario with gradient_clipping X instead (a copy beside it): with X above every
+# step's norm, no step clips and every speculation holds (what a run whose norms stay under its
+# threshold gets), the CPU half still waiting for the norm without speculation.
 WARM_STEPS=${WARM_STEPS:-30}
+if [ -n "${CLIP:-}" ]; then
+  CSC=${SC%.yaml}.clip.yaml
+  sed -E "s/^(  gradient_clipping:) .*/\1 $CLIP/" $SC > "$CSC"; SC=$CSC
+  trap 'rm -f "$CSC"; pack' EXIT
+fi
+RATIOS=${RATIOS_OVERRIDE:-$RATIOS}
 W=/tmp/tf-issue15; rm -rf "$W" && mkdir -p "$W"
 RESUME=(); FIRST=1
 if [ "$WARM_STEPS" -gt 0 ]; then
@@ -95,7 +104,7 @@ for name in ("on", "off"):
         runs[name] = {round(p["ratio"], 3): p for p in json.load(open(f"{out}/opt-{name}.json"))["points"]}
     except Exception as e:
         print(f"speculation {name}: no run JSON ({e})")
-print("OPT-1.3B, seq 1024, micro-batch 8, clip 1.0, one H100; medians of each sweep point's steps but its first")
+print(f"OPT-1.3B, seq 1024, micro-batch 8, clip {__import__(\"os\").environ.get(\"CLIP\", \"1.0\")}, one H100; medians of each sweep point's steps but its first")
 print(f"{'ratio':>5} {'spec':>4} {'tok/s':>7} {'step_ms':>8} {'cpu_hid':>7} {'bound_ms':>8} {'gpu_ms':>7} "
       f"{'cpu_bound_ms':>12} {'exp_cpu_ms':>10} {'held':>5} {'spec_layers':>11} {'spare_GB':>8}")
 tps = {}
