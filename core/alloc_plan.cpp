@@ -112,16 +112,17 @@ void engine_gpu_buffers(const ModelDesc& model, const Partition& part, const Ran
   gpu.add(buf::kDescriptors, MemKind::kWorkspace, (1 + ranges) * kChunkDescBytes);
 }
 
-// The engine's host buffers: the CPU segment (master, states, gradient landing, bf16 copy staging) and
-// the norm's result.
+// The engine's host buffers: the CPU segment (master, states), its staging rings (gradient landing,
+// bf16 copy: core::staging_ring's slots, which the plan's Op::staging_slot indexes) and the norm's result.
 void engine_host_buffers(const TwinFlowSplit& split, const StepConfig& step, std::vector<BufferSpec>& out) {
   Lister host(MemPlace::kHost, out);
   const int64_t n = split.cpu_elems;
   host.add(buf::kHostMaster, MemKind::kOptimizer, n * 4);
   host.add(buf::kHostState1, MemKind::kOptimizer, n * 4);
   if (state_count(step.optimizer) == 2) host.add(buf::kHostState2, MemKind::kOptimizer, n * 4);
-  host.add(buf::kHostGrad, MemKind::kStaging, n * int64_t(dtype_bytes(step.grad_dtype)));
-  host.add(buf::kHostCopy, MemKind::kStaging, n * int64_t(dtype_bytes(step.param_dtype)));
+  const int64_t ring_elems = staging_ring(split, step).elems();
+  host.add(buf::kHostGrad, MemKind::kStaging, ring_elems * int64_t(dtype_bytes(step.grad_dtype)));
+  host.add(buf::kHostCopy, MemKind::kStaging, ring_elems * int64_t(dtype_bytes(step.param_dtype)));
   host.add(buf::kHostNorm, MemKind::kWorkspace, kNormResultBytes);
 }
 

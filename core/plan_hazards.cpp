@@ -78,7 +78,7 @@ void optimizer_side_uses(const StepPlan& plan, const Op& op, Uses& u) {
   switch (op.kind) {
     case OpKind::kD2HGrad:
       u.add(PlanBuffer::kGrads, op.layer, Segment::kCpu, false);
-      u.add(PlanBuffer::kHostGrad, op.layer, Segment::kWhole, true);
+      u.add(PlanBuffer::kHostGrad, op.staging_slot, Segment::kWhole, true);
       return;
     case OpKind::kGradStats:
       u.all_layers(PlanBuffer::kGrads, L, Segment::kGpu, false);
@@ -97,13 +97,13 @@ void optimizer_side_uses(const StepPlan& plan, const Op& op, Uses& u) {
       return;
     case OpKind::kCpuOptimizer:
       decision_use(plan, u);
-      u.add(PlanBuffer::kHostGrad, op.layer, Segment::kWhole, false);
+      u.add(PlanBuffer::kHostGrad, op.staging_slot, Segment::kWhole, false);
       u.add(PlanBuffer::kHostOptimizerState, op.layer, Segment::kWhole, true);
-      u.add(PlanBuffer::kHostCopy, op.layer, Segment::kWhole, true);
+      u.add(PlanBuffer::kHostCopy, op.staging_slot, Segment::kWhole, true);
       return;
     case OpKind::kH2DParam:
       decision_use(plan, u);
-      u.add(PlanBuffer::kHostCopy, op.layer, Segment::kWhole, false);
+      u.add(PlanBuffer::kHostCopy, op.staging_slot, Segment::kWhole, false);
       u.add(PlanBuffer::kParams, op.layer, Segment::kCpu, true);
       return;
     default: return;

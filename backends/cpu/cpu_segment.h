@@ -14,15 +14,18 @@
 
 namespace tf::backend::cpu {
 
-// The segment's buffers, element e of the segment at index e of each.
+// The segment's buffers, element e of the segment at index e of master and states. The gradient and
+// copy buffers are full size (no staging offsets: element e at index e) or the step plan's staging
+// rings (core::StagingRing::offsets: a layer's range from element staging_offsets[slot]).
 struct SegmentBuffers {
   float* master = nullptr;  // (elems) fp32 master weights
   float* state1 = nullptr;  // (elems) fp32: exp_avg or Adagrad's sum
   float* state2 = nullptr;  // (elems) fp32 exp_avg_sq; null for one-state optimizers
-  void* grad = nullptr;     // (elems) grad_dtype: where the gradients land (D2H)
-  void* copy = nullptr;     // (elems) copy_dtype: the low-precision copy the H2D sends
+  void* grad = nullptr;     // (elems) or (ring elems) grad_dtype: where the gradients land (D2H)
+  void* copy = nullptr;     // (elems) or (ring elems) copy_dtype: the low-precision copy the H2D sends
   core::DType grad_dtype = core::DType::kBF16;
   core::DType copy_dtype = core::DType::kBF16;
+  std::vector<int64_t> staging_offsets;  // (slots + 1) the rings' slot offsets; empty: full-size grad and copy
 };
 
 // One layer's CPU part: elements [begin, end) of the segment.
@@ -49,11 +52,14 @@ class CpuSegment {
   void first_touch();
 
   // One CPU optimizer op: the fused pass over the layer's range (nothing for a layer without a CPU
-  // part). Returns the range's gradient statistics.
-  GradStats update_layer(size_t layer, const core::StepScalars& s);
+  // part), its gradient and copy in staging slot `slot` (Op::staging_slot; ignored with full-size
+  // buffers). Returns the range's gradient statistics. Throws core::InputError for a slot outside the
+  // rings or a range larger than a slot.
+  GradStats update_layer(size_t layer, const core::StepScalars& s, int32_t slot = -1);
 
-  // The chunk of elements [begin, end) of the segment.
-  OptimChunk chunk(int64_t begin, int64_t end) const;
+  // The chunk of elements [begin, end) of the segment, its gradient and copy in `slot` with rings.
+  OptimChunk chunk(int64_t begin, int64_t end, int32_t slot = -1) const;
+  bool rings() const { return !bufs_.staging_offsets.empty(); }
   const std::vector<SegmentRange>& ranges() const { return ranges_; }
   CpuBackend& backend() { return be_; }
   core::OptimizerKind kind() const { return kind_; }

@@ -142,6 +142,13 @@ core::StepPolicy policy(const FunctionalConfig& c) {
   return core::make_step_policy(c.kind, c.hp, c.clip, c.grad_dtype);
 }
 
+// One micro-batch per micro-shard a rank owns, the configuration's staging rings.
+core::StepConfig step_config(const FunctionalConfig& c) {
+  core::StepConfig s = core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false);
+  s.staging_slots = c.staging_slots;
+  return s;
+}
+
 cpu::CpuBackend& kernels() {
   static cpu::CpuBackend be{cpu::CpuOptions{1, false, -1, 4, {}}};
   return be;
@@ -159,7 +166,7 @@ class FunctionalRun {
         c_(c),
         W_(c.world),
         part_(core::make_partition(model, {c.stage, c.world, int64_t(core::kStatsTile)})),
-        step_cfg_(core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false)),
+        step_cfg_(step_config(c)),
         two_(core::state_count(c.kind) == 2),
         initial_(initial_weights(model, c)),
         scaler_(c.loss_scaler) {
@@ -201,7 +208,8 @@ class FunctionalRun {
     std::vector<uint16_t> bf16;                 // (shard) GPU-resident bf16 parameters
     std::vector<float> acc;                     // (shard) fp32 gradient accumulation (reduce-scatter output)
     std::vector<uint16_t> grad;                 // (shard) reduced gradient in the grad dtype, on the GPU
-    std::vector<uint16_t> cgrad, ccopy;         // host: the CPU segment's gradient (after D2H), bf16 staging
+    // host: the staging rings (plan.staging's elements), gradient (after D2H) and bf16 copy
+    std::vector<uint16_t> cgrad, ccopy;
     std::vector<std::vector<uint16_t>> local;   // (L) this micro-step's full-layer gradient from backward
   };
 
@@ -219,7 +227,8 @@ class FunctionalRun {
     k.gp.assign(g, 0.f), k.gm.assign(g, init1), k.gv.assign(two_ ? g : 0, 0.f);
     k.cp.assign(n, 0.f), k.cm.assign(n, init1), k.cv.assign(two_ ? n : 0, 0.f);
     k.bf16.assign(size_t(s.elems), 0), k.acc.assign(size_t(s.elems), 0.f), k.grad.assign(size_t(s.elems), 0);
-    k.cgrad.assign(n, 0), k.ccopy.assign(n, 0), k.local.resize(model_.layers.size());
+    const size_t ring = size_t(k.plan.staging.elems());
+    k.cgrad.assign(ring, 0), k.ccopy.assign(ring, 0), k.local.resize(model_.layers.size());
     for (const core::ShardPiece& p : s.pieces)
       for (int64_t j = 0; j < p.real_count; ++j) {
         const size_t o = size_t(p.shard_offset + j);
@@ -295,12 +304,12 @@ class FunctionalRun {
       case core::OpKind::kBackward: return backward(l, op.micro_batch);
       case core::OpKind::kReduceScatter:
       case core::OpKind::kAllReduce: return reduce(l, op.micro_batch);
-      case core::OpKind::kD2HGrad: return d2h(l);
+      case core::OpKind::kD2HGrad: return d2h(l, op.staging_slot);
       case core::OpKind::kGradStats: return grad_stats();
       case core::OpKind::kNormAllReduce: return decide(global_sumsq_of_tiles(), nonfinite_);
-      case core::OpKind::kCpuOptimizer: return cpu_optimizer(l);
+      case core::OpKind::kCpuOptimizer: return cpu_optimizer(l, op.staging_slot);
       case core::OpKind::kGpuOptimizer: return gpu_optimizer();
-      case core::OpKind::kH2DParam: return h2d(l);
+      case core::OpKind::kH2DParam: return h2d(l, op.staging_slot);
     }
   }
 
@@ -348,11 +357,14 @@ class FunctionalRun {
     }
   }
 
-  void d2h(size_t l) {
+  // Element 0 of staging slot `slot` in rank k's rings.
+  static size_t slot_offset(const Rank& k, int32_t slot) { return size_t(k.plan.staging.offsets.at(size_t(slot))); }
+
+  void d2h(size_t l, int32_t slot) {
     for (Rank& k : ranks_) {
       int64_t b, e;
       cpu_range(k, l, b, e);
-      std::memcpy(k.cgrad.data() + (b - k.split.gpu_elems), k.grad.data() + b, size_t(e - b) * 2);
+      std::memcpy(k.cgrad.data() + slot_offset(k, slot), k.grad.data() + b, size_t(e - b) * 2);
       res_.d2h_bytes += (e - b) * 2;
     }
   }
@@ -384,14 +396,14 @@ class FunctionalRun {
     return global_sumsq_of_tiles();
   }
 
-  void cpu_optimizer(size_t l) {
+  void cpu_optimizer(size_t l, int32_t slot) {
     if (decision("CPU optimizer").skip) return;
     for (Rank& k : ranks_) {
       int64_t b, e;
       cpu_range(k, l, b, e);
-      const size_t o = size_t(b - k.split.gpu_elems), n = size_t(e - b);
+      const size_t o = size_t(b - k.split.gpu_elems), n = size_t(e - b), so = slot_offset(k, slot);
       const OptimChunk ch{f32(k.cp, o, n), f32(k.cm, o, n), two_ ? f32(k.cv, o, n) : BufferView{},
-                          lp(k.cgrad, o, n, c_.grad_dtype), lp(k.ccopy, o, n, core::DType::kBF16)};
+                          lp(k.cgrad, so, n, c_.grad_dtype), lp(k.ccopy, so, n, core::DType::kBF16)};
       kernels().step(c_.kind, std::span<const OptimChunk>(&ch, 1), decision_.scalars);
     }
   }
@@ -406,12 +418,12 @@ class FunctionalRun {
     }
   }
 
-  void h2d(size_t l) {
+  void h2d(size_t l, int32_t slot) {
     if (decision("H2D").skip) return;
     for (Rank& k : ranks_) {
       int64_t b, e;
       cpu_range(k, l, b, e);
-      std::memcpy(k.bf16.data() + b, k.ccopy.data() + (b - k.split.gpu_elems), size_t(e - b) * 2);
+      std::memcpy(k.bf16.data() + b, k.ccopy.data() + slot_offset(k, slot), size_t(e - b) * 2);
       res_.h2d_bytes += (e - b) * 2;
     }
   }
@@ -461,6 +473,7 @@ FunctionalConfig functional_config(const core::RunSettings& s, double ratio, int
   c.clip = s.policy.clip;
   c.loss_scaler = s.loss_scaler;
   c.seed = s.seed;
+  c.staging_slots = s.step.staging_slots;
   if (s.workload == core::WorkloadType::kDecoder ||
       (s.workload == core::WorkloadType::kAuto && s.model.spec.type == core::ModelType::kDecoder)) {
     c.workload = core::WorkloadType::kDecoder;

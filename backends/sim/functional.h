@@ -40,6 +40,9 @@ struct FunctionalConfig {
   core::WorkloadType workload = core::WorkloadType::kSynthetic;
   int64_t micro_batch = 1;     // kDecoder: samples per micro-shard
   std::filesystem::path data;  // kDecoder: the token file; empty: the built-in stream
+  // Slots per host staging ring (core::StepConfig::staging_slots); core::kUnboundedStaging: one per CPU
+  // layer (full-size staging, the schedule without ring-reuse dependencies).
+  int staging_slots = core::kStagingSlots;
 };
 
 // The functional configuration of a run's settings (core::resolve_settings): its world, stage,

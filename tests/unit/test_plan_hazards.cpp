@@ -51,23 +51,25 @@ TEST(PlanHazards, NoneOnAnyConfiguration) {
         for (int ga : {1, 3})
           for (int prefetch : {1, 2, 3})
             for (double ratio : {0.0, 0.3, 1.0})
-              for (int waits : {0, 1, 2}) {  // nothing, clipping, fp16 loss scaling
-                StepConfig c;
-                c.grad_accum = ga;
-                c.prefetch_layers = prefetch;
-                c.clip_gradients = waits == 1;
-                c.loss_scaling = waits == 2;
-                if (waits == 2) c.grad_dtype = DType::kF16;
-                for (int rank : {0, world - 1}) {
-                  const StepPlan p = plan_of(m.model, stage, world, ratio, c, rank);
-                  const std::vector<std::string> h = check_plan_hazards(p);
-                  ASSERT_TRUE(h.empty()) << m.name << " stage " << stage << " world " << world << " accum " << ga
-                                         << " prefetch " << prefetch << " ratio " << ratio << " waits " << waits << ": "
-                                         << h.front();
-                  ++plans;
+              for (int waits : {0, 1, 2})  // nothing, clipping, fp16 loss scaling
+                for (int slots : {kStagingSlots, 1, kUnboundedStaging}) {
+                  StepConfig c;
+                  c.staging_slots = slots;
+                  c.grad_accum = ga;
+                  c.prefetch_layers = prefetch;
+                  c.clip_gradients = waits == 1;
+                  c.loss_scaling = waits == 2;
+                  if (waits == 2) c.grad_dtype = DType::kF16;
+                  for (int rank : {0, world - 1}) {
+                    const StepPlan p = plan_of(m.model, stage, world, ratio, c, rank);
+                    const std::vector<std::string> h = check_plan_hazards(p);
+                    ASSERT_TRUE(h.empty()) << m.name << " stage " << stage << " world " << world << " accum " << ga
+                                           << " prefetch " << prefetch << " ratio " << ratio << " waits " << waits
+                                           << " staging slots " << slots << ": " << h.front();
+                    ++plans;
+                  }
                 }
-              }
-  EXPECT_EQ(plans, 2u * 3 * 3 * 2 * 3 * 3 * 3 * 2);
+  EXPECT_EQ(plans, 2u * 3 * 3 * 2 * 3 * 3 * 3 * 3 * 2);
 }
 
 TEST(PlanHazards, ARemovedReuseDependencyIsFound) {
@@ -123,6 +125,37 @@ TEST(PlanHazards, RemovedOptimizerSideDependenciesAreFound) {
     ASSERT_NE(h2d, p.ops.end());
     h2d->deps.clear();
     EXPECT_TRUE(any_mentions(check_plan_hazards(p), "host_copy"));
+  }
+}
+
+// The staging rings: the D2H into slot s waits for the CPU update that last read it, the update writing
+// copy slot s for the H2D that last read it; without either, the checker names the slot.
+TEST(PlanHazards, ARemovedStagingRingDependencyIsFound) {
+  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(8, 1024)));  // 7 CPU layers at ratio 1
+  for (bool norm : {false, true}) {
+    StepConfig c;
+    c.staging_slots = 2;
+    c.clip_gradients = norm;
+    const StepPlan base = plan_of(m, 3, 2, 1.0, c);
+    ASSERT_TRUE(check_plan_hazards(base).empty());
+    const auto depends_on = [&](const Op& o, OpKind k) {
+      return std::any_of(o.deps.begin(), o.deps.end(), [&](uint32_t d) { return base.ops[d].kind == k; });
+    };
+    size_t d2h_cases = 0, cpu_cases = 0;
+    for (const Op& o : base.ops) {
+      const bool d2h_reuse = o.kind == OpKind::kD2HGrad && depends_on(o, OpKind::kCpuOptimizer);
+      const bool cpu_reuse = o.kind == OpKind::kCpuOptimizer && depends_on(o, OpKind::kH2DParam);
+      if (!d2h_reuse && !cpu_reuse) continue;
+      StepPlan p = base;
+      const OpKind freed_by = d2h_reuse ? OpKind::kCpuOptimizer : OpKind::kH2DParam;
+      std::erase_if(p.ops[o.id].deps, [&](uint32_t d) { return p.ops[d].kind == freed_by; });
+      const std::string ring = d2h_reuse ? "host_grad[" : "host_copy[";
+      EXPECT_TRUE(any_mentions(check_plan_hazards(p), ring + std::to_string(o.staging_slot) + "]"))
+          << o.label() << (norm ? " (norm wait)" : "");
+      ++(d2h_reuse ? d2h_cases : cpu_cases);
+    }
+    EXPECT_EQ(d2h_cases, 5u);  // CPU layers 2..6 of 7 reuse a slot
+    EXPECT_EQ(cpu_cases, 5u);
   }
 }
 
