@@ -50,6 +50,8 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   const DType grad = grad_dtype_of(sc.training.precision);
   s.policy = make_step_policy(sc.optimizer.kind, sc.optimizer.hp, sc.training.gradient_clipping, grad);
   s.step = make_step_config(s.policy, grad, sc.training.micro_batch, grad_accum, sc.training.activation_checkpointing);
+  s.step.staging_slots = o.staging_slots.value_or(kStagingSlots);
+  check_staging_slots(s.step.staging_slots);
   s.loss_scaler = loss_scaler_of(sc.training);
   s.workload = workload_of(sc, o);
   s.seed = sc.workload.seed;

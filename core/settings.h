@@ -22,6 +22,9 @@ struct SettingsOverrides {
   std::optional<int> world = {};              // ranks: as launched (run), simulated (simulate --world)
   std::optional<int> grad_accum = {};         // micro-batches per rank per step (run --grad-accum, a measured sweep)
   std::optional<WorkloadType> workload = {};  // what `run` trains (run --workload)
+  // Slots per host staging ring (StepConfig::staging_slots; kUnboundedStaging: full-size staging):
+  // `run`/`simulate --staging-slots`, to compare with the schedule before the rings.
+  std::optional<int> staging_slots = {};
 };
 
 struct RunSettings {
@@ -45,8 +48,8 @@ struct RunSettings {
   }
 };
 
-// Throws core::InputError for an override out of range (world or grad_accum below 1, an MLP workload
-// for a decoder, a decoder workload for an MLP).
+// Throws core::InputError for an override out of range (world or grad_accum below 1, staging_slots
+// outside [0, 1024], an MLP workload for a decoder, a decoder workload for an MLP).
 RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& overrides = {});
 
 // The dtype of the gradients a precision trains with.

@@ -60,10 +60,13 @@ StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t 
   return c;
 }
 
+void check_staging_slots(int slots) {
+  if (slots < 0 || slots > 1024)
+    throw InputError("staging_slots must be in [0, 1024] (0: one slot per CPU layer), not " + std::to_string(slots));
+}
+
 StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg) {
-  if (cfg.staging_slots < 0 || cfg.staging_slots > 1024)
-    throw InputError("staging_slots must be in [0, 1024] (0: one slot per CPU layer), not " +
-                     std::to_string(cfg.staging_slots));
+  check_staging_slots(cfg.staging_slots);
   std::vector<int64_t> pieces;  // the CPU pieces' sizes in backward order
   for (auto p = split.cpu.rbegin(); p != split.cpu.rend(); ++p)
     if (p->count > 0) pieces.push_back(p->count);

@@ -105,7 +105,10 @@ struct StagingRing {
   int64_t slot_elems(int s) const { return offsets[size_t(s) + 1] - offsets[size_t(s)]; }
   bool operator==(const StagingRing&) const = default;
 };
+// Throws core::InputError for a `cfg.staging_slots` out of range (check_staging_slots).
 StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg);
+// Throws core::InputError unless `slots` is in [0, 1024] (0: kUnboundedStaging).
+void check_staging_slots(int slots);
 
 // The step configuration of a policy: the optimizer, clipping and loss scaling it implies, gradients
 // of `grad_dtype` (bf16/fp16 gradients with bf16 parameters; fp32 both), and the batch shape. The one
