@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/step.h"
 
 namespace tf::app {
 
@@ -110,6 +111,23 @@ double ratio_option(const po::variables_map& vm, double fallback) {
   const double r = vm.count("ratio") ? vm["ratio"].as<double>() : fallback;
   if (!(r >= 0 && r <= 1)) throw core::InputError("--ratio must be in [0, 1]");
   return r;
+}
+
+void add_staging_slots_option(po::options_description& desc) {
+  desc.add_options()("staging-slots", po::value<int>(),
+                     "slots per host staging ring of the CPU segment (gradient landing and bf16 copy), 1 to 1024 "
+                     "(default 3); 0: full-size staging, one slot per CPU layer");
+}
+
+std::optional<int> read_staging_slots(const po::variables_map& vm) {
+  if (!vm.count("staging-slots")) return std::nullopt;
+  const int k = vm["staging-slots"].as<int>();
+  try {
+    core::check_staging_slots(k);
+  } catch (const core::InputError& e) {
+    throw core::InputError(std::string("--staging-slots: ") + e.what());
+  }
+  return k;
 }
 
 std::string self_executable(const std::string& who) {

@@ -71,6 +71,12 @@ std::vector<double> parse_ratio_list(const std::string& text, const std::string&
 // One ratio: --ratio if given, else `fallback`; core::InputError "--ratio must be in [0, 1]" outside.
 double ratio_option(const po::variables_map& vm, double fallback);
 
+// ---- host staging rings (issue 16) ------------------------------------------------------------------
+// --staging-slots N: slots per host staging ring (core::StepConfig::staging_slots), 0 for full-size
+// staging (the schedule before the rings). read: the value if given (core::InputError outside [0, 1024]).
+void add_staging_slots_option(po::options_description& desc);
+std::optional<int> read_staging_slots(const po::variables_map& vm);
+
 // This executable's path (/proc/self/exe), to run another twinflow subcommand; core::RuntimeFailure
 // naming `who` when it cannot be read.
 std::string self_executable(const std::string& who);

@@ -15,6 +15,7 @@
 
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/run_decoder.h"
 #include "apps/twinflow/svg_plot.h"
 #include "apps/twinflow/table.h"
 #include "backends/sim/functional.h"
@@ -160,6 +161,7 @@ CommandOptions simulate_options() {
   add("ratio", po::value<double>(), "one CPU share in [0, 1] (default: the scenario's)");
   add("sweep", po::value<std::string>(), "START:STOP:STEP ratios, e.g. 0:1:0.05");
   add("world", po::value<int>(), "simulated ranks (default: the scenario's nodes x GPUs per node)");
+  add_staging_slots_option(o.desc);
   add_output_options(o.desc, {.csv = "write the table as CSV",
                               .json = "write points, best ratio and assumptions as JSON",
                               .svg = "plot step time and GPU memory against the ratio",
@@ -184,8 +186,9 @@ CommandOptions simulate_options() {
 const char kSimulateEpilog[] =
     "\nColumns: step = the slowest rank's step; compute/comm/d2h/h2d/cpu = busy time of each queue\n"
     "(rank 0); exposed = step time with the GPU compute queue idle; optim = from the last backward op\n"
-    "to the end of the step; GPU/host GB = memory per rank (largest shard); fits = memory fits the\n"
-    "profile (OOM otherwise, still simulated); x vs r=1 = step time at ratio 1 over this step time.\n";
+    "to the end of the step; GPU/host GB = memory per rank (largest shard); host B/cpu param = host bytes\n"
+    "per CPU-side parameter (fp32 master and states + the staging rings; --staging-slots); fits = memory\n"
+    "fits the profile (OOM otherwise, still simulated); x vs r=1 = step time at ratio 1 over this step time.\n";
 
 // --metrics-port and the options that need it.
 std::optional<ReplayOptions> replay_options(const po::variables_map& vm) {
@@ -225,6 +228,7 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
     o.sim.overrides.world = vm["world"].as<int>();
     if (*o.sim.overrides.world < 1) throw core::InputError("--world must be >= 1");
   }
+  o.sim.overrides.staging_slots = read_staging_slots(vm);
   if (vm.count("steps")) o.steps = vm["steps"].as<int>();
   if (o.replay) {
     o.sim.record_ops = o.sim.keep_plans = true;  // per-op timings give the phase durations
@@ -311,14 +315,15 @@ Sweep simulate_sweep(const SimulateOptions& o) {
 }
 
 Table sweep_table(const Sweep& w) {
-  Table t({"ratio", "step ms", "compute", "comm", "d2h", "h2d", "cpu", "exposed", "optim", "GPU GB", "host GB", "fits",
-           "x vs r=1"});
+  Table t({"ratio", "step ms", "compute", "comm", "d2h", "h2d", "cpu", "exposed", "optim", "GPU GB", "host GB",
+           "host B/cpu param", "fits", "x vs r=1"});
   using core::Queue;
   for (const auto& p : w.pts) {
     auto q = [&](Queue x) { return fmt(ms(p.busy_ns[size_t(x)]), 1); };
     t.add({fmt(p.ratio, 3), fmt(ms(p.step_ns), 1), q(Queue::kCompute), q(Queue::kComm), q(Queue::kD2H), q(Queue::kH2D),
            q(Queue::kCpu), fmt(ms(p.exposed_ns), 1), fmt(ms(p.optimizer_phase_ns), 1),
-           fmt(double(p.memory.gpu_total) / 1e9, 1), fmt(double(p.memory.host_total) / 1e9, 1), p.oom ? "OOM" : "yes",
+           fmt(double(p.memory.gpu_total) / 1e9, 1), fmt(double(p.memory.host_total) / 1e9, 1),
+           p.ratio > 0 ? fmt(p.host_per_cpu_param.total(), 2) : "-", p.oom ? "OOM" : "yes",
            fmt(double(w.full.step_ns) / double(p.step_ns), 2)});
   }
   return t;
@@ -355,7 +360,14 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
                  "GEMMs plus the layers' memory-bound kernels (a decoder's estimated), our own engine at ratio 1 as "
                  "the baseline (not DeepSpeed's slower full offload), no framework overheads; the model was not tuned "
                  "to the published figure.\n";
-  return {{"ratio", b.ratio}, {"step_ms", ms(b.step_ns)}, {"speedup_vs_ratio_1", speedup}};
+  if (b.ratio > 0) std::cout << "at ratio " << fmt(b.ratio, 3) << ": " << host_bytes_line(b.host_per_cpu_param) << "\n";
+  return {{"ratio", b.ratio},
+          {"step_ms", ms(b.step_ns)},
+          {"speedup_vs_ratio_1", speedup},
+          {"host_bytes_per_cpu_param",
+           {{"state", b.host_per_cpu_param.optimizer},
+            {"staging", b.host_per_cpu_param.staging},
+            {"total", b.host_per_cpu_param.total()}}}};
 }
 
 void write_sweep_json(const core::Scenario& sc, const Sweep& w, const Table& t, const nlohmann::json& best,

@@ -46,6 +46,7 @@ struct SimPoint {
   // compute and comm queues are both idle (rank 0).
   int64_t exposed_transfer_ns = 0;
   core::RankMemory memory;  // of the largest shard
+  core::HostBytesPerParam host_per_cpu_param;  // of the largest shard's CPU segment (issue 16)
   int64_t pcie_bytes_each_way = 0;
   std::vector<core::StepPlan> plans;  // per rank (only with SimOptions::keep_plans)
   std::vector<RankTiming> ranks;      // per rank
