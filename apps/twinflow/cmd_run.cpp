@@ -610,7 +610,8 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
                     {"gpu_planned", p.memory.planned.gpu_total},
                     {"host_pinned", p.memory.host_pinned},
                     {"host_pageable", p.memory.host_pageable},
-                    {"host_planned", p.memory.planned.host_total}};
+                    {"host_planned", p.memory.planned.host_total},
+                    {"host_staging_planned", p.memory.planned.host_staging}};
     if (p.memory_check)
       jp["memory_check"] = {
           {"gpu_predicted", p.memory_check->gpu_predicted},
@@ -624,7 +625,6 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     const core::HostBytesPerParam hb = core::host_bytes_per_cpu_param(p.memory.plan, p.cpu_elems);
     jp["host_bytes_per_cpu_param"] = {
         {"state", hb.optimizer}, {"staging", hb.staging}, {"total", hb.total()}, {"cpu_elems", p.cpu_elems}};
-    jp["memory"]["host_staging_planned"] = p.memory.planned.host_staging;
     if (!p.parity.empty()) jp["parity"] = {{"ok", p.parity_ok}, {"detail", p.parity}};
     for (size_t i = 0; i < p.steps.size(); ++i) {
       nlohmann::json js = step_json(p.steps[i]);
