@@ -56,6 +56,8 @@ HostBytesPerParam host_bytes_per_cpu_param(const AllocPlan& plan, int64_t cpu_el
   const auto bytes_of = [&](std::string_view name) { return plan.has(name) ? double(plan.at(name).bytes) : 0.0; };
   b.optimizer =
       (bytes_of(buf::kHostMaster) + bytes_of(buf::kHostState1) + bytes_of(buf::kHostState2)) / double(cpu_elems);
+  b.spare = (bytes_of(buf::kHostMasterSpare) + bytes_of(buf::kHostState1Spare) + bytes_of(buf::kHostState2Spare)) /
+            double(cpu_elems);
   b.staging = (bytes_of(buf::kHostGrad) + bytes_of(buf::kHostCopy)) / double(cpu_elems);
   return b;
 }
@@ -73,6 +75,13 @@ const RankShard& largest(const Partition& part) {
                            [](const RankShard& a, const RankShard& b) { return a.elems < b.elems; });
 }
 
+// `speculation: auto` fills what the host has beyond the plan (core::resolve_speculation_bytes): checked
+// against the limit it is checked with, it never makes a ratio not fit; an explicit budget may.
+MemoryOptions with_host_limit(MemoryOptions opt, int64_t host_bytes_per_rank) {
+  opt.host_bytes_per_rank = host_bytes_per_rank;
+  return opt;
+}
+
 std::string breakdown(const RankMemory& m) {
   std::ostringstream os;
   os << "params " << format_gb(m.gpu_params) << " + grads " << format_gb(m.gpu_grads) << " + optimizer "
@@ -83,8 +92,9 @@ std::string breakdown(const RankMemory& m) {
 }
 }  // namespace
 
-RatioRange feasible_ratios(const ModelDesc& model, const Partition& part, const MemoryOptions& opt,
+RatioRange feasible_ratios(const ModelDesc& model, const Partition& part, const MemoryOptions& options,
                            int64_t gpu_bytes_per_rank, int64_t host_bytes_per_rank) {
+  const MemoryOptions opt = with_host_limit(options, host_bytes_per_rank);
   RatioRange r;
   const RankShard& shard = largest(part);
   const int64_t align = part.opt.align_elems;
@@ -136,8 +146,9 @@ RatioRange feasible_ratios(const ModelDesc& model, const Partition& part, const 
   return r;
 }
 
-void check_ratio_fits(const ModelDesc& model, const Partition& part, const MemoryOptions& opt, double ratio,
+void check_ratio_fits(const ModelDesc& model, const Partition& part, const MemoryOptions& options, double ratio,
                       int64_t gpu_bytes_per_rank, int64_t host_bytes_per_rank) {
+  const MemoryOptions opt = with_host_limit(options, host_bytes_per_rank);
   const RankShard& shard = largest(part);
   const TwinFlowSplit split = split_shard(shard, ratio, part.opt.align_elems);
   const RankMemory m = rank_memory(model, part, shard, split, opt);

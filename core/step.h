@@ -31,10 +31,13 @@ enum class OpKind : uint8_t {
   kGradStats,      // compute: canonical tile sums of squares + non-finite count of the shard's reduced grads
   kNormAllReduce,  // comm: global norm partials and the overflow flag (8 B x 2)
   kGpuOptimizer,   // compute: the fused multi-tensor kernel over the GPU segment
-  kCpuOptimizer,   // cpu: the fused SIMD pass over the CPU part of one layer
+  kCpuOptimizer,   // cpu: the fused SIMD pass over the CPU part of one layer (Op::state_slot 1: speculative,
+                   // into the layer's spare state slot before the norm is known; core/speculation.h)
   kH2DParam,       // h2d: the updated bf16 copy of the CPU part of one layer
+  kCpuCommit,      // cpu: a speculated layer once the step is decided: adopt the spare slot when the step's
+                   // scalars are the speculated ones, else update the current slot (the redo), or nothing (skip)
 };
-constexpr int kOpKindCount = 11;
+constexpr int kOpKindCount = 12;
 const char* op_kind_name(OpKind k);
 
 struct Op {
@@ -62,6 +65,10 @@ struct Op {
   // The host staging rings' slot (core::StagingRing): the D2H writes gradient slot `staging_slot`, the
   // CPU update reads it and writes copy slot `staging_slot`, the H2D reads that copy slot. -1: none.
   int32_t staging_slot = -1;
+  // The CPU optimizer's state slot a speculated layer's op writes (core/speculation.h): 1, the layer's
+  // spare slot (kCpuOptimizer: the speculative update reads the current slot and writes the spare one;
+  // kCpuCommit: the spare slot it adopts). -1: the layer's one current slot, updated in place.
+  int8_t state_slot = -1;
   std::string label() const;
   bool operator==(const Op&) const = default;
 };
@@ -87,10 +94,16 @@ struct StepConfig {
   DType param_dtype = DType::kBF16;  // parameters as gathered and computed with (bf16; fp32 when training in fp32)
   DType grad_dtype = DType::kBF16;   // gradients as reduced: bf16, fp16 (loss scaling) or fp32
   bool checkpointing = false;
-  bool clip_gradients = false;  // global-norm clipping: optimizers wait for the norm all-reduce
-  bool loss_scaling = false;    // fp16 dynamic loss scaling: optimizers wait for the overflow flag
-  int prefetch_layers = 2;      // ZeRO-3 all-gathers in flight ahead of compute
+  bool clip_gradients = false;        // global-norm clipping: optimizers wait for the norm all-reduce
+  bool loss_scaling = false;          // fp16 dynamic loss scaling: optimizers wait for the overflow flag
+  int prefetch_layers = 2;            // ZeRO-3 all-gathers in flight ahead of compute
   int staging_slots = kStagingSlots;  // slots per host staging ring; kUnboundedStaging: one per CPU layer
+  // Speculative CPU updates (core/speculation.h, docs/ARCHITECTURE.md "Speculation"): with clipping or
+  // loss scaling, the CPU layers whose gradients land first update into a second state slot before the
+  // norm is known, and a commit adopts or redoes them after it. The host bytes those second slots may
+  // take: 0 turns speculation off; kSpeculationAuto is what the host has beyond the plan without them
+  // (core::resolve_speculation_bytes), every eligible layer where the host's memory is not known.
+  int64_t speculation_bytes = 0;
   bool operator==(const StepConfig&) const = default;
 };
 
@@ -110,11 +123,14 @@ StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg);
 // Throws core::InputError unless `slots` is in [0, 1024] (0: kUnboundedStaging).
 void check_staging_slots(int slots);
 
+inline constexpr int64_t kSpeculationAuto = -1;
+
 // The step configuration of a policy: the optimizer, clipping and loss scaling it implies, gradients
-// of `grad_dtype` (bf16/fp16 gradients with bf16 parameters; fp32 both), and the batch shape. The one
-// derivation shared by the settings resolver (core/settings.h) and the functional simulator.
+// of `grad_dtype` (bf16/fp16 gradients with bf16 parameters; fp32 both), the batch shape and the
+// speculation budget. The one derivation shared by the settings resolver (core/settings.h) and the
+// functional simulator.
 StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t micro_batch, int grad_accum,
-                            bool checkpointing);
+                            bool checkpointing, int64_t speculation_bytes = kSpeculationAuto);
 
 // The ops of one step of one rank, in issue order; deps only point backwards, and ops on one queue
 // run in issue order (so same-queue deps are implicit and not listed). Every rank issues the same
@@ -133,8 +149,10 @@ struct StepPlan {
 // Every dependency is listed, buffer reuse included: backward k writes the layer-gradient buffer that
 // reduction k-2 read, so it waits for that reduction; a ZeRO-3 gather waits for the last reader of its
 // prefetch buffer (and of the shared buffer when it fills that too); the D2H into staging slot s waits
-// for the CPU update that last read it, and the CPU update writing copy slot s for the H2D that last
-// read it. core/plan_hazards.h checks that nothing is left implicit.
+// for the CPU pass that last read it (a speculated layer's commit), and the CPU pass writing copy slot
+// s for the H2D that last read it. A speculated layer (core::speculated_layers) gets its speculative
+// CPU update right after its D2H and, after the norm, a commit that its H2D waits for.
+// core/plan_hazards.h checks that nothing is left implicit.
 StepPlan plan_step(const ModelDesc& model, const Partition& part, const TwinFlowSplit& split, const StepConfig& cfg);
 
 // Op ids per queue (core::Queue order), in the order each queue issues and runs them: the plan's order.

@@ -28,6 +28,14 @@ struct SegmentBuffers {
   std::vector<int64_t> staging_offsets;  // (slots + 1) the rings' slot offsets; empty: full-size grad and copy
 };
 
+// The fp32 master and states of one layer's CPU part in one state slot (core/speculation.h): pointers
+// to the layer's first element, in the segment's own buffers or in a speculated layer's spare slot.
+struct LayerState {
+  float* master = nullptr;  // (layer's CPU elems) fp32
+  float* state1 = nullptr;  // (layer's CPU elems) fp32
+  float* state2 = nullptr;  // (layer's CPU elems) fp32; null for one-state optimizers
+};
+
 // One layer's CPU part: elements [begin, end) of the segment.
 struct SegmentRange {
   size_t layer = 0;
@@ -56,6 +64,17 @@ class CpuSegment {
   // buffers). Returns the range's gradient statistics. Throws core::InputError for a slot outside the
   // rings or a range larger than a slot.
   GradStats update_layer(size_t layer, const core::StepScalars& s, int32_t slot = -1);
+  // The same pass on the master and states at `to`, read from `from` when given (out of place: a
+  // speculative update into the layer's spare slot), else in place. The gradient and the bf16 copy are
+  // the segment's, in staging slot `slot` as above.
+  GradStats update_layer(size_t layer, const core::StepScalars& s, const LayerState& to, const LayerState* from,
+                         int32_t slot);
+  // The layer's part of the segment's own master and states (slot 0); null pointers for a layer
+  // without a CPU part.
+  LayerState layer_state(size_t layer) const;
+  // Zeroes the layer's master and states at `at` (a spare slot) with the split its updates use, as
+  // first_touch does for the segment's own buffers.
+  void first_touch(size_t layer, const LayerState& at);
 
   // The chunk of elements [begin, end) of the segment, its gradient and copy in `slot` with rings.
   OptimChunk chunk(int64_t begin, int64_t end, int32_t slot = -1) const;
@@ -66,6 +85,8 @@ class CpuSegment {
 
  private:
   const SegmentRange* find(size_t layer) const;
+  // The layer's chunk with its master and states at `at`, its gradient and copy in `slot`.
+  OptimChunk chunk_at(const SegmentRange& r, const LayerState& at, int32_t slot) const;
 
   CpuBackend be_;
   core::OptimizerKind kind_;

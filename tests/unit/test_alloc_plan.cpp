@@ -107,11 +107,20 @@ TEST(AllocPlan, WorldsAndStages) {
       for (int i = 0; i < 3; ++i) EXPECT_EQ(a.has(buffer_name(buf::kGather, i)), exchange) << stage << " " << world;
       EXPECT_FALSE(a.has(buffer_name(buf::kGather, 3)));
       for (int i = 0; i < kGradSlots; ++i) {
-        EXPECT_EQ(a.has(buffer_name(buf::kRecv, i)), exchange);
+        EXPECT_EQ(a.has(buffer_name(buf::kRecv, i)), world > 1);  // every stage reduces by exchange
         EXPECT_EQ(a.at(buffer_name(buf::kLayerGrad, i)).bytes, padded * 2);
       }
-      EXPECT_EQ(a.at(buf::kParams).bytes, (stage == 3 ? p.ranks[0].elems : m.total_params) * 2);
-      EXPECT_EQ(a.at(buf::kGrads).bytes, (stage >= 2 ? p.ranks[0].elems : m.total_params) * 2);
+      // the toy's layers padded to world x 2048: 3003000, 6002000, 20010 -> the padded model
+      const int64_t unit = world * 2048;
+      const int64_t model = (3003000 + unit - 1) / unit * unit + (6002000 + unit - 1) / unit * unit +
+                            (20010 + unit - 1) / unit * unit;
+      ASSERT_EQ(world * p.ranks[0].elems, model);
+      EXPECT_EQ(a.at(buf::kParams).bytes, model / world * 2) << "the shard the optimizers write, every stage";
+      EXPECT_EQ(a.has(buf::kReplica), stage < 3 && world > 1);
+      if (a.has(buf::kReplica)) {
+        EXPECT_EQ(a.at(buf::kReplica).bytes, model * 2);
+      }
+      EXPECT_EQ(a.at(buf::kGrads).bytes, (stage >= 2 ? model / world : model) * 2);
       EXPECT_FALSE(a.has(buf::kGradAccum));
       EXPECT_FALSE(a.has(buffer_name(buf::kMlpAct, 0)));
     }
@@ -121,6 +130,37 @@ TEST(AllocPlan, WorldsAndStages) {
   const AllocPlan a = plan_allocations(m, p, p.ranks[0], split_shard(p.ranks[0], 0.3, 2048), o);
   EXPECT_FALSE(a.has(buf::kGpuState2));
   EXPECT_FALSE(a.has(buf::kHostState2));
+}
+
+// Gradient accumulation keeps the shard's fp32 sums on every stage (each reduces every micro-batch).
+TEST(AllocPlan, GradAccumulationOnEveryStage) {
+  const ModelDesc m = toy();
+  MemoryOptions o;
+  o.step.grad_accum = 3;
+  o.workload = WorkloadType::kSynthetic;
+  for (int stage : {1, 2, 3})
+    for (int world : {1, 4}) {
+      const Partition p = make_partition(m, {stage, world, 2048});
+      const RankShard& r = p.ranks[size_t(1 % world)];
+      const AllocPlan a = plan_allocations(m, p, r, split_shard(r, 0.3, 2048), o);
+      EXPECT_EQ(a.at(buf::kGradAccum).bytes, r.elems * 4) << stage << " " << world;
+    }
+}
+
+// The replicated model's layout (padded layers in model order) and stage 1's rank-rotated gradient blocks.
+TEST(AllocPlan, ReplicaOffsetsAndStage1Blocks) {
+  const ModelDesc m = toy();
+  const Partition p = make_partition(m, {2, 4, 2048});
+  const std::vector<int64_t> off = replica_layer_offsets(p);
+  // 3003000 -> 3006464 (367 x 8192), 6002000 -> 6004736 (733 x 8192), 20010 -> 24576 (3 x 8192)
+  EXPECT_EQ(off, (std::vector<int64_t>{0, 3006464, 3006464 + 6004736, 3006464 + 6004736 + 24576}));
+  EXPECT_EQ(off.back(), 4 * p.ranks[2].elems);
+  // rank 2 of 4 keeps its own shard first, then ranks 3, 0, 1
+  EXPECT_EQ(stage1_grad_block(2, 2, 4), 0);
+  EXPECT_EQ(stage1_grad_block(2, 3, 4), 1);
+  EXPECT_EQ(stage1_grad_block(2, 0, 4), 2);
+  EXPECT_EQ(stage1_grad_block(2, 1, 4), 3);
+  EXPECT_EQ(stage1_grad_block(0, 0, 1), 0);
 }
 
 // The memory model is the plan summed by kind: every term, and the totals, are the plan's bytes.
@@ -324,4 +364,34 @@ TEST(AllocPlan, StagingRingsCostBoundedHostMemory) {
   EXPECT_EQ(fits.max_ratio, 1.0);
   o.step.staging_slots = kUnboundedStaging;
   EXPECT_LT(feasible_ratios(m, p, o, int64_t(1) << 40, host).max_ratio, 1.0);
+}
+
+// Issues 15 and 16 together: with clipping and a speculation budget, the spare state slots of the
+// speculated layers count too. The 9 equal layers of above: with 3 staging slots the first 3 CPU layers
+// in backward order speculate (12 B each element: 3 x 12 / 9 = 4 B/param); with unbounded staging
+// every layer but layer 0 does (8 x 12 / 9).
+TEST(AllocPlan, HostBytesPerCpuParamCountsTheSpareSlotsAndTheRings) {
+  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
+  const Partition p = make_partition(m, {3, 1, 2048});
+  const TwinFlowSplit t = split_shard(p.ranks[0], 1.0, 2048);
+  const int64_t layer = 1050624, n = 9 * layer;
+  MemoryOptions o;
+  o.workload = WorkloadType::kSynthetic;
+  o.step.clip_gradients = true;
+  o.step.speculation_bytes = int64_t(1) << 40;
+  const AllocPlan a = plan_allocations(m, p, p.ranks[0], t, o);
+  EXPECT_EQ(a.at(buf::kHostMasterSpare).bytes, 3 * layer * 4);
+  EXPECT_EQ(a.at(buf::kHostState2Spare).bytes, 3 * layer * 4);
+  const HostBytesPerParam b = host_bytes_per_cpu_param(a, n);
+  EXPECT_DOUBLE_EQ(b.optimizer, 12.0);
+  EXPECT_DOUBLE_EQ(b.spare, 4.0);
+  EXPECT_DOUBLE_EQ(b.staging, 12.0 / 9.0);
+  EXPECT_DOUBLE_EQ(b.total(), 12.0 + 4.0 + 12.0 / 9.0);
+  const RankMemory r = sum_by_kind(a);
+  EXPECT_EQ(r.host_optimizer, 12 * n + 12 * 3 * layer);  // the spare slots are optimizer memory
+  EXPECT_EQ(r.host_staging, 4 * 3 * layer);
+  o.step.staging_slots = kUnboundedStaging;
+  const HostBytesPerParam full = host_bytes_per_cpu_param(plan_allocations(m, p, p.ranks[0], t, o), n);
+  EXPECT_DOUBLE_EQ(full.spare, 12.0 * 8 / 9);
+  EXPECT_DOUBLE_EQ(full.staging, 4.0);
 }
