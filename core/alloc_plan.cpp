@@ -117,8 +117,9 @@ void engine_gpu_buffers(const ModelDesc& model, const Partition& part, const Ran
   gpu.add(buf::kDescriptors, MemKind::kWorkspace, (1 + ranges) * kChunkDescBytes);
 }
 
-// The engine's host buffers: the CPU segment (master, states, gradient landing, bf16 copy staging), the
-// norm's result, and the speculated layers' second slot (`step` with its budget resolved).
+// The engine's host buffers: the CPU segment (master, states), its staging rings (gradient landing,
+// bf16 copy: core::staging_ring's slots, which the plan's Op::staging_slot indexes), the norm's result,
+// and the speculated layers' second slot (`step` with its budget resolved).
 void engine_host_buffers(const TwinFlowSplit& split, const StepConfig& step, std::vector<BufferSpec>& out) {
   Lister host(MemPlace::kHost, out);
   const int64_t n = split.cpu_elems;
@@ -126,8 +127,9 @@ void engine_host_buffers(const TwinFlowSplit& split, const StepConfig& step, std
   host.add(buf::kHostMaster, MemKind::kOptimizer, n * 4);
   host.add(buf::kHostState1, MemKind::kOptimizer, n * 4);
   if (two) host.add(buf::kHostState2, MemKind::kOptimizer, n * 4);
-  host.add(buf::kHostGrad, MemKind::kStaging, n * int64_t(dtype_bytes(step.grad_dtype)));
-  host.add(buf::kHostCopy, MemKind::kStaging, n * int64_t(dtype_bytes(step.param_dtype)));
+  const int64_t ring_elems = staging_ring(split, step).elems();
+  host.add(buf::kHostGrad, MemKind::kStaging, ring_elems * int64_t(dtype_bytes(step.grad_dtype)));
+  host.add(buf::kHostCopy, MemKind::kStaging, ring_elems * int64_t(dtype_bytes(step.param_dtype)));
   host.add(buf::kHostNorm, MemKind::kWorkspace, kNormResultBytes);
   const int64_t spare = spare_range(split, speculated_layers(split, step)).elems;
   if (spare == 0) return;

@@ -24,7 +24,7 @@ enum class MemKind : uint8_t {
   kActivations,  // the workload's activations, data and loss scratch
   kComm,         // all-gather prefetch, layer-gradient and receive buffers (whole layers)
   kWorkspace,    // small buffers of the step (statistics tables, counters, descriptors), cuBLAS's workspace
-  kStaging,      // host: the CPU segment's gradient landing and bf16 copy buffers
+  kStaging,      // host: the CPU segment's gradient landing and bf16 copy rings, the decoder's batches
   kContext,      // GPU memory nobody allocates by name: the CUDA context, NCCL's internal buffers (estimated)
 };
 const char* mem_kind_name(MemKind k);
@@ -73,8 +73,9 @@ inline constexpr std::string_view kContext = "cuda_context";     // estimate, no
 inline constexpr std::string_view kHostMaster = "host_master";   // (cpu_elems) fp32
 inline constexpr std::string_view kHostState1 = "host_state1";   // (cpu_elems) fp32
 inline constexpr std::string_view kHostState2 = "host_state2";   // (cpu_elems) fp32, two-state optimizers
-inline constexpr std::string_view kHostGrad = "host_grad";       // (cpu_elems) grad dtype, D2H landing
-inline constexpr std::string_view kHostCopy = "host_copy";       // (cpu_elems) bf16, H2D staging
+// The staging rings (core::staging_ring): slot s from element offsets[s], indexed by Op::staging_slot.
+inline constexpr std::string_view kHostGrad = "host_grad";       // (ring elems) grad dtype, D2H landing ring
+inline constexpr std::string_view kHostCopy = "host_copy";       // (ring elems) bf16, H2D staging ring
 // The speculated layers' second state slot (core/speculation.h): the tail of the CPU segment that
 // core::spare_range gives, present when some layer speculates.
 inline constexpr std::string_view kHostMasterSpare = "host_master_spare";  // (spare elems) fp32

@@ -50,6 +50,18 @@ RankMemory sum_by_kind(const AllocPlan& plan) {
   return m;
 }
 
+HostBytesPerParam host_bytes_per_cpu_param(const AllocPlan& plan, int64_t cpu_elems) {
+  HostBytesPerParam b;
+  if (cpu_elems <= 0) return b;
+  const auto bytes_of = [&](std::string_view name) { return plan.has(name) ? double(plan.at(name).bytes) : 0.0; };
+  b.optimizer =
+      (bytes_of(buf::kHostMaster) + bytes_of(buf::kHostState1) + bytes_of(buf::kHostState2)) / double(cpu_elems);
+  b.spare = (bytes_of(buf::kHostMasterSpare) + bytes_of(buf::kHostState1Spare) + bytes_of(buf::kHostState2Spare)) /
+            double(cpu_elems);
+  b.staging = (bytes_of(buf::kHostGrad) + bytes_of(buf::kHostCopy)) / double(cpu_elems);
+  return b;
+}
+
 RankMemory rank_memory(const ModelDesc& model, const Partition& part, const RankShard& shard,
                        const TwinFlowSplit& split, const MemoryOptions& opt) {
   return sum_by_kind(plan_allocations(model, part, shard, split, opt));

@@ -26,13 +26,25 @@ struct RankMemory {
   int64_t gpu_context = 0;      // the CUDA context and libraries' own memory: an estimate (not allocated by name)
   int64_t gpu_total = 0;
   int64_t host_optimizer = 0;  // pinned fp32 master + states of the CPU segment (+ the speculated layers' spare slot)
-  int64_t host_staging = 0;    // pinned bf16 gradient (D2H) and parameter (H2D) buffers of the CPU segment
+  int64_t host_staging = 0;    // pinned gradient (D2H) and bf16 copy (H2D) rings of the CPU segment, and the
+                               // decoder's pinned batches
   int64_t host_workspace = 0;  // the norm's 16-byte result
   int64_t host_total = 0;
 };
 
 // The allocation plan's bytes by kind.
 RankMemory sum_by_kind(const AllocPlan& plan);
+
+// Host bytes per CPU-side parameter (issue 16): the CPU segment's fp32 master and states, the speculated
+// layers' second state slot (issue 15) and the staging rings, each over the segment's elements, read from
+// the allocation plan's buffers by name. All 0 when the segment is empty.
+struct HostBytesPerParam {
+  double optimizer = 0;  // host_master + host_state1/2: 12 for Adam/AdamW, 8 for Adagrad/Lion
+  double spare = 0;      // host_*_spare: the speculated layers' second slot (0 without speculation)
+  double staging = 0;    // host_grad + host_copy (the rings)
+  double total() const { return optimizer + spare + staging; }
+};
+HostBytesPerParam host_bytes_per_cpu_param(const AllocPlan& plan, int64_t cpu_elems);
 // sum_by_kind(plan_allocations(...)).
 RankMemory rank_memory(const ModelDesc& model, const Partition& part, const RankShard& shard,
                        const TwinFlowSplit& split, const MemoryOptions& opt);

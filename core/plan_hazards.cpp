@@ -78,7 +78,7 @@ void optimizer_side_uses(const StepPlan& plan, const Op& op, Uses& u) {
   switch (op.kind) {
     case OpKind::kD2HGrad:
       u.add(PlanBuffer::kGrads, op.layer, Segment::kCpu, false);
-      u.add(PlanBuffer::kHostGrad, op.layer, Segment::kWhole, true);
+      u.add(PlanBuffer::kHostGrad, op.staging_slot, Segment::kWhole, true);
       return;
     case OpKind::kGradStats:
       u.all_layers(PlanBuffer::kGrads, L, Segment::kGpu, false);
@@ -96,8 +96,8 @@ void optimizer_side_uses(const StepPlan& plan, const Op& op, Uses& u) {
       u.all_layers(PlanBuffer::kParams, L, Segment::kGpu, true);
       return;
     case OpKind::kCpuOptimizer:
-      u.add(PlanBuffer::kHostGrad, op.layer, Segment::kWhole, false);
-      u.add(PlanBuffer::kHostCopy, op.layer, Segment::kWhole, true);
+      u.add(PlanBuffer::kHostGrad, op.staging_slot, Segment::kWhole, false);
+      u.add(PlanBuffer::kHostCopy, op.staging_slot, Segment::kWhole, true);
       if (op.state_slot == 1) {  // speculative: the current slot read, the spare written, no decision
         u.add(PlanBuffer::kHostOptimizerState, op.layer, Segment::kWhole, false);
         u.add(PlanBuffer::kHostOptimizerSpare, op.layer, Segment::kWhole, true);
@@ -108,14 +108,14 @@ void optimizer_side_uses(const StepPlan& plan, const Op& op, Uses& u) {
       return;
     case OpKind::kCpuCommit:  // adopts the spare slot (both slots change roles) or redoes the update in place
       decision_use(plan, u);
-      u.add(PlanBuffer::kHostGrad, op.layer, Segment::kWhole, false);
+      u.add(PlanBuffer::kHostGrad, op.staging_slot, Segment::kWhole, false);
       u.add(PlanBuffer::kHostOptimizerSpare, op.layer, Segment::kWhole, true);
       u.add(PlanBuffer::kHostOptimizerState, op.layer, Segment::kWhole, true);
-      u.add(PlanBuffer::kHostCopy, op.layer, Segment::kWhole, true);
+      u.add(PlanBuffer::kHostCopy, op.staging_slot, Segment::kWhole, true);
       return;
     case OpKind::kH2DParam:
       decision_use(plan, u);
-      u.add(PlanBuffer::kHostCopy, op.layer, Segment::kWhole, false);
+      u.add(PlanBuffer::kHostCopy, op.staging_slot, Segment::kWhole, false);
       u.add(PlanBuffer::kParams, op.layer, Segment::kCpu, true);
       return;
     default: return;

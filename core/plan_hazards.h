@@ -24,10 +24,10 @@ enum class PlanBuffer : uint8_t {
   kStatsTable,          // the gradient-statistics tile table (and the step's device counters)
   kNormResult,          // the folded norm and non-finite count the step decision reads
   kGpuOptimizerState,   // fp32 master and states of the GPU segment
-  kHostGrad,            // the CPU segment's gradient landing buffer, per layer
+  kHostGrad,            // the CPU segment's gradient landing ring, per staging slot (Op::staging_slot)
   kHostOptimizerState,  // fp32 master and states of the CPU segment, per layer: the slot current at the step's start
   kHostOptimizerSpare,  // a speculated layer's other slot (core/speculation.h), per layer
-  kHostCopy,            // the CPU segment's updated bf16 copy before its H2D, per layer
+  kHostCopy,            // the CPU segment's updated bf16 copy ring before its H2D, per staging slot
 };
 const char* plan_buffer_name(PlanBuffer b);
 
@@ -35,7 +35,7 @@ enum class Segment : uint8_t { kWhole, kGpu, kCpu };
 
 struct BufferUse {
   PlanBuffer buffer = PlanBuffer::kParams;
-  int32_t index = -1;  // slot (kGather, kLayerGrad, kRecv) or layer; -1: the buffer is one piece
+  int32_t index = -1;  // slot (kGather, kLayerGrad, kRecv, kHostGrad, kHostCopy) or layer; -1: one piece
   Segment segment = Segment::kWhole;
   bool write = false;
   bool operator==(const BufferUse&) const = default;

@@ -23,6 +23,9 @@ struct SettingsOverrides {
   std::optional<int> world = {};              // ranks: as launched (run), simulated (simulate --world)
   std::optional<int> grad_accum = {};         // micro-batches per rank per step (run --grad-accum, a measured sweep)
   std::optional<WorkloadType> workload = {};  // what `run` trains (run --workload)
+  // Slots per host staging ring (StepConfig::staging_slots; kUnboundedStaging: full-size staging):
+  // `run`/`simulate --staging-slots`, to compare with the schedule before the rings.
+  std::optional<int> staging_slots = {};
   // What set world and grad_accum, as errors name it: "--world", "WORLD_SIZE", "run.json: grad_accum".
   std::string world_from = "the world override";
   std::string grad_accum_from = "the grad_accum override";
@@ -52,8 +55,8 @@ struct RunSettings {
 };
 
 // Throws core::InputError for an override out of range (world outside [1, kMaxWorld], grad_accum
-// outside [1, kMaxBatch]), naming what set it, and for an MLP workload for a decoder or a decoder
-// workload for an MLP.
+// outside [1, kMaxBatch], staging_slots outside [0, 1024]), naming what set it, and for an MLP workload
+// for a decoder or a decoder workload for an MLP.
 RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& overrides = {});
 
 // Throws core::InputError when simulating every rank of `sc` with `overrides` is too large

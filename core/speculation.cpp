@@ -17,10 +17,13 @@ std::vector<int32_t> speculated_layers(const TwinFlowSplit& split, const StepCon
       cfg.speculation_bytes == kSpeculationAuto ? std::numeric_limits<int64_t>::max() : cfg.speculation_bytes;
   if (budget < 0) throw std::invalid_argument("speculated_layers: speculation_bytes must be >= 0 or auto");
   const int64_t per_elem = spare_slot_bytes_per_element(cfg.optimizer);
+  const int slots = staging_ring(split, cfg).slots;  // the D2Hs that land before the norm
   int64_t used = 0;
+  int landed = 0;
   for (auto it = split.cpu.rbegin(); it != split.cpu.rend(); ++it) {  // backward order
     if (it->layer == 0) break;                                        // layer 0's gradient lands with the norm
     if (it->count == 0) continue;
+    if (landed++ >= slots) break;  // its D2H waits for a commit, after the norm (core::plan_step)
     const int64_t bytes = it->count * per_elem;
     if (bytes > budget - used) break;  // a prefix in backward order: the spare slots stay contiguous
     used += bytes;

@@ -21,8 +21,11 @@ int64_t spare_slot_bytes_per_element(OptimizerKind k);
 // (the order their gradients land). None without clipping or loss scaling (the CPU updates do not wait
 // for the norm then) or with speculation_bytes 0. Otherwise the CPU layers whose gradient lands while
 // backward still runs, i.e. every one but layer 0 (its reduction is the last op of backward and the norm
-// follows it at once: speculating it hides nothing), taken in backward order while their spare slots fit
-// in speculation_bytes (all of them with kSpeculationAuto). So they are the tail of the CPU segment.
+// follows it at once: speculating it hides nothing) and among the first cfg.staging_slots CPU layers in
+// backward order (a later one's D2H reuses a staging slot, so it waits for the commit of the slot's
+// previous layer, after the norm: speculating it hides nothing either), taken in backward order while
+// their spare slots fit in speculation_bytes (all of them with kSpeculationAuto). So they are the tail
+// of the CPU segment.
 std::vector<int32_t> speculated_layers(const TwinFlowSplit& split, const StepConfig& cfg);
 
 // The spare slots' place in the CPU segment: elements [begin, begin + elems) of the segment (the

@@ -63,6 +63,26 @@ StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t 
   return c;
 }
 
+void check_staging_slots(int slots) {
+  if (slots < 0 || slots > 1024)
+    throw InputError("staging_slots must be in [0, 1024] (0: one slot per CPU layer), not " + std::to_string(slots));
+}
+
+StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg) {
+  check_staging_slots(cfg.staging_slots);
+  std::vector<int64_t> pieces;  // the CPU pieces' sizes in backward order
+  for (auto p = split.cpu.rbegin(); p != split.cpu.rend(); ++p)
+    if (p->count > 0) pieces.push_back(p->count);
+  StagingRing r;
+  const auto layers = int(pieces.size());
+  r.slots = cfg.staging_slots == kUnboundedStaging ? layers : std::min(cfg.staging_slots, layers);
+  std::vector<int64_t> size(size_t(r.slots), 0);
+  for (int i = 0; i < layers; ++i) size[size_t(i % r.slots)] = std::max(size[size_t(i % r.slots)], pieces[size_t(i)]);
+  r.offsets.assign(size_t(r.slots) + 1, 0);
+  for (int s = 0; s < r.slots; ++s) r.offsets[size_t(s) + 1] = r.offsets[size_t(s)] + size[size_t(s)];
+  return r;
+}
+
 QueueOrder plan_queue_order(const StepPlan& plan) {
   QueueOrder order;
   for (const Op& op : plan.ops) order[size_t(op.queue)].push_back(op.id);
@@ -80,6 +100,15 @@ class Planner {
     if (cfg.prefetch_layers < 1 || cfg.prefetch_layers > 127) throw InputError("prefetch_layers must be in [1, 127]");
     cpu_elems_.assign(size_t(L_), 0);  // the CPU segment is the shard's tail: the last layers
     for (const ShardPiece& p : split.cpu) cpu_elems_[p.layer] += p.count;
+    cpu_index_.assign(size_t(L_), -1);
+    for (int l = L_ - 1; l >= 0; --l)  // backward order: the order the CPU parts' gradients land
+      if (cpu_elems_[size_t(l)] > 0) {
+        cpu_index_[size_t(l)] = int(cpu_layers_.size());
+        cpu_layers_.push_back(l);
+      }
+    cpu_op_.assign(cpu_layers_.size(), 0);
+    h2d_op_.assign(cpu_layers_.size(), 0);
+    plan_.staging = staging_ring(split, cfg);
     speculated_.assign(size_t(L_), false);
     for (int32_t l : speculated_layers(split, cfg)) speculated_[size_t(l)] = true;
     fwd_.assign(size_t(L_), 0);
@@ -193,34 +222,64 @@ class Planner {
     last().grad_slot = slot;
     grad_reader_[slot] = red_[size_t(l)];
     if (mb != cfg_.grad_accum - 1 || cpu_elems_[size_t(l)] == 0) return;
-    const uint32_t id = add(OpKind::kD2HGrad, Queue::kD2H, l, -1, {red_[size_t(l)]});
-    last().bytes = cpu_elems_[size_t(l)] * int64_t(dtype_bytes(cfg_.grad_dtype));
-    plan_.pcie_d2h_bytes += last().bytes;
-    d2h_[l] = id;
+    // With a norm wait the CPU updates run after the norm: a D2H whose slot an earlier layer's update
+    // still has to read is issued after that update (norm_then_cpu_updates).
+    if (wait_for_norm() && cpu_index_[size_t(l)] >= slots()) return;
+    const uint32_t id = d2h(l);
     if (!wait_for_norm()) cpu_update(l, {id});
-    if (wait_for_norm() && speculated_[size_t(l)]) speculative_update(l, id);
   }
 
-  // The layer's fused CPU pass (in place, or the commit of a speculated layer), then the H2D of its copy.
+  int slots() const { return plan_.staging.slots; }
+  // The staging slot of layer l's CPU part, and the CPU layer that used the slot before it (-1: none).
+  int32_t staging_slot(int l) const { return cpu_index_[size_t(l)] % slots(); }
+  int previous_user(int l) const { return cpu_index_[size_t(l)] - slots(); }
+
+  // The CPU part of layer l's reduced gradient into its gradient slot, after the CPU pass that last read
+  // the slot (a speculated layer's commit, which may redo the update from it); then, when the layer
+  // speculates, its speculative update.
+  uint32_t d2h(int l) {
+    std::vector<uint32_t> deps{red_[size_t(l)]};
+    if (previous_user(l) >= 0) deps.push_back(cpu_op_[size_t(previous_user(l))]);  // ring reuse
+    const uint32_t id = add(OpKind::kD2HGrad, Queue::kD2H, l, -1, std::move(deps));
+    last().bytes = cpu_elems_[size_t(l)] * int64_t(dtype_bytes(cfg_.grad_dtype));
+    last().staging_slot = staging_slot(l);
+    plan_.pcie_d2h_bytes += last().bytes;
+    d2h_[l] = id;
+    if (wait_for_norm() && speculated_[size_t(l)]) speculative_update(l, id);
+    return id;
+  }
+
+  // The layer's fused CPU pass (in place, or the commit of a speculated layer) writes its copy slot after
+  // the H2D that last read it; then the H2D of that slot.
   void cpu_update(int l, std::vector<uint32_t> deps, OpKind kind = OpKind::kCpuOptimizer) {
+    reuses_copy_slot(l, deps);
     const uint32_t id = add(kind, Queue::kCpu, l, -1, std::move(deps));
     cpu_pass(l);
     if (kind == OpKind::kCpuCommit) last().state_slot = 1;
-    add(OpKind::kH2DParam, Queue::kH2D, l, -1, {id});
+    cpu_op_[size_t(cpu_index_[size_t(l)])] = id;
+    h2d_op_[size_t(cpu_index_[size_t(l)])] = add(OpKind::kH2DParam, Queue::kH2D, l, -1, {id});
     last().bytes = cpu_elems_[size_t(l)] * int64_t(dtype_bytes(cfg_.param_dtype));
+    last().staging_slot = staging_slot(l);
     plan_.pcie_h2d_bytes += last().bytes;
   }
 
   // A speculated layer's update as soon as its gradient landed, into its spare state slot (the commit's
   // redo, when the speculation fails, is the same pass: its elems and bytes are the commit's too).
+  // It writes the layer's copy slot too, so it also waits for the H2D that last read that slot.
   void speculative_update(int l, uint32_t d2h) {
-    add(OpKind::kCpuOptimizer, Queue::kCpu, l, -1, {d2h});
+    std::vector<uint32_t> deps{d2h};
+    reuses_copy_slot(l, deps);
+    add(OpKind::kCpuOptimizer, Queue::kCpu, l, -1, std::move(deps));
     cpu_pass(l);
     last().state_slot = 1;
+  }
+  void reuses_copy_slot(int l, std::vector<uint32_t>& deps) const {
+    if (previous_user(l) >= 0) deps.push_back(h2d_op_[size_t(previous_user(l))]);  // ring reuse
   }
   void cpu_pass(int l) {
     last().elems = cpu_elems_[size_t(l)];
     last().bytes = last().elems * optimizer_bytes_per_element();
+    last().staging_slot = staging_slot(l);
   }
 
   int64_t optimizer_bytes_per_element() const {
@@ -242,9 +301,14 @@ class Planner {
     // whatever the world size) + the non-finite count; then folded on the device to one number
     last().elems = stats_table_tiles(part_);
     last().bytes = norm_table_bytes(last().elems);
-    for (auto it = d2h_.rbegin(); it != d2h_.rend(); ++it)
-      cpu_update(it->first, {norm, it->second},
-                 speculated_[size_t(it->first)] ? OpKind::kCpuCommit : OpKind::kCpuOptimizer);
+    // The i-th pass (a speculated layer's commit) frees its gradient slot for the D2H of CPU layer
+    // i + slots, deferred until then.
+    const auto n = int(cpu_layers_.size());
+    for (int i = 0; i < n; ++i) {
+      const int l = cpu_layers_[size_t(i)];
+      cpu_update(l, {norm, d2h_.at(l)}, speculated_[size_t(l)] ? OpKind::kCpuCommit : OpKind::kCpuOptimizer);
+      if (i + slots() < n) d2h(cpu_layers_[size_t(i + slots())]);
+    }
     return {norm};
   }
 
@@ -280,6 +344,9 @@ class Planner {
   std::vector<bool> speculated_;              // (L) core::speculated_layers
   std::vector<uint32_t> fwd_, bwd_, red_;     // (L) the latest forward / backward / reduction of each layer
   std::map<int, uint32_t> d2h_;               // layer -> D2H op (last micro-batch)
+  std::vector<int> cpu_index_;                // (L) position of the layer's CPU part in backward order, -1: none
+  std::vector<int> cpu_layers_;               // the layers with a CPU part, in backward order
+  std::vector<uint32_t> cpu_op_, h2d_op_;     // (CPU layers) the CPU update / H2D of the i-th
   std::map<int8_t, uint32_t> gather_reader_;  // prefetch buffer -> the last op that read it
   int64_t shared_reader_ = -1;                // the last op that read the shared buffer
   std::map<int8_t, uint32_t> grad_reader_;    // layer-gradient buffer -> the last reduction that read it

@@ -62,6 +62,9 @@ struct Op {
   // its bytes counted in `bytes`), which the layer's forward and backward read; with stages 1/2 they
   // read it in the replicated model.
   int32_t shared_layer = -1;
+  // The host staging rings' slot (core::StagingRing): the D2H writes gradient slot `staging_slot`, the
+  // CPU update reads it and writes copy slot `staging_slot`, the H2D reads that copy slot. -1: none.
+  int32_t staging_slot = -1;
   // The CPU optimizer's state slot a speculated layer's op writes (core/speculation.h): 1, the layer's
   // spare slot (kCpuOptimizer: the speculative update reads the current slot and writes the spare one;
   // kCpuCommit: the spare slot it adopts). -1: the layer's one current slot, updated in place.
@@ -73,6 +76,17 @@ struct Op {
 // Layer-gradient (send) buffers: backward writes one while the reduction reads the other.
 constexpr int kGradSlots = 2;
 
+// Slots of each host staging ring (docs/ARCHITECTURE.md, "Host staging rings"): the CPU segment's
+// gradient landing ring (D2H -> CPU update) and its bf16 copy ring (CPU update -> H2D). Two slots let
+// the producer fill one while the consumer drains the other, which keeps both busy when their per-layer
+// times are equal; the third absorbs what is not: the host's event wake-up before a CPU op, the copy's
+// fixed latency and layers of different sizes (a decoder's embedding is ~2 blocks), so in steady state
+// neither the copy engine nor the CPU waits on a slot. Each slot costs 2 B x the largest CPU piece.
+constexpr int kStagingSlots = 3;
+// StepConfig::staging_slots value for one slot per CPU layer: full-size staging, the schedule without
+// ring-reuse dependencies (what Twin-Flow ran before the rings; tests compare the two bit for bit).
+constexpr int kUnboundedStaging = 0;
+
 struct StepConfig {
   int64_t micro_batch = 1;
   int grad_accum = 1;
@@ -80,9 +94,10 @@ struct StepConfig {
   DType param_dtype = DType::kBF16;  // parameters as gathered and computed with (bf16; fp32 when training in fp32)
   DType grad_dtype = DType::kBF16;   // gradients as reduced: bf16, fp16 (loss scaling) or fp32
   bool checkpointing = false;
-  bool clip_gradients = false;  // global-norm clipping: optimizers wait for the norm all-reduce
-  bool loss_scaling = false;    // fp16 dynamic loss scaling: optimizers wait for the overflow flag
-  int prefetch_layers = 2;      // ZeRO-3 all-gathers in flight ahead of compute
+  bool clip_gradients = false;        // global-norm clipping: optimizers wait for the norm all-reduce
+  bool loss_scaling = false;          // fp16 dynamic loss scaling: optimizers wait for the overflow flag
+  int prefetch_layers = 2;            // ZeRO-3 all-gathers in flight ahead of compute
+  int staging_slots = kStagingSlots;  // slots per host staging ring; kUnboundedStaging: one per CPU layer
   // Speculative CPU updates (core/speculation.h, docs/ARCHITECTURE.md "Speculation"): with clipping or
   // loss scaling, the CPU layers whose gradients land first update into a second state slot before the
   // norm is known, and a commit adopts or redoes them after it. The host bytes those second slots may
@@ -91,6 +106,22 @@ struct StepConfig {
   int64_t speculation_bytes = 0;
   bool operator==(const StepConfig&) const = default;
 };
+
+// The host staging rings of a split (the gradient ring and the copy ring have this one layout). The
+// CPU layers take slots in backward order (the order their gradients land): the i-th takes slot
+// i % slots, and slot s is as large as the largest CPU piece among its layers, so a ring never holds
+// more than the segment (with one slot per CPU layer it is exactly the segment). No CPU segment: no slots.
+struct StagingRing {
+  int slots = 0;
+  std::vector<int64_t> offsets;  // (slots + 1) slot s's first element; offsets[slots]: the ring's elements
+  int64_t elems() const { return offsets.empty() ? 0 : offsets.back(); }
+  int64_t slot_elems(int s) const { return offsets[size_t(s) + 1] - offsets[size_t(s)]; }
+  bool operator==(const StagingRing&) const = default;
+};
+// Throws core::InputError for a `cfg.staging_slots` out of range (check_staging_slots).
+StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg);
+// Throws core::InputError unless `slots` is in [0, 1024] (0: kUnboundedStaging).
+void check_staging_slots(int slots);
 
 inline constexpr int64_t kSpeculationAuto = -1;
 
@@ -111,14 +142,17 @@ struct StepPlan {
   StepConfig config;                               // what it was planned with
   int stage = 3;                                   // ZeRO stage
   int layers = 0;                                  // model layers
+  StagingRing staging;                             // the host staging rings the slots index
   bool operator==(const StepPlan&) const = default;
 };
 
 // Every dependency is listed, buffer reuse included: backward k writes the layer-gradient buffer that
 // reduction k-2 read, so it waits for that reduction; a ZeRO-3 gather waits for the last reader of its
-// prefetch buffer (and of the shared buffer when it fills that too). core/plan_hazards.h checks that
-// nothing is left implicit. A speculated layer (core::speculated_layers) gets its speculative CPU update
-// right after its D2H (depending on it alone) and, after the norm, a commit that its H2D waits for.
+// prefetch buffer (and of the shared buffer when it fills that too); the D2H into staging slot s waits
+// for the CPU pass that last read it (a speculated layer's commit), and the CPU pass writing copy slot
+// s for the H2D that last read it. A speculated layer (core::speculated_layers) gets its speculative
+// CPU update right after its D2H and, after the norm, a commit that its H2D waits for.
+// core/plan_hazards.h checks that nothing is left implicit.
 StepPlan plan_step(const ModelDesc& model, const Partition& part, const TwinFlowSplit& split, const StepConfig& cfg);
 
 // Op ids per queue (core::Queue order), in the order each queue issues and runs them: the plan's order.

@@ -219,6 +219,23 @@ double ratio_option(const po::variables_map& vm, double fallback) {
   return r;
 }
 
+void add_staging_slots_option(po::options_description& desc) {
+  desc.add_options()("staging-slots", po::value<int>(),
+                     "slots per host staging ring of the CPU segment (gradient landing and bf16 copy), 1 to 1024 "
+                     "(default 3); 0: full-size staging, one slot per CPU layer");
+}
+
+std::optional<int> read_staging_slots(const po::variables_map& vm) {
+  if (!vm.count("staging-slots")) return std::nullopt;
+  const int k = vm["staging-slots"].as<int>();
+  try {
+    core::check_staging_slots(k);
+  } catch (const core::InputError& e) {
+    throw core::InputError(std::string("--staging-slots: ") + e.what());
+  }
+  return k;
+}
+
 void add_speculation_option(po::options_description& desc) {
   desc.add_options()("speculation", po::value<std::string>(),
                      "host bytes per rank for the speculated CPU layers' second state slot: auto (what the host "

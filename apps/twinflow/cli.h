@@ -107,6 +107,12 @@ std::vector<double> parse_ratio_list(const std::string& text, const std::string&
 // One ratio: --ratio if given, else `fallback`; core::InputError "--ratio must be in [0, 1]" outside.
 double ratio_option(const po::variables_map& vm, double fallback);
 
+// ---- host staging rings (issue 16) ------------------------------------------------------------------
+// --staging-slots N: slots per host staging ring (core::StepConfig::staging_slots), 0 for full-size
+// staging (the schedule before the rings). read: the value if given (core::InputError outside [0, 1024]).
+void add_staging_slots_option(po::options_description& desc);
+std::optional<int> read_staging_slots(const po::variables_map& vm);
+
 // ---- speculation (--speculation auto|BYTES) ----------------------------------------------------------
 // The speculated CPU layers' host budget (docs/ARCHITECTURE.md, "Speculation"): overrides the scenario's
 // training.speculation. `auto` gives core::kSpeculationAuto, 0 turns it off; none: not given.

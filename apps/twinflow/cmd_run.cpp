@@ -79,6 +79,7 @@ struct RunOptions {
   std::vector<double> ratios;
   core::WorkloadType workload = core::WorkloadType::kSynthetic;
   std::optional<int> grad_accum;
+  std::optional<int> staging_slots;  // slots per host staging ring; 0: full-size staging
   std::optional<size_t> threads;
   OutputFiles out;  // json, trace
   bool verify = false, no_pin = false;
@@ -117,6 +118,7 @@ CommandOptions run_options() {
   add("grad-accum", po::value<int>(),
       "micro-batches per rank per step (default: the scenario's); keep grad_accum x ranks fixed to compare world "
       "sizes");
+  add_staging_slots_option(o.desc);
   add("threads", po::value<long long>(),
       "CPU optimizer threads, 1 to 4 x the host's cores (default: the scenario's cpu_cores_per_gpu, capped by this "
       "rank's share of the host's cores: LOCAL_RANK's part of LOCAL_WORLD_SIZE)");
@@ -207,6 +209,7 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   if (vm.count("ratio")) o.ratios = {vm["ratio"].as<double>()};
   if (vm.count("ratios")) o.ratios = parse_ratio_list(vm["ratios"].as<std::string>());
   if (vm.count("grad-accum")) o.grad_accum = vm["grad-accum"].as<int>();
+  o.staging_slots = read_staging_slots(vm);
   if (vm.count("threads"))
     o.threads = backend::cpu::checked_thread_count(vm["threads"].as<long long>(),
                                                    backend::cpu::host_topology().physical_cores(), "--threads");
@@ -289,6 +292,7 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
   overrides.grad_accum = o.grad_accum;
   overrides.grad_accum_from = "--grad-accum";
   overrides.workload = o.workload;
+  overrides.staging_slots = o.staging_slots;
   overrides.speculation_bytes = o.speculation;
   cu::EngineConfig base;
   base.settings = core::resolve_settings(o.sc, overrides);
@@ -451,7 +455,10 @@ void write_trace(const RunPoint& pt, const cu::Engine& eng, int world, std::file
 // oracle's batch and gradient files.
 void after_first_step(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, RunPoint& pt) {
   const cu::EngineMemory& m = eng.memory();
-  pt.memory_check = MemoryCheck{m.planned.gpu_total, eng.gpu_bytes_in_use(), m.planned.host_total, m.host_pinned};
+  pt.memory_check = MemoryCheck{m.planned.gpu_total,      eng.gpu_bytes_in_use(),
+                                m.planned.host_total,     m.host_pinned,
+                                process_rss_bytes(),      core::host_bytes_per_cpu_param(m.plan, eng.split().cpu_elems),
+                                eng.split().cpu_elems > 0};
   if (ec.rank == 0) std::cout << memory_report(*pt.memory_check) << "\n";
   if (!o.dump_step) return;
   if (ec.settings.world != 1)
@@ -732,7 +739,8 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
                     {"gpu_planned", p.memory.planned.gpu_total},
                     {"host_pinned", p.memory.host_pinned},
                     {"host_pageable", p.memory.host_pageable},
-                    {"host_planned", p.memory.planned.host_total}};
+                    {"host_planned", p.memory.planned.host_total},
+                    {"host_staging_planned", p.memory.planned.host_staging}};
     if (p.memory_check)
       jp["memory_check"] = {
           {"gpu_predicted", p.memory_check->gpu_predicted},
@@ -740,7 +748,15 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
           {"gpu_diff_percent", percent_diff(p.memory_check->gpu_predicted, p.memory_check->gpu_measured)},
           {"host_pinned_predicted", p.memory_check->host_predicted},
           {"host_pinned_measured", p.memory_check->host_measured},
-          {"host_diff_percent", percent_diff(p.memory_check->host_predicted, p.memory_check->host_measured)}};
+          {"host_diff_percent", percent_diff(p.memory_check->host_predicted, p.memory_check->host_measured)},
+          {"host_rss", p.memory_check->host_rss}};
+    // issue 16: the CPU segment's host bytes per parameter, from the allocation plan
+    const core::HostBytesPerParam hb = core::host_bytes_per_cpu_param(p.memory.plan, p.cpu_elems);
+    jp["host_bytes_per_cpu_param"] = {{"state", hb.optimizer},
+                                      {"spare", hb.spare},
+                                      {"staging", hb.staging},
+                                      {"total", hb.total()},
+                                      {"cpu_elems", p.cpu_elems}};
     if (!p.parity.empty()) jp["parity"] = {{"ok", p.parity_ok}, {"detail", p.parity}};
     // the budget the plan resolved to: what `validate` simulates this point with
     jp["speculation_bytes"] = p.speculation_bytes;

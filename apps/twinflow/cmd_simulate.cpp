@@ -14,6 +14,7 @@
 #include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/run_decoder.h"
 #include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/svg_plot.h"
 #include "apps/twinflow/table.h"
@@ -158,6 +159,7 @@ CommandOptions simulate_options() {
   add("ratio", po::value<double>(), "one CPU share in [0, 1] (default: the scenario's)");
   add("sweep", po::value<std::string>(), "START:STOP:STEP ratios, e.g. 0:1:0.05");
   add_int_option(o.desc, kWorld);
+  add_staging_slots_option(o.desc);
   add_speculation_option(o.desc);
   add("previous-step-clipped", po::bool_switch(),
       "cost-only: simulate a step after a clipped or skipped one, which does not speculate (every speculated "
@@ -186,11 +188,14 @@ const char kSimulateEpilog[] =
     "\nColumns: step = the slowest rank's step; compute/comm/d2h/h2d/cpu = busy time of each queue\n"
     "(rank 0); cpu hid = share of the cpu queue's busy time during which compute is busy too; exposed =\n"
     "step time with the GPU compute queue idle; optim = from the last backward op\n"
-    "to the end of the step; GPU/host GB = memory per rank (largest shard); fits = memory fits the\n"
-    "profile (OOM otherwise, still simulated); x vs r=1 = step time at ratio 1 over this step time.\n"
+    "to the end of the step; GPU/host GB = memory per rank (largest shard); host B/cpu param = host bytes\n"
+    "per CPU-side parameter (fp32 master and states + the speculated layers' spare slot + the staging\n"
+    "rings; --staging-slots); fits = memory fits the profile (OOM otherwise, still simulated); x vs r=1 =\n"
+    "step time at ratio 1 over this step time.\n"
     "With clipping or loss scaling, the CPU layers that speculate (training.speculation, --speculation) update\n"
     "during backward and the simulator assumes their speculation holds (each commit costs only its wait for\n"
-    "the norm); --previous-step-clipped simulates the step after a clipped or skipped one instead.\n";
+    "the norm); --previous-step-clipped simulates the step after a clipped or skipped one instead. Only the\n"
+    "first --staging-slots CPU layers (backward order) speculate: a later one's D2H waits for a commit.\n";
 
 // --metrics-port and the options that need it.
 std::optional<ReplayOptions> replay_options(const po::variables_map& vm) {
@@ -226,6 +231,7 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
     o.sim.overrides.world = int(*world);
     o.sim.overrides.world_from = "--world";
   }
+  o.sim.overrides.staging_slots = read_staging_slots(vm);
   core::check_simulation_size(o.sc, o.sim.overrides);  // before anything is simulated
   if (const std::optional<int64_t> steps = optional_int_option(vm, kSteps)) o.steps = int(*steps);
   o.sim.overrides.speculation_bytes = read_speculation_option(vm);
@@ -393,13 +399,14 @@ std::string cpu_hidden(const backend::sim::SimPoint& p) {
 
 Table sweep_table(const Sweep& w) {
   Table t({"ratio", "step ms", "compute", "comm", "d2h", "h2d", "cpu", "cpu hid", "exposed", "optim", "GPU GB",
-           "host GB", "fits", "x vs r=1"});
+           "host GB", "host B/cpu param", "fits", "x vs r=1"});
   using core::Queue;
   for (const auto& p : w.pts) {
     auto q = [&](Queue x) { return fmt(ms(p.busy_ns[size_t(x)]), 1); };
     t.add({fmt(p.ratio, 3), fmt(ms(p.step_ns), 1), q(Queue::kCompute), q(Queue::kComm), q(Queue::kD2H), q(Queue::kH2D),
            q(Queue::kCpu), cpu_hidden(p), fmt(ms(p.exposed_ns), 1), fmt(ms(p.optimizer_phase_ns), 1),
-           fmt(double(p.memory.gpu_total) / 1e9, 1), fmt(double(p.memory.host_total) / 1e9, 1), p.oom ? "OOM" : "yes",
+           fmt(double(p.memory.gpu_total) / 1e9, 1), fmt(double(p.memory.host_total) / 1e9, 1),
+           p.ratio > 0 ? fmt(p.host_per_cpu_param.total(), 2) : "-", p.oom ? "OOM" : "yes",
            fmt(double(w.full.step_ns) / double(p.step_ns), 2)});
   }
   return t;
@@ -436,7 +443,15 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
                  "GEMMs plus the layers' memory-bound kernels (a decoder's estimated), our own engine at ratio 1 as "
                  "the baseline (not DeepSpeed's slower full offload), no framework overheads; the model was not tuned "
                  "to the published figure.\n";
-  return {{"ratio", b.ratio}, {"step_ms", ms(b.step_ns)}, {"speedup_vs_ratio_1", speedup}};
+  if (b.ratio > 0) std::cout << "at ratio " << fmt(b.ratio, 3) << ": " << host_bytes_line(b.host_per_cpu_param) << "\n";
+  return {{"ratio", b.ratio},
+          {"step_ms", ms(b.step_ns)},
+          {"speedup_vs_ratio_1", speedup},
+          {"host_bytes_per_cpu_param",
+           {{"state", b.host_per_cpu_param.optimizer},
+            {"spare", b.host_per_cpu_param.spare},
+            {"staging", b.host_per_cpu_param.staging},
+            {"total", b.host_per_cpu_param.total()}}}};
 }
 
 void write_sweep_json(const core::Scenario& sc, const Sweep& w, const Table& t, const nlohmann::json& best,

@@ -167,7 +167,8 @@ class Worker {
             grad_.data(),
             copy == core::DType::kNone ? nullptr : copy_.data(),
             grad,
-            copy};
+            copy,
+            {}};
   }
 
   void setup(std::istream& in, std::ostream& out) {

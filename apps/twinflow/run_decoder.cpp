@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "core/error.h"
 #include "core/hf_names.h"
@@ -73,6 +75,15 @@ double percent_diff(int64_t predicted, int64_t measured) {
   return predicted > 0 ? 100.0 * double(measured - predicted) / double(predicted) : std::nan("");
 }
 
+std::string host_bytes_line(const core::HostBytesPerParam& b) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "host bytes per CPU-side parameter %.2f (state) + %.2f (speculation spare) + %.2f (staging rings) = "
+                "%.2f",
+                b.optimizer, b.spare, b.staging, b.total());
+  return buf;
+}
+
 std::string memory_report(const MemoryCheck& m) {
   char b[256];
   std::snprintf(b, sizeof b,
@@ -80,7 +91,20 @@ std::string memory_report(const MemoryCheck& m) {
                 core::format_gb(m.gpu_predicted).c_str(), core::format_gb(m.gpu_measured).c_str(),
                 percent_diff(m.gpu_predicted, m.gpu_measured), core::format_gb(m.host_predicted).c_str(),
                 core::format_gb(m.host_measured).c_str(), percent_diff(m.host_predicted, m.host_measured));
-  return b;
+  std::string out = b;
+  if (m.host_rss > 0) out += "; host RSS " + core::format_gb(m.host_rss);
+  if (m.has_cpu_segment) out += "; " + host_bytes_line(m.per_cpu_param);
+  return out;
+}
+
+int64_t process_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) {
+      long long kib = 0;
+      return std::sscanf(line.c_str() + 6, "%lld", &kib) == 1 ? int64_t(kib) * 1024 : 0;
+    }
+  return 0;
 }
 
 }  // namespace tf::app

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/hardware.h"
+#include "core/memory.h"
 #include "core/model.h"
 #include "core/settings.h"
 
@@ -55,10 +56,19 @@ void write_gradients(const std::filesystem::path& path, const core::ModelDesc& m
 struct MemoryCheck {
   int64_t gpu_predicted = 0, gpu_measured = 0;    // GPU: plan total; cudaMemGetInfo's use after step 1
   int64_t host_predicted = 0, host_measured = 0;  // pinned host: plan total; page-locked by the run
+  int64_t host_rss = 0;                           // the process's resident set after step 1 (0: unknown)
+  core::HostBytesPerParam per_cpu_param;          // the plan's host bytes per CPU-side parameter (issue 16)
+  bool has_cpu_segment = false;                   // per_cpu_param applies
 };
 // (measured - predicted) / predicted in %.
 double percent_diff(int64_t predicted, int64_t measured);
 // "memory: GPU predicted 14.2 GB, measured 14.6 GB (+2.8%); pinned host predicted ..., measured ... (+0.0%)"
+// then, when known, "; host RSS 13.1 GB" and "; host bytes per CPU-side parameter 12.00 (state) + 0.66
+// (staging rings) = 12.66".
 std::string memory_report(const MemoryCheck& m);
+// "host bytes per CPU-side parameter 12.00 (state) + 0.66 (staging rings) = 12.66" (twinflow run and simulate).
+std::string host_bytes_line(const core::HostBytesPerParam& b);
+// This process's resident set size (VmRSS of /proc/self/status) in bytes; 0 when it cannot be read.
+int64_t process_rss_bytes();
 
 }  // namespace tf::app

@@ -38,10 +38,17 @@ const SegmentRange* CpuSegment::find(size_t layer) const {
   return &ranges_[size_t(range_of_layer_[layer])];
 }
 
-OptimChunk CpuSegment::chunk(int64_t begin, int64_t end) const {
+OptimChunk CpuSegment::chunk(int64_t begin, int64_t end, int32_t slot) const {
   const auto n = size_t(end - begin);
+  const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
+  if (rings() && (slot < 0 || slot >= slots ||
+                  end - begin > bufs_.staging_offsets[size_t(slot) + 1] - bufs_.staging_offsets[size_t(slot)]))
+    throw core::InputError("cpu segment: staging slot " + std::to_string(slot) + " of " + std::to_string(slots) +
+                           " cannot hold elements [" + std::to_string(begin) + ", " + std::to_string(end) +
+                           "); the step plan's staging ring and the segment's buffers disagree");
+  const int64_t staged = rings() ? bufs_.staging_offsets[size_t(slot)] : begin;  // grad/copy element index
   const auto at = [&](void* base, core::DType d) {
-    return static_cast<char*>(base) + begin * int64_t(core::dtype_bytes(d));
+    return static_cast<char*>(base) + staged * int64_t(core::dtype_bytes(d));
   };
   OptimChunk c;
   c.param = {bufs_.master + begin, n, core::DType::kF32};
@@ -53,35 +60,45 @@ OptimChunk CpuSegment::chunk(int64_t begin, int64_t end) const {
   return c;
 }
 
+// With rings, the i-th range from the segment's end (backward order, as the plan numbers them) also
+// zeroes its slot i % slots, which holds it.
 void CpuSegment::first_touch() {
-  for (const SegmentRange& r : ranges_) {
-    if (r.end <= r.begin) continue;
-    const OptimChunk c = chunk(r.begin, r.end);
+  const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
+  int32_t i = 0;
+  for (auto r = ranges_.rbegin(); r != ranges_.rend(); ++r) {
+    if (r->end <= r->begin) continue;
+    const OptimChunk c = chunk(r->begin, r->end, rings() ? i++ % slots : -1);
     be_.first_touch(std::span<const OptimChunk>(&c, 1));
   }
 }
 
-GradStats CpuSegment::update_layer(size_t layer, const core::StepScalars& s) {
+GradStats CpuSegment::update_layer(size_t layer, const core::StepScalars& s, int32_t slot) {
   const SegmentRange* r = find(layer);
   if (!r || r->end <= r->begin) return {};
-  const OptimChunk c = chunk(r->begin, r->end);
+  const OptimChunk c = chunk(r->begin, r->end, slot);
   return be_.step(kind_, std::span<const OptimChunk>(&c, 1), s);
 }
 
-OptimChunk CpuSegment::chunk_at(const SegmentRange& r, const LayerState& at) const {
-  OptimChunk c = chunk(r.begin, r.end);
-  const size_t n = c.param.count;
+namespace {
+// Points the chunk's master and states (n elements) at `at`.
+void point_states_at(OptimChunk& c, const LayerState& at, size_t n) {
   c.param = {at.master, n, core::DType::kF32};
   c.state1 = {at.state1, n, core::DType::kF32};
   c.state2 = at.state2 ? BufferView{at.state2, n, core::DType::kF32} : BufferView{};
+}
+}  // namespace
+
+OptimChunk CpuSegment::chunk_at(const SegmentRange& r, const LayerState& at, int32_t slot) const {
+  OptimChunk c = chunk(r.begin, r.end, slot);
+  point_states_at(c, at, c.param.count);
   return c;
 }
 
 GradStats CpuSegment::update_layer(size_t layer, const core::StepScalars& s, const LayerState& to,
-                                   const LayerState* from) {
+                                   const LayerState* from, int32_t slot) {
   const SegmentRange* r = find(layer);
   if (!r || r->end <= r->begin) return {};
-  OptimChunk c = chunk_at(*r, to);
+  OptimChunk c = chunk_at(*r, to, slot);
   if (from) c.from = {from->master, from->state1, from->state2};
   return be_.step(kind_, std::span<const OptimChunk>(&c, 1), s);
 }
@@ -95,9 +112,8 @@ LayerState CpuSegment::layer_state(size_t layer) const {
 void CpuSegment::first_touch(size_t layer, const LayerState& at) {
   const SegmentRange* r = find(layer);
   if (!r || r->end <= r->begin) return;
-  OptimChunk c = chunk_at(*r, at);
-  c.grad = {};
-  c.param_copy = {};
+  OptimChunk c;  // the states alone: no gradient, no copy
+  point_states_at(c, at, size_t(r->end - r->begin));
   be_.first_touch(std::span<const OptimChunk>(&c, 1));
 }
 

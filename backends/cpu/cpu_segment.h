@@ -14,15 +14,18 @@
 
 namespace tf::backend::cpu {
 
-// The segment's buffers, element e of the segment at index e of each.
+// The segment's buffers, element e of the segment at index e of master and states. The gradient and
+// copy buffers are full size (no staging offsets: element e at index e) or the step plan's staging
+// rings (core::StagingRing::offsets: a layer's range from element staging_offsets[slot]).
 struct SegmentBuffers {
   float* master = nullptr;  // (elems) fp32 master weights
   float* state1 = nullptr;  // (elems) fp32: exp_avg or Adagrad's sum
   float* state2 = nullptr;  // (elems) fp32 exp_avg_sq; null for one-state optimizers
-  void* grad = nullptr;     // (elems) grad_dtype: where the gradients land (D2H)
-  void* copy = nullptr;     // (elems) copy_dtype: the low-precision copy the H2D sends
+  void* grad = nullptr;     // (elems) or (ring elems) grad_dtype: where the gradients land (D2H)
+  void* copy = nullptr;     // (elems) or (ring elems) copy_dtype: the low-precision copy the H2D sends
   core::DType grad_dtype = core::DType::kBF16;
   core::DType copy_dtype = core::DType::kBF16;
+  std::vector<int64_t> staging_offsets;  // (slots + 1) the rings' slot offsets; empty: full-size grad and copy
 };
 
 // The fp32 master and states of one layer's CPU part in one state slot (core/speculation.h): pointers
@@ -57,13 +60,15 @@ class CpuSegment {
   void first_touch();
 
   // One CPU optimizer op: the fused pass over the layer's range (nothing for a layer without a CPU
-  // part). Returns the range's gradient statistics.
-  GradStats update_layer(size_t layer, const core::StepScalars& s);
+  // part), its gradient and copy in staging slot `slot` (Op::staging_slot; ignored with full-size
+  // buffers). Returns the range's gradient statistics. Throws core::InputError for a slot outside the
+  // rings or a range larger than a slot.
+  GradStats update_layer(size_t layer, const core::StepScalars& s, int32_t slot = -1);
   // The same pass on the master and states at `to`, read from `from` when given (out of place: a
   // speculative update into the layer's spare slot), else in place. The gradient and the bf16 copy are
-  // the segment's.
-  GradStats update_layer(size_t layer, const core::StepScalars& s, const LayerState& to,
-                         const LayerState* from = nullptr);
+  // the segment's, in staging slot `slot` as above.
+  GradStats update_layer(size_t layer, const core::StepScalars& s, const LayerState& to, const LayerState* from,
+                         int32_t slot);
   // The layer's part of the segment's own master and states (slot 0); null pointers for a layer
   // without a CPU part.
   LayerState layer_state(size_t layer) const;
@@ -71,16 +76,17 @@ class CpuSegment {
   // first_touch does for the segment's own buffers.
   void first_touch(size_t layer, const LayerState& at);
 
-  // The chunk of elements [begin, end) of the segment.
-  OptimChunk chunk(int64_t begin, int64_t end) const;
+  // The chunk of elements [begin, end) of the segment, its gradient and copy in `slot` with rings.
+  OptimChunk chunk(int64_t begin, int64_t end, int32_t slot = -1) const;
+  bool rings() const { return !bufs_.staging_offsets.empty(); }
   const std::vector<SegmentRange>& ranges() const { return ranges_; }
   CpuBackend& backend() { return be_; }
   core::OptimizerKind kind() const { return kind_; }
 
  private:
   const SegmentRange* find(size_t layer) const;
-  // The layer's chunk with its master and states at `at`.
-  OptimChunk chunk_at(const SegmentRange& r, const LayerState& at) const;
+  // The layer's chunk with its master and states at `at`, its gradient and copy in `slot`.
+  OptimChunk chunk_at(const SegmentRange& r, const LayerState& at, int32_t slot) const;
 
   CpuBackend be_;
   core::OptimizerKind kind_;

@@ -385,7 +385,7 @@ class EngineImpl final : public Engine {
     TF_CUDA_CHECK(cudaMemset(d_grad_.get(), 0, d_grad_.bytes()));
   }
 
-  // Host: the CPU segment (master, states, gradient and copy staging) and the norm's result, untouched
+  // Host: the CPU segment (master, states, the gradient and copy staging rings) and the norm's result, untouched
   // until make_cpu_backend places and pins them.
   void allocate_host() {
     h_master_ = host_buffer(buf::kHostMaster);
@@ -433,8 +433,9 @@ class EngineImpl final : public Engine {
     co.pin_threads = cfg_.pin_threads;
     co.cpus = cfg_.cpu_cpus;
     const auto segment = [&] {
-      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),  h_s2_.as<float>(), h_grad_.as<void>(),
-                                     h_copy_.as<void>(),    s_.step.grad_dtype, core::DType::kBF16};
+      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),    h_s2_.as<float>(),
+                                     h_grad_.as<void>(),    h_copy_.as<void>(),   s_.step.grad_dtype,
+                                     core::DType::kBF16,    plan_.staging.offsets};
       cpu_ = std::make_unique<cpu::CpuSegment>(co, s_.policy.kind, bufs, cpu::segment_ranges(split_));
       cpu_->first_touch();
       for (int32_t l : spec_->layers()) cpu_->first_touch(size_t(l), state_in_slot(size_t(l), 1));
@@ -700,6 +701,13 @@ class EngineImpl final : public Engine {
     reduce_scatter_slices(std::span<const SliceReduceRank>(&k, 1), r);
   }
 
+  // Element 0 of staging slot `slot` of a host ring ("host_grad" or "host_copy", 2-byte elements).
+  uint16_t* staging_slot(const HostBuffer& ring, int32_t slot) const {
+    if (slot < 0 || slot >= plan_.staging.slots)
+      throw std::logic_error("engine: staging slot " + std::to_string(slot) + " outside the plan's rings");
+    return ring.as<uint16_t>() + plan_.staging.offsets[size_t(slot)];
+  }
+
   // ZeRO stages 1/2 (docs/ARCHITECTURE.md, "The real backend"): every rank's updated slice of layer l,
   // from its shard into the replicated model (core::plan_step's all-gather after the optimizers).
   // Nothing with one rank: its shard is the model.
@@ -739,8 +747,8 @@ class EngineImpl final : public Engine {
 
   void d2h(const core::Op& op, cudaStream_t s) {
     const int64_t b = cpu_begin_[size_t(op.layer)], e = cpu_end_[size_t(op.layer)];
-    TF_CUDA_CHECK(cudaMemcpyAsync(h_grad_.as<uint16_t>() + (b - split_.gpu_elems), d_grad_.as<uint16_t>() + b,
-                                  size_t(e - b) * 2, cudaMemcpyDeviceToHost, s));
+    TF_CUDA_CHECK(cudaMemcpyAsync(staging_slot(h_grad_, op.staging_slot), d_grad_.as<uint16_t>() + b, size_t(e - b) * 2,
+                                  cudaMemcpyDeviceToHost, s));
     d2h_bytes_ += (e - b) * 2;
   }
 
@@ -789,8 +797,8 @@ class EngineImpl final : public Engine {
   void h2d(const core::Op& op, cudaStream_t s) {
     if (decision_->skip) return;
     const int64_t b = cpu_begin_[size_t(op.layer)], e = cpu_end_[size_t(op.layer)];
-    TF_CUDA_CHECK(cudaMemcpyAsync(d_lp_.as<uint16_t>() + b, h_copy_.as<uint16_t>() + (b - split_.gpu_elems),
-                                  size_t(e - b) * 2, cudaMemcpyHostToDevice, s));
+    TF_CUDA_CHECK(cudaMemcpyAsync(d_lp_.as<uint16_t>() + b, staging_slot(h_copy_, op.staging_slot), size_t(e - b) * 2,
+                                  cudaMemcpyHostToDevice, s));
     h2d_bytes_ += (e - b) * 2;
   }
 
@@ -812,18 +820,20 @@ class EngineImpl final : public Engine {
       if (!spec_->active()) return;
       const int cur = spec_->slot(op.layer);
       const cpu::LayerState from = state_in_slot(l, cur);
-      cpu_nonfinite_ += cpu_->update_layer(l, spec_->scalars(), state_in_slot(l, 1 - cur), &from).nonfinite;
+      cpu_nonfinite_ +=
+          cpu_->update_layer(l, spec_->scalars(), state_in_slot(l, 1 - cur), &from, op.staging_slot).nonfinite;
       return;
     }
     if (op.kind == core::OpKind::kCpuCommit) {
       if (spec_->commit(op.layer, *decision_) == core::Speculation::Commit::kUpdate)
-        cpu_nonfinite_ += cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l)).nonfinite;
+        cpu_nonfinite_ +=
+            cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l), nullptr, op.staging_slot).nonfinite;
       return;
     }
     if (op.kind != core::OpKind::kCpuOptimizer)
       throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on the cpu queue");
     if (decision_->skip) return;
-    cpu_nonfinite_ += cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l)).nonfinite;
+    cpu_nonfinite_ += cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l), nullptr, op.staging_slot).nonfinite;
   }
 
   // The step decision: known up front without a norm wait; else once the norm all-reduce landed.
@@ -892,8 +902,9 @@ class EngineImpl final : public Engine {
   uint32_t stats_chunks_ = 0;
   uint64_t stats_tiles_ = 0;
   HostBuffer h_master_, h_s1_, h_s2_;  // "host_master", "host_state1/2": (cpu_elems) fp32
-  HostBuffer h_grad_, h_copy_;         // "host_grad": (cpu_elems) grad dtype; "host_copy": (cpu_elems) bf16
-  HostBuffer h_norm_;                  // "host_norm": (2) f64, the folded norm and the non-finite count
+  // the staging rings, slot s from element plan_.staging.offsets[s] (Op::staging_slot):
+  HostBuffer h_grad_, h_copy_;  // "host_grad": (ring elems) grad dtype; "host_copy": (ring elems) bf16
+  HostBuffer h_norm_;           // "host_norm": (2) f64, the folded norm and the non-finite count
   // "host_master_spare", "host_state1/2_spare": (spare elems) fp32, the speculated layers' second slot
   HostBuffer h_master_spare_, h_s1_spare_, h_s2_spare_;
   core::SpareRange spare_;                 // where the spare slot sits in the CPU segment

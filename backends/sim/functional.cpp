@@ -176,6 +176,14 @@ core::StepPolicy policy(const FunctionalConfig& c) {
   return core::make_step_policy(c.kind, c.hp, c.clip, c.grad_dtype);
 }
 
+// One micro-batch per micro-shard a rank owns, the configuration's staging rings.
+core::StepConfig step_config(const FunctionalConfig& c) {
+  core::StepConfig s =
+      core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false, c.speculation_bytes);
+  s.staging_slots = c.staging_slots;
+  return s;
+}
+
 cpu::CpuBackend& kernels() {
   static cpu::CpuBackend be{cpu::CpuOptions{1, false, -1, 4, {}}};
   return be;
@@ -193,8 +201,7 @@ class FunctionalRun {
         c_(c),
         W_(c.world),
         part_(core::make_partition(model, {c.stage, c.world, int64_t(core::kStatsTile)})),
-        step_cfg_(
-            core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false, c.speculation_bytes)),
+        step_cfg_(step_config(c)),
         two_(core::state_count(c.kind) == 2),
         initial_(initial_weights(model, c)),
         scaler_(c.loss_scaler) {
@@ -246,11 +253,12 @@ class FunctionalRun {
     // the speculated layers' spare slot (core::spare_range of the CPU segment): master, state1, state2
     std::vector<float> sp, sm, sv;
     core::SpareRange spare;
-    std::optional<core::Speculation> spec;     // the per-step rule and each layer's current slot
-    std::vector<uint16_t> bf16;                // (shard) GPU-resident bf16 parameters
-    std::vector<float> acc;                    // (shard) fp32 gradient accumulation (reduce-scatter output)
-    std::vector<uint16_t> grad;                // (shard) reduced gradient in the grad dtype, on the GPU
-    std::vector<uint16_t> cgrad, ccopy;        // host: the CPU segment's gradient (after D2H), bf16 staging
+    std::optional<core::Speculation> spec;  // the per-step rule and each layer's current slot
+    std::vector<uint16_t> bf16;             // (shard) GPU-resident bf16 parameters
+    std::vector<float> acc;                 // (shard) fp32 gradient accumulation (reduce-scatter output)
+    std::vector<uint16_t> grad;             // (shard) reduced gradient in the grad dtype, on the GPU
+    // host: the staging rings (plan.staging's elements), gradient (after D2H) and bf16 copy
+    std::vector<uint16_t> cgrad, ccopy;
     std::vector<std::vector<uint16_t>> local;  // (L) this micro-step's full-layer gradient from backward
   };
 
@@ -275,7 +283,8 @@ class FunctionalRun {
     k.gp.assign(g, 0.f), k.gm.assign(g, init1), k.gv.assign(two_ ? g : 0, 0.f);
     k.cp.assign(n, 0.f), k.cm.assign(n, init1), k.cv.assign(two_ ? n : 0, 0.f);
     k.bf16.assign(size_t(s.elems), 0), k.acc.assign(size_t(s.elems), 0.f), k.grad.assign(size_t(s.elems), 0);
-    k.cgrad.assign(n, 0), k.ccopy.assign(n, 0), k.local.resize(model_.layers.size());
+    const size_t ring = size_t(k.plan.staging.elems());
+    k.cgrad.assign(ring, 0), k.ccopy.assign(ring, 0), k.local.resize(model_.layers.size());
     k.spec.emplace(k.plan);
     k.spare = core::spare_range(k.split, k.spec->layers());
     const size_t sn = size_t(k.spare.elems);
@@ -493,13 +502,14 @@ class FunctionalRun {
       case core::OpKind::kBackward: return backward(l, op.micro_batch);
       case core::OpKind::kReduceScatter:
       case core::OpKind::kAllReduce: return reduce(l, op.micro_batch);
-      case core::OpKind::kD2HGrad: return d2h(l);
+      case core::OpKind::kD2HGrad: return d2h(l, op.staging_slot);
       case core::OpKind::kGradStats: return grad_stats();
       case core::OpKind::kNormAllReduce: return decide(global_sumsq_of_tiles(), nonfinite_);
-      case core::OpKind::kCpuOptimizer: return op.state_slot == 1 ? speculate(l) : cpu_optimizer(l);
-      case core::OpKind::kCpuCommit: return commit(l);
+      case core::OpKind::kCpuOptimizer:
+        return op.state_slot == 1 ? speculate(l, op.staging_slot) : cpu_optimizer(l, op.staging_slot);
+      case core::OpKind::kCpuCommit: return commit(l, op.staging_slot);
       case core::OpKind::kGpuOptimizer: return gpu_optimizer();
-      case core::OpKind::kH2DParam: return h2d(l);
+      case core::OpKind::kH2DParam: return h2d(l, op.staging_slot);
     }
   }
 
@@ -547,11 +557,14 @@ class FunctionalRun {
     }
   }
 
-  void d2h(size_t l) {
+  // Element 0 of staging slot `slot` in rank k's rings.
+  static size_t slot_offset(const Rank& k, int32_t slot) { return size_t(k.plan.staging.offsets.at(size_t(slot))); }
+
+  void d2h(size_t l, int32_t slot) {
     for (Rank& k : ranks_) {
       int64_t b, e;
       cpu_range(k, l, b, e);
-      std::memcpy(k.cgrad.data() + (b - k.split.gpu_elems), k.grad.data() + b, size_t(e - b) * 2);
+      std::memcpy(k.cgrad.data() + slot_offset(k, slot), k.grad.data() + b, size_t(e - b) * 2);
       res_.d2h_bytes += (e - b) * 2;
     }
   }
@@ -583,23 +596,24 @@ class FunctionalRun {
     return global_sumsq_of_tiles();
   }
 
-  void cpu_optimizer(size_t l) {
+  void cpu_optimizer(size_t l, int32_t slot) {
     if (decision("CPU optimizer").skip) return;
-    for (Rank& k : ranks_) cpu_pass(k, l, decision_.scalars, current_state(k, l), nullptr);
+    for (Rank& k : ranks_) cpu_pass(k, l, decision_.scalars, current_state(k, l), nullptr, slot);
   }
 
   // The fused pass over layer l's CPU part of rank k, on the master and states at `to`, read from `from`
-  // when given (out of place).
-  void cpu_pass(Rank& k, size_t l, const core::StepScalars& sc, const SlotPtrs& to, const SlotPtrs* from) {
+  // when given (out of place), its gradient and copy in staging slot `slot`.
+  void cpu_pass(Rank& k, size_t l, const core::StepScalars& sc, const SlotPtrs& to, const SlotPtrs* from,
+                int32_t slot) {
     int64_t b, e;
     cpu_range(k, l, b, e);
-    const size_t o = size_t(b - k.split.gpu_elems), n = size_t(e - b);
+    const size_t n = size_t(e - b), so = slot_offset(k, slot);
     const auto view = [n](float* p) { return p ? BufferView{p, n, core::DType::kF32} : BufferView{}; };
     OptimChunk ch{view(to.master),
                   view(to.state1),
                   view(to.state2),
-                  lp(k.cgrad, o, n, c_.grad_dtype),
-                  lp(k.ccopy, o, n, core::DType::kBF16),
+                  lp(k.cgrad, so, n, c_.grad_dtype),
+                  lp(k.ccopy, so, n, core::DType::kBF16),
                   {}};
     if (from) ch.from = {from->master, from->state1, from->state2};
     kernels().step(c_.kind, std::span<const OptimChunk>(&ch, 1), sc);
@@ -607,21 +621,21 @@ class FunctionalRun {
 
   // A speculated layer as soon as its gradient landed: out of place from its current slot into the
   // other one, with the step's speculative scalars (nothing when the step does not speculate).
-  void speculate(size_t l) {
+  void speculate(size_t l, int32_t slot) {
     for (Rank& k : ranks_) {
       if (!k.spec->active()) continue;
       const int cur = k.spec->slot(int32_t(l));
       const SlotPtrs from = layer_state(k, l, cur);
-      cpu_pass(k, l, k.spec->scalars(), layer_state(k, l, 1 - cur), &from);
+      cpu_pass(k, l, k.spec->scalars(), layer_state(k, l, 1 - cur), &from, slot);
     }
   }
 
   // Once the step is decided: adopt the speculative slot, or update the current one in place.
-  void commit(size_t l) {
+  void commit(size_t l, int32_t slot) {
     const core::StepDecision& d = decision("CPU commit");
     for (Rank& k : ranks_)
       if (k.spec->commit(int32_t(l), d) == core::Speculation::Commit::kUpdate)
-        cpu_pass(k, l, d.scalars, current_state(k, l), nullptr);
+        cpu_pass(k, l, d.scalars, current_state(k, l), nullptr, slot);
   }
 
   void gpu_optimizer() {
@@ -638,12 +652,12 @@ class FunctionalRun {
     }
   }
 
-  void h2d(size_t l) {
+  void h2d(size_t l, int32_t slot) {
     if (decision("H2D").skip) return;
     for (Rank& k : ranks_) {
       int64_t b, e;
       cpu_range(k, l, b, e);
-      std::memcpy(k.bf16.data() + b, k.ccopy.data() + (b - k.split.gpu_elems), size_t(e - b) * 2);
+      std::memcpy(k.bf16.data() + b, k.ccopy.data() + slot_offset(k, slot), size_t(e - b) * 2);
       res_.h2d_bytes += (e - b) * 2;
     }
   }
@@ -697,6 +711,7 @@ FunctionalConfig functional_config(const core::RunSettings& s, double ratio, int
   c.clip = s.policy.clip;
   c.loss_scaler = s.loss_scaler;
   c.seed = s.seed;
+  c.staging_slots = s.step.staging_slots;
   c.speculation_bytes = s.step.speculation_bytes;
   if (s.workload == core::WorkloadType::kDecoder ||
       (s.workload == core::WorkloadType::kAuto && s.model.spec.type == core::ModelType::kDecoder)) {

@@ -578,6 +578,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   p.ratio = rp.largest.split.actual_ratio;
   p.pcie_bytes_each_way = rp.largest.step.pcie_d2h_bytes;
   p.memory = core::sum_by_kind(rp.largest.alloc);
+  p.host_per_cpu_param = core::host_bytes_per_cpu_param(rp.largest.alloc, rp.largest.split.cpu_elems);
   try {
     const core::HardwareProfile& hw = s.cluster.hardware;
     core::check_ratio_fits(rs.model, part, mo, ratio, hw.gpu.hbm_bytes, hw.host_memory_bytes / cost.ranks_per_node);

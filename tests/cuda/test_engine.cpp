@@ -33,6 +33,7 @@ struct Case {
   int steps = 3;
   int overflow_at = -1;
   int64_t scale_window = 0;  // fp16: clean steps before the loss scale doubles (0: never)
+  int staging_slots = core::kStagingSlots;  // slots per host staging ring (0: full-size staging)
 };
 
 core::ModelDesc small_model() { return core::describe_model(core::make_mlp({96, 160, 80, 48})); }
@@ -46,6 +47,7 @@ core::RunSettings settings(const core::ModelDesc& m, const Case& c) {
   const core::DType grad = c.fp16 ? core::DType::kF16 : core::DType::kBF16;
   s.policy = core::make_step_policy(c.kind, core::default_hyper_params(c.kind), c.clip, grad);
   s.step = core::make_step_config(s.policy, grad, 1, c.grad_accum, false);
+  s.step.staging_slots = c.staging_slots;
   s.loss_scaler = {c.fp16 ? 65536.0 : 1.0, c.scale_window, 1.0, 0};
   s.workload = core::WorkloadType::kSynthetic;
   s.seed = 7;
@@ -98,6 +100,27 @@ TEST(CudaEngine, BitIdenticalToFunctionalSimulatorAcrossRatios) {
     c.ratio = r;
     expect_bit_identical(m, c);
   }
+}
+
+// Issue 16: the engine's staging rings (more CPU layers than slots, so every slot is reused) give the
+// functional simulator's bits, which are full-size staging's (tests/sim/test_functional.cpp); with and
+// without the norm wait (the deferred D2Hs), at ratios 0.3 and 1.
+TEST(CudaEngine, StagingRingsBitIdenticalToFunctionalSimulator) {
+  SKIP_WITHOUT_GPU();
+  const core::ModelDesc m = core::describe_model(core::make_mlp({96, 160, 80, 160, 80, 160, 48}));
+  for (double r : {0.3, 1.0})
+    for (int slots : {1, 2})
+      for (double clip : {0.0, 1.0}) {
+        Case c;
+        c.ratio = r;
+        c.clip = clip;
+        c.staging_slots = slots;
+        SCOPED_TRACE("ratio " + std::to_string(r) + " slots " + std::to_string(slots) + " clip " +
+                     std::to_string(clip));
+        expect_bit_identical(m, c);
+        const core::StepPlan plan = cu::Engine::create(config(m, c))->plan();
+        EXPECT_EQ(plan.staging.slots, slots);
+      }
 }
 
 TEST(CudaEngine, BitIdenticalWithoutClippingAndWithOneMicroBatch) {

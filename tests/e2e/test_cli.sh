@@ -21,11 +21,16 @@ python3 - "$tmp/s.json" "$tmp/t.json" <<'PY' && pass=$((pass + 1)) || { fails=$(
 import json, sys
 s = json.load(open(sys.argv[1]))
 assert len(s["points"]) == 5 and s["best"]["ratio"] >= 0 and s["world"] == 8, s
+b = s["best"]["host_bytes_per_cpu_param"]
+assert b["state"] in (0, 12) and abs(b["total"] - b["state"] - b["spare"] - b["staging"]) < 1e-9, b
 t = json.load(open(sys.argv[2]))
 assert any(e.get("ph") == "X" for e in t["traceEvents"])
 PY
 expect 0 "simulate one ratio of a shipped scenario" -- "$tf" simulate "$src/scenarios/toy-zero3-ratio0.4.yaml"
 contains "$tmp/out" "0.4" "toy scenario at its ratio"
+contains "$tmp/out" "host bytes per CPU-side parameter 12.00 (state) + " "simulate reports host bytes per CPU param"
+expect 2 "staging slots out of range" -- "$tf" simulate --staging-slots 2000
+contains "$tmp/err" "staging-slots" "staging slots error names the option"
 expect 2 "ratio out of range" -- "$tf" simulate --ratio 1.5
 contains "$tmp/err" "ratio must be in \[0, 1\]" "ratio error message"
 expect 2 "infeasible single ratio is refused" -- "$tf" simulate "$src/scenarios/h100-single.yaml" --ratio 0.1

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "backends/sim/functional.h"
 #include "core/error.h"
@@ -329,4 +330,52 @@ TEST(Functional, DecoderConfigComesFromTheRunSettings) {
   const core::ModelDesc mlp = core::describe_model(core::make_mlp({8, 8}));
   FunctionalConfig bad = decoder_config(1, 1e-3, 0);
   EXPECT_THROW(backend::sim::run_functional(mlp, bad), core::InputError);
+}
+
+// Issue 16: the staging rings change where the CPU segment's gradients and copies wait on the host,
+// not their values. Six MLP layers (more than any ring's slots), with 1, 2 or 3 slots against
+// unbounded (full-size) staging and the plain loop: bit-identical masters on ratios 0, 0.3, 1, worlds
+// 1, 2, 4, every optimizer, with and without a norm wait (clipping), and fp16 with a skipped step.
+TEST(Functional, StagingRingsKeepTheBits) {
+  const core::ModelDesc m = core::describe_model(core::make_mlp({128, 256, 256, 256, 256, 256, 128}));
+  auto check = [&](const FunctionalConfig& base, const char* what) {
+    const FunctionalResult ref = backend::sim::run_reference_loop(m, base);
+    for (int world : {1, 2, 4})
+      for (double ratio : {0.0, 0.3, 1.0}) {
+        FunctionalConfig c = base;
+        c.world = world;
+        c.ratio = ratio;
+        c.staging_slots = core::kUnboundedStaging;
+        const FunctionalResult full = backend::sim::run_functional(m, c);
+        ASSERT_EQ(first_diff(full.master, ref.master), -1) << what << " world " << world << " ratio " << ratio;
+        for (int slots : {1, 2, 3}) {
+          c.staging_slots = slots;
+          const FunctionalResult r = backend::sim::run_functional(m, c);
+          ASSERT_EQ(first_diff(r.master, full.master), -1)
+              << what << " world " << world << " ratio " << ratio << " slots " << slots;
+          EXPECT_EQ(r.skipped_steps, ref.skipped_steps);
+          EXPECT_EQ(r.loss_scales, ref.loss_scales);
+          EXPECT_EQ(r.d2h_bytes, full.d2h_bytes);
+        }
+      }
+  };
+  for (core::OptimizerKind kind : {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdam,
+                                   core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion})
+    for (double clip : {0.0, 0.5}) {
+      FunctionalConfig base;
+      base.kind = kind;
+      base.hp = core::default_hyper_params(kind);
+      base.hp.lr = 1e-2;
+      base.clip = clip;
+      base.steps = 2;
+      check(base, (std::string(core::optimizer_name(kind)) + (clip > 0 ? " clipped" : "")).c_str());
+    }
+  FunctionalConfig fp16;
+  fp16.grad_dtype = core::DType::kF16;
+  fp16.loss_scaler = {1024, 1000, 1, 0};
+  fp16.overflow_at_step = 2;
+  fp16.steps = 4;
+  const FunctionalResult ref = backend::sim::run_reference_loop(m, fp16);
+  ASSERT_EQ(ref.skipped_steps, std::vector<int>{2});
+  check(fp16, "fp16 with a skipped step");
 }

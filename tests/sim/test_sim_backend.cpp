@@ -472,6 +472,59 @@ TEST(Timeline, ExposedCpuOptimizerAndCopiesSplitTheExposedTransfer) {
   EXPECT_EQ(t.exposed_copies_ns, 80);
 }
 
+namespace {
+
+// Issue 16, the staging rings in the cost-only simulator: on a slow CPU (0.05 Gparam/s against PCIe's
+// tens of GB/s) with 2 slots, the D2H of the i-th CPU layer waits for the update of layer i - 2 to free
+// its slot: it starts after that update's end, later than with full-size staging (where every D2H runs
+// as soon as its reduction has); two slots hide the wait behind the slow updates (the step time stays).
+TEST(SimBackend, StagingRingStallsTheD2HBehindASlowCpu) {
+  tf::core::Scenario s = decoder_scenario(1);
+  auto& hw = s.cluster.hardware;
+  hw.cpu.optimizer_gparam_s_by_threads.clear();
+  hw.cpu.optimizer_node_gparam_s_by_ranks.clear();
+  hw.cpu.optimizer_gparam_s_per_core = hw.cpu.optimizer_gparam_s_all_cores = 0.05;
+  for (bool clip : {true, false}) {
+    s.training.gradient_clipping = clip ? 1.0 : 0.0;
+    SimOptions ring{.record_ops = true, .keep_plans = true}, full = ring;
+    ring.overrides.staging_slots = 2;
+    ring.overrides.speculation_bytes = 0;  // every CPU layer's pass is one kCpuOptimizer after the norm
+    full = ring;
+    full.overrides.staging_slots = tf::core::kUnboundedStaging;
+    const SimPoint a = simulate_step(s, 1.0, ring), b = simulate_step(s, 1.0, full);
+    const tf::core::StepPlan& pa = a.plans[0];
+    const tf::core::StepPlan& pb = b.plans[0];
+    const auto& ta = a.ranks[0].ops;
+    const auto& tb = b.ranks[0].ops;
+    // the D2Hs of both plans, in CPU-layer order (backward), and the CPU updates of the ring's
+    std::vector<uint32_t> d2h_a, d2h_b, cpu_a;
+    for (const auto& o : pa.ops) {
+      if (o.kind == tf::core::OpKind::kD2HGrad) d2h_a.push_back(o.id);
+      if (o.kind == tf::core::OpKind::kCpuOptimizer) cpu_a.push_back(o.id);
+    }
+    for (const auto& o : pb.ops)
+      if (o.kind == tf::core::OpKind::kD2HGrad) d2h_b.push_back(o.id);
+    std::sort(d2h_a.begin(), d2h_a.end(), [&](uint32_t x, uint32_t y) { return pa.ops[x].layer > pa.ops[y].layer; });
+    std::sort(d2h_b.begin(), d2h_b.end(), [&](uint32_t x, uint32_t y) { return pb.ops[x].layer > pb.ops[y].layer; });
+    ASSERT_EQ(d2h_a.size(), 6u);  // embed, 4 blocks, head
+    ASSERT_EQ(d2h_b.size(), 6u);
+    size_t stalled = 0;  // D2Hs that start later than without the ring
+    for (size_t i = 2; i < d2h_a.size(); ++i) {
+      const int64_t freed = ta[cpu_a[i - 2]].end_ns;  // the update that last read the slot
+      EXPECT_GE(ta[d2h_a[i]].start_ns, freed) << "clip " << clip << " CPU layer " << i;
+      stalled += ta[d2h_a[i]].start_ns > tb[d2h_b[i]].start_ns;
+    }
+    // with the norm wait every D2H beyond the first two waits for an update; without it the first
+    // update (the head's final LayerNorm) is short, so from the fourth CPU layer on
+    EXPECT_EQ(stalled, clip ? 4u : 3u);
+    // the CPU is the bottleneck: its updates run back to back either way, and the step time stays
+    EXPECT_NEAR(double(a.step_ns), double(b.step_ns), 0.01 * double(b.step_ns)) << clip;
+    EXPECT_LT(a.memory.host_staging, b.memory.host_staging) << clip;
+  }
+}
+
+}  // namespace
+
 // The speculative schedule from the same plan (docs/ARCHITECTURE.md, "Speculation"): with clipping, a held
 // speculation moves the CPU passes of the last layers into backward, so the step and its optimizer phase
 // shrink and more of the CPU queue runs under compute; the step after a clipped one (no speculative work,

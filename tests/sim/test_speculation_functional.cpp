@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/sim/functional.h"
@@ -136,4 +138,66 @@ TEST(FunctionalSpeculation, SameBitsWithAPartialBudget) {
       EXPECT_FALSE(r.speculated_steps.empty()) << budget;
       ASSERT_EQ(first_diff(r.master, ref.master), -1) << "budget " << budget << " world " << world;
     }
+}
+
+// Issues 15 and 16 together: the staging rings bound where a speculated layer's gradient and copy wait,
+// and a slot is reused only after the commit (or its redo) and the H2D of its previous layer
+// (core::plan_step). Six MLP layers (more than any ring's slots; with K slots the first K CPU layers
+// speculate), rings of 1, 2 and 3 slots with speculation on and off, against unbounded staging without
+// speculation: bit-identical masters, norms, skips and loss scales, on ZeRO stages 1-3, worlds 1 and 2,
+// ratios 0.3 and 1, with a clip that makes some steps clip and with an fp16 step that overflows.
+TEST(FunctionalSpeculation, StagingRingsWithSpeculationKeepTheBits) {
+  const core::ModelDesc m = core::describe_model(core::make_mlp({128, 256, 256, 256, 256, 256, 128}));
+  FunctionalConfig clipped = test::optimizer_config(core::OptimizerKind::kAdamW, 8);
+  clipped.ratio = 1.0;  // the search's run: world 1, every layer on the CPU
+  clipped.staging_slots = 3;
+  clipped.speculation_bytes = core::kSpeculationAuto;
+  std::optional<double> clip;
+  for (double candidate : test::clips_between_norms(m, clipped)) {
+    clipped.clip = candidate;
+    const FunctionalResult r = backend::sim::run_functional(m, clipped);
+    const size_t failed = r.failed_speculations.size(), held = r.speculated_steps.size() - failed;
+    if (failed >= 1 && held >= 1) {
+      clip = candidate;
+      break;
+    }
+  }
+  ASSERT_TRUE(clip) << "no clip gives both held and failed speculations";
+  clipped.clip = *clip;
+  FunctionalConfig fp16 = test::optimizer_config(core::OptimizerKind::kAdamW, 5);
+  fp16.grad_dtype = core::DType::kF16;
+  fp16.loss_scaler = {1024, 2, 1, 0};
+  fp16.overflow_at_step = 3;
+  fp16.clip = 1e30;  // only the overflow spoils a speculation
+  for (const auto& [base, what] : {std::pair{clipped, "clipped"}, std::pair{fp16, "fp16"}}) {
+    size_t failed = 0;
+    for (int stage : {1, 2, 3})
+      for (int world : {1, 2})
+        for (double ratio : {0.3, 1.0}) {
+          FunctionalConfig c = base;
+          c.stage = stage;
+          c.world = world;
+          c.ratio = ratio;
+          c.staging_slots = core::kUnboundedStaging;
+          c.speculation_bytes = 0;
+          const FunctionalResult ref = backend::sim::run_functional(m, c);
+          ASSERT_TRUE(ref.speculated_steps.empty());
+          for (int slots : {1, 2, 3})
+            for (int64_t speculation : {int64_t(0), core::kSpeculationAuto}) {
+              c.staging_slots = slots;
+              c.speculation_bytes = speculation;
+              const FunctionalResult r = backend::sim::run_functional(m, c);
+              const std::string at = std::string(what) + " stage " + std::to_string(stage) + " world " +
+                                     std::to_string(world) + " ratio " + std::to_string(ratio) + " slots " +
+                                     std::to_string(slots) + " speculation " + std::to_string(speculation);
+              ASSERT_EQ(first_diff(r.master, ref.master), -1) << at;
+              EXPECT_EQ(r.grad_norms, ref.grad_norms) << at;
+              EXPECT_EQ(r.skipped_steps, ref.skipped_steps) << at;
+              EXPECT_EQ(r.loss_scales, ref.loss_scales) << at;
+              EXPECT_EQ(r.speculated_steps.empty(), speculation == 0) << at;
+              failed += r.failed_speculations.size();
+            }
+        }
+    EXPECT_GT(failed, 0u) << what << ": some speculations must fail (and be redone from the ring)";
+  }
 }

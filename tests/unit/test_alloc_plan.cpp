@@ -327,3 +327,71 @@ TEST(AllocPlan, UnknownNameIsAnError) {
   const AllocPlan a = plan_allocations(m, p, p.ranks[0], split_shard(p.ranks[0], 0.5, 2048), MemoryOptions{});
   EXPECT_THROW((void)a.at("no-such-buffer"), InputError);
 }
+
+// Issue 16: the CPU segment costs its fp32 state plus the staging rings. 9 equal MLP layers of 1049600
+// parameters padded to 1050624, all on the CPU (world 1, ratio 1): AdamW's master + 2 states are
+// 12 B/param; each ring holds 3 slots of one layer in 2 B elements: 2 x 3 x 2 / 9 = 1.33 B/param
+// (full-size staging would be 4 B/param).
+TEST(AllocPlan, StagingRingsCostBoundedHostMemory) {
+  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
+  const Partition p = make_partition(m, {3, 1, 2048});
+  const TwinFlowSplit t = split_shard(p.ranks[0], 1.0, 2048);
+  const int64_t layer = 1050624, n = 9 * layer;
+  ASSERT_EQ(t.cpu_elems, n);
+  MemoryOptions o;
+  o.workload = WorkloadType::kSynthetic;
+  const AllocPlan a = plan_allocations(m, p, p.ranks[0], t, o);
+  EXPECT_EQ(a.at(buf::kHostGrad).bytes, 3 * layer * 2);
+  EXPECT_EQ(a.at(buf::kHostCopy).bytes, 3 * layer * 2);
+  EXPECT_EQ(a.at(buf::kHostGrad).kind, MemKind::kStaging);
+  const RankMemory r = sum_by_kind(a);
+  EXPECT_EQ(r.host_staging, 4 * 3 * layer);
+  EXPECT_EQ(r.host_optimizer, 12 * n);
+  const HostBytesPerParam b = host_bytes_per_cpu_param(a, n);
+  EXPECT_DOUBLE_EQ(b.optimizer, 12.0);
+  EXPECT_DOUBLE_EQ(b.staging, 12.0 / 9.0);
+  EXPECT_EQ(host_bytes_per_cpu_param(a, 0).total(), 0.0);
+  // unbounded staging is full size: 4 B/param
+  o.step.staging_slots = kUnboundedStaging;
+  const AllocPlan full = plan_allocations(m, p, p.ranks[0], t, o);
+  EXPECT_DOUBLE_EQ(host_bytes_per_cpu_param(full, n).staging, 4.0);
+  // a host that holds the state and the rings but not full-size staging now fits ratio 1 (the GPU is
+  // ample): the feasible range reads the plan's ring sizes
+  const int64_t host = 12 * n + 4 * 3 * layer + kNormResultBytes;
+  o.step.staging_slots = kStagingSlots;
+  const RatioRange fits = feasible_ratios(m, p, o, int64_t(1) << 40, host);
+  ASSERT_TRUE(fits.feasible) << fits.why;
+  EXPECT_EQ(fits.max_ratio, 1.0);
+  o.step.staging_slots = kUnboundedStaging;
+  EXPECT_LT(feasible_ratios(m, p, o, int64_t(1) << 40, host).max_ratio, 1.0);
+}
+
+// Issues 15 and 16 together: with clipping and a speculation budget, the spare state slots of the
+// speculated layers count too. The 9 equal layers of above: with 3 staging slots the first 3 CPU layers
+// in backward order speculate (12 B each element: 3 x 12 / 9 = 4 B/param); with unbounded staging
+// every layer but layer 0 does (8 x 12 / 9).
+TEST(AllocPlan, HostBytesPerCpuParamCountsTheSpareSlotsAndTheRings) {
+  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
+  const Partition p = make_partition(m, {3, 1, 2048});
+  const TwinFlowSplit t = split_shard(p.ranks[0], 1.0, 2048);
+  const int64_t layer = 1050624, n = 9 * layer;
+  MemoryOptions o;
+  o.workload = WorkloadType::kSynthetic;
+  o.step.clip_gradients = true;
+  o.step.speculation_bytes = int64_t(1) << 40;
+  const AllocPlan a = plan_allocations(m, p, p.ranks[0], t, o);
+  EXPECT_EQ(a.at(buf::kHostMasterSpare).bytes, 3 * layer * 4);
+  EXPECT_EQ(a.at(buf::kHostState2Spare).bytes, 3 * layer * 4);
+  const HostBytesPerParam b = host_bytes_per_cpu_param(a, n);
+  EXPECT_DOUBLE_EQ(b.optimizer, 12.0);
+  EXPECT_DOUBLE_EQ(b.spare, 4.0);
+  EXPECT_DOUBLE_EQ(b.staging, 12.0 / 9.0);
+  EXPECT_DOUBLE_EQ(b.total(), 12.0 + 4.0 + 12.0 / 9.0);
+  const RankMemory r = sum_by_kind(a);
+  EXPECT_EQ(r.host_optimizer, 12 * n + 12 * 3 * layer);  // the spare slots are optimizer memory
+  EXPECT_EQ(r.host_staging, 4 * 3 * layer);
+  o.step.staging_slots = kUnboundedStaging;
+  const HostBytesPerParam full = host_bytes_per_cpu_param(plan_allocations(m, p, p.ranks[0], t, o), n);
+  EXPECT_DOUBLE_EQ(full.spare, 12.0 * 8 / 9);
+  EXPECT_DOUBLE_EQ(full.staging, 4.0);
+}

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -43,8 +44,8 @@ struct Buffers {
     }
   }
   SegmentBuffers views() const {
-    return {master.as<float>(), s1.as<float>(),     s2.as<float>(),    grad.data(),
-            copy.data(),        core::DType::kBF16, core::DType::kBF16};
+    return {master.as<float>(), s1.as<float>(),     s2.as<float>(),     grad.data(),
+            copy.data(),        core::DType::kBF16, core::DType::kBF16, {}};
   }
   HostRegion master, s1, s2, grad, copy;
   size_t n;
@@ -85,6 +86,39 @@ TEST(CpuSegment, EachLayerIsTheBackendsFusedPassOnItsChunkBitForBit) {
     for (const auto& [x, y] : {std::pair{&s.master, &r.master}, {&s.s1, &r.s1}, {&s.s2, &r.s2}, {&s.copy, &r.copy}})
       EXPECT_EQ(std::memcmp(x->data(), y->data(), x->bytes()), 0) << threads << " threads, block " << block;
   }
+}
+
+// With staging rings, a layer's gradient is read from and its copy written to its slot: staged in and
+// out by hand, the result is the full-size segment's bit for bit.
+TEST(CpuSegment, StagingRingsGiveTheFullSizeBits) {
+  Buffers full(30000), ring(30000);
+  // kRanges in backward order: layer 2 (10000 elements) slot 0, layer 1 (13856) slot 1, layer 0 (6144)
+  // slot 0 again; slot 0 holds the larger of its two layers
+  const std::vector<int64_t> offsets = {0, 10000, 23856};
+  const std::map<size_t, int32_t> slot_of = {{2, 0}, {1, 1}, {0, 0}, {3, 0}};
+  SegmentBuffers rv = ring.views();
+  HostRegion grad_ring(size_t(offsets.back()) * 2), copy_ring(size_t(offsets.back()) * 2);
+  rv.grad = grad_ring.data();
+  rv.copy = copy_ring.data();
+  rv.staging_offsets = offsets;
+  CpuSegment a(CpuOptions(2), core::OptimizerKind::kAdamW, rv, kRanges);
+  CpuSegment b(CpuOptions(2), core::OptimizerKind::kAdamW, full.views(), kRanges);
+  for (int64_t step = 1; step <= 3; ++step)
+    for (size_t layer : kOrder) {
+      const SegmentRange& rg = *std::find_if(kRanges.begin(), kRanges.end(), [&](auto& x) { return x.layer == layer; });
+      const auto n = size_t(rg.end - rg.begin);
+      const int64_t at = offsets[size_t(slot_of.at(layer))];
+      std::memcpy(grad_ring.as<uint16_t>() + at, ring.grad.as<uint16_t>() + rg.begin, n * 2);  // the D2H
+      a.update_layer(layer, scalars(step), slot_of.at(layer));
+      std::memcpy(ring.copy.as<uint16_t>() + rg.begin, copy_ring.as<uint16_t>() + at, n * 2);  // the H2D
+      b.update_layer(layer, scalars(step));
+    }
+  for (const auto& [x, y] :
+       {std::pair{&ring.master, &full.master}, {&ring.s1, &full.s1}, {&ring.s2, &full.s2}, {&ring.copy, &full.copy}})
+    EXPECT_EQ(std::memcmp(x->data(), y->data(), x->bytes()), 0);
+  // a slot too small for its layer, or outside the ring, is refused
+  EXPECT_THROW(a.update_layer(1, scalars(4), 0), core::InputError);
+  EXPECT_THROW(a.update_layer(2, scalars(4), 2), core::InputError);
 }
 
 TEST(CpuSegment, FirstTouchZeroesEveryBufferOfEveryLayer) {

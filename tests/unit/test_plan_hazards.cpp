@@ -52,24 +52,27 @@ TEST(PlanHazards, NoneOnAnyConfiguration) {
           for (int prefetch : {1, 2, 3})
             for (double ratio : {0.0, 0.3, 1.0})
               for (int waits : {0, 1, 2})  // nothing, clipping, fp16 loss scaling
-                for (int64_t speculation : {int64_t(0), kSpeculationAuto}) {
-                  StepConfig c;
-                  c.grad_accum = ga;
-                  c.prefetch_layers = prefetch;
-                  c.clip_gradients = waits == 1;
-                  c.loss_scaling = waits == 2;
-                  c.speculation_bytes = speculation;
-                  if (waits == 2) c.grad_dtype = DType::kF16;
-                  for (int rank : {0, world - 1}) {
-                    const StepPlan p = plan_of(m.model, stage, world, ratio, c, rank);
-                    const std::vector<std::string> h = check_plan_hazards(p);
-                    ASSERT_TRUE(h.empty()) << m.name << " stage " << stage << " world " << world << " accum " << ga
-                                           << " prefetch " << prefetch << " ratio " << ratio << " waits " << waits
-                                           << " speculation " << speculation << ": " << h.front();
-                    ++plans;
+                for (int slots : {kStagingSlots, 1, kUnboundedStaging})
+                  for (int64_t speculation : {int64_t(0), kSpeculationAuto}) {
+                    StepConfig c;
+                    c.staging_slots = slots;
+                    c.grad_accum = ga;
+                    c.prefetch_layers = prefetch;
+                    c.clip_gradients = waits == 1;
+                    c.loss_scaling = waits == 2;
+                    c.speculation_bytes = speculation;
+                    if (waits == 2) c.grad_dtype = DType::kF16;
+                    for (int rank : {0, world - 1}) {
+                      const StepPlan p = plan_of(m.model, stage, world, ratio, c, rank);
+                      const std::vector<std::string> h = check_plan_hazards(p);
+                      ASSERT_TRUE(h.empty())
+                          << m.name << " stage " << stage << " world " << world << " accum " << ga << " prefetch "
+                          << prefetch << " ratio " << ratio << " waits " << waits << " staging slots " << slots
+                          << " speculation " << speculation << ": " << h.front();
+                      ++plans;
+                    }
                   }
-                }
-  EXPECT_EQ(plans, 2u * 3 * 3 * 2 * 3 * 3 * 3 * 2 * 2);
+  EXPECT_EQ(plans, 2u * 3 * 3 * 2 * 3 * 3 * 3 * 3 * 2 * 2);
 }
 
 TEST(PlanHazards, ARemovedReuseDependencyIsFound) {
@@ -128,6 +131,48 @@ TEST(PlanHazards, RemovedOptimizerSideDependenciesAreFound) {
   }
 }
 
+// The staging rings: the D2H into slot s waits for the CPU pass that last read it (a speculated
+// layer's commit, which may redo the update from the slot), the pass writing copy slot s for the H2D
+// that last read it; without either, the checker names the slot. With speculation (a norm wait) the
+// first two CPU layers speculate and the D2Hs of layers 2 and 3 wait for their commits.
+TEST(PlanHazards, ARemovedStagingRingDependencyIsFound) {
+  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(8, 1024)));  // 7 CPU layers at ratio 1
+  for (int waits : {0, 1, 2})  // nothing, clipping, clipping with speculation
+  {
+    StepConfig c;
+    c.staging_slots = 2;
+    c.clip_gradients = waits > 0;
+    c.speculation_bytes = waits == 2 ? kSpeculationAuto : 0;
+    const StepPlan base = plan_of(m, 3, 2, 1.0, c);
+    ASSERT_TRUE(check_plan_hazards(base).empty());
+    const auto is_pass = [](OpKind k) { return k == OpKind::kCpuOptimizer || k == OpKind::kCpuCommit; };
+    const auto depends_on = [&](const Op& o, auto pred) {
+      return std::any_of(o.deps.begin(), o.deps.end(), [&](uint32_t d) { return pred(base.ops[d].kind); });
+    };
+    const auto is_h2d = [](OpKind k) { return k == OpKind::kH2DParam; };
+    size_t d2h_cases = 0, cpu_cases = 0, after_commit = 0, speculative = 0;
+    for (const Op& o : base.ops) {
+      speculative += o.kind == OpKind::kCpuOptimizer && o.state_slot == 1;
+      const bool d2h_reuse = o.kind == OpKind::kD2HGrad && depends_on(o, is_pass);
+      const bool cpu_reuse = is_pass(o.kind) && depends_on(o, is_h2d);
+      if (!d2h_reuse && !cpu_reuse) continue;
+      StepPlan p = base;
+      after_commit += d2h_reuse && depends_on(o, [](OpKind k) { return k == OpKind::kCpuCommit; });
+      std::erase_if(p.ops[o.id].deps,
+                    [&](uint32_t d) { return d2h_reuse ? is_pass(p.ops[d].kind) : is_h2d(p.ops[d].kind); });
+      const std::string ring = d2h_reuse ? "host_grad[" : "host_copy[";
+      EXPECT_TRUE(any_mentions(check_plan_hazards(p), ring + std::to_string(o.staging_slot) + "]"))
+          << o.label() << " waits " << waits;
+      ++(d2h_reuse ? d2h_cases : cpu_cases);
+    }
+    EXPECT_EQ(d2h_cases, 5u) << waits;  // CPU layers 2..6 of 7 reuse a slot
+    EXPECT_EQ(cpu_cases, 5u) << waits;
+    // speculation: only the layers whose D2H lands before the norm (the first 2 CPU layers) speculate
+    EXPECT_EQ(speculative, waits == 2 ? 2u : 0u);
+    EXPECT_EQ(after_commit, waits == 2 ? 2u : 0u);
+  }
+}
+
 // A speculated layer: its speculative update reads the gradient its D2H lands; the first commit reads
 // the step decision; the H2D reads the copy the commit (its redo) writes. Removing any of those
 // dependencies leaves a pair unordered.
@@ -147,7 +192,8 @@ TEST(PlanHazards, RemovedSpeculationDependenciesAreFound) {
     ASSERT_NE(spec, p.ops.end());
     spec->deps.clear();
     const std::vector<std::string> h = check_plan_hazards(p);
-    EXPECT_TRUE(any_mentions(h, "host_grad[" + std::to_string(spec->layer) + "]")) << (h.empty() ? "" : h.front());
+    EXPECT_TRUE(any_mentions(h, "host_grad[" + std::to_string(spec->staging_slot) + "]"))
+        << (h.empty() ? "" : h.front());
   }
   {
     StepPlan p = base;
@@ -164,7 +210,8 @@ TEST(PlanHazards, RemovedSpeculationDependenciesAreFound) {
     ASSERT_NE(h2d, p.ops.end());
     h2d->deps.clear();
     const std::vector<std::string> h = check_plan_hazards(p);
-    EXPECT_TRUE(any_mentions(h, "host_copy[" + std::to_string(commit->layer) + "]")) << (h.empty() ? "" : h.front());
+    EXPECT_TRUE(any_mentions(h, "host_copy[" + std::to_string(commit->staging_slot) + "]"))
+        << (h.empty() ? "" : h.front());
   }
 }
 
@@ -189,7 +236,9 @@ TEST(PlanHazards, WhatSpeculationOpsTouch) {
     if (o.kind == OpKind::kCpuCommit) {
       EXPECT_TRUE(has(PlanBuffer::kHostOptimizerState, true)) << o.label();
       EXPECT_TRUE(has(PlanBuffer::kHostOptimizerSpare, true)) << o.label();
-      EXPECT_TRUE(has(PlanBuffer::kHostCopy, true)) << o.label();
+      EXPECT_NE(std::find(u.begin(), u.end(), BufferUse{PlanBuffer::kHostCopy, o.staging_slot, Segment::kWhole, true}),
+                u.end())
+          << o.label();
       EXPECT_NE(std::find(u.begin(), u.end(), BufferUse{PlanBuffer::kNormResult, -1, Segment::kWhole, false}), u.end());
     }
   }

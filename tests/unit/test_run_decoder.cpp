@@ -114,7 +114,15 @@ TEST(RunDecoder, ThroughputByHand) {
 
 TEST(RunDecoder, MemoryLineSaysBothAndTheDifference) {
   EXPECT_DOUBLE_EQ(app::percent_diff(200, 210), 5.0);
-  EXPECT_EQ(app::memory_report({int64_t(14e9), int64_t(14.7e9), int64_t(2e9), int64_t(2e9)}),
+  EXPECT_EQ(app::memory_report({int64_t(14e9), int64_t(14.7e9), int64_t(2e9), int64_t(2e9), 0, {}, false}),
             "memory: GPU predicted 14.0 GB, measured 14.7 GB (+5.0%); pinned host predicted 2.0 GB, measured 2.0 GB "
             "(+0.0%)");
+  // with the resident set and the CPU segment's host bytes per parameter (issue 16)
+  app::MemoryCheck m{int64_t(14e9), int64_t(14.7e9), int64_t(2e9), int64_t(2e9), int64_t(13.1e9), {12, 4, 0.5}, true};
+  EXPECT_EQ(
+      app::memory_report(m),
+      "memory: GPU predicted 14.0 GB, measured 14.7 GB (+5.0%); pinned host predicted 2.0 GB, measured 2.0 GB "
+      "(+0.0%); host RSS 13.1 GB; host bytes per CPU-side parameter 12.00 (state) + 4.00 (speculation spare) + "
+      "0.50 (staging rings) = 16.50");
+  EXPECT_GT(app::process_rss_bytes(), 0);  // this test process is resident
 }

@@ -69,6 +69,20 @@ TEST(Speculation, LayersInBackwardOrderWithinTheBudgetNeverLayerZero) {
   StepConfig lion = clipped(264192 * 8 + 1050624 * 8);
   lion.optimizer = OptimizerKind::kLion;
   EXPECT_EQ(speculated_layers(split, lion), (std::vector<int32_t>{3, 2}));
+  // the staging rings (core::staging_ring): with K slots only the first K CPU layers in backward order
+  // land before the norm (the next D2H waits for a commit), so only they speculate
+  for (int slots : {1, 2}) {
+    StepConfig ring = clipped(kSpeculationAuto);
+    ring.staging_slots = slots;
+    const std::vector<int32_t> all{3, 2, 1};
+    EXPECT_EQ(speculated_layers(split, ring), std::vector<int32_t>(all.begin(), all.begin() + slots)) << slots;
+    const StepPlan p = plan_step(mlp(), part, split, ring);
+    EXPECT_EQ(count(p, OpKind::kCpuOptimizer, 1), size_t(slots));
+    EXPECT_EQ(count(p, OpKind::kCpuCommit, 1), size_t(slots));
+  }
+  StepConfig unbounded = clipped(kSpeculationAuto);
+  unbounded.staging_slots = kUnboundedStaging;
+  EXPECT_EQ(speculated_layers(split, unbounded), (std::vector<int32_t>{3, 2, 1}));
 }
 
 TEST(Speculation, SpareRangeIsTheTailOfTheCpuSegment) {

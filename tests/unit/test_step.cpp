@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <vector>
 
+#include "core/error.h"
 #include "core/step.h"
 
 using namespace tf::core;
@@ -207,4 +209,89 @@ TEST(Step, TheTiedHeadGathersTheEmbeddingItReads) {
     }
     EXPECT_EQ(head_gathers, stage == 3 ? 4u : 0u);  // forward and backward, per micro-batch
   }
+}
+
+// The staging rings' layout by hand: 9 equal MLP layers of 1024 x 1024 + 1024 = 1049600 parameters,
+// padded to 1050624 (513 x 2048); at ratio 1 on one rank every layer is a CPU piece.
+TEST(Step, StagingRingSlotsHoldTheLargestPieceOfTheirLayers) {
+  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
+  const Partition part = make_partition(m, {3, 1, 2048});
+  StepConfig c;
+  const TwinFlowSplit all = split_shard(part.ranks[0], 1.0, 2048);
+  StagingRing r = staging_ring(all, c);
+  EXPECT_EQ(r.slots, kStagingSlots);
+  EXPECT_EQ(r.offsets, (std::vector<int64_t>{0, 1050624, 2 * 1050624, 3 * 1050624}));
+  c.staging_slots = kUnboundedStaging;  // one slot per layer: exactly the segment
+  r = staging_ring(all, c);
+  EXPECT_EQ(r.slots, 9);
+  EXPECT_EQ(r.elems(), all.cpu_elems);
+  // ratio 0.2: 1891123 of the 9455616 elements, i.e. 923 units: the last layer (513 units) and 410
+  // units of the one before; backward order: slot 0 the whole layer, slot 1 the partial piece
+  c.staging_slots = 2;
+  const TwinFlowSplit part2 = split_shard(part.ranks[0], 0.2, 2048);
+  ASSERT_EQ(part2.cpu_elems, 923 * 2048);
+  r = staging_ring(part2, c);
+  EXPECT_EQ(r.offsets, (std::vector<int64_t>{0, 1050624, 1050624 + 410 * 2048}));
+  // no CPU segment, no slots; a count out of range is refused
+  EXPECT_EQ(staging_ring(split_shard(part.ranks[0], 0.0, 2048), c).slots, 0);
+  c.staging_slots = -1;
+  EXPECT_THROW(staging_ring(all, c), InputError);
+}
+
+// The i-th CPU layer (backward order) uses slot i % K: its D2H waits for the update of CPU layer i - K
+// (which read the gradient slot), its update for the H2D of layer i - K (which read the copy slot).
+// With a norm wait the D2Hs beyond the first K are issued after the update that frees their slot.
+// Unbounded staging is the schedule without rings: a D2H right after its layer's last reduction, an
+// update after its D2H (and the norm) only.
+TEST(Step, StagingRingReuseDependencies) {
+  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
+  const Partition part = make_partition(m, {3, 2, 2048});
+  const TwinFlowSplit split = split_shard(part.ranks[0], 1.0, 2048);
+  for (bool norm : {false, true})
+    for (int K : {1, 2, 3, kUnboundedStaging}) {
+      StepConfig c;
+      c.grad_accum = 2;
+      c.clip_gradients = norm;
+      c.staging_slots = K;
+      const StepPlan p = plan_step(m, part, split, c);
+      const int slots = K == kUnboundedStaging ? 9 : K;
+      EXPECT_EQ(p.staging.slots, slots);
+      std::vector<uint32_t> d2h, cpu, h2d;  // by CPU layer, backward order
+      for (const Op& o : p.ops) {
+        const auto has = [&](uint32_t d) { return std::find(o.deps.begin(), o.deps.end(), d) != o.deps.end(); };
+        if (o.kind == OpKind::kD2HGrad) {
+          const size_t i = size_t(8 - o.layer);
+          ASSERT_EQ(i, d2h.size());
+          EXPECT_EQ(o.staging_slot, int(i) % slots);
+          EXPECT_EQ(p.ops[o.deps[0]].kind, OpKind::kReduceScatter);
+          EXPECT_EQ(o.deps.size(), i >= size_t(slots) ? 2u : 1u) << o.label();
+          if (i >= size_t(slots)) {
+            EXPECT_TRUE(has(cpu.at(i - size_t(slots)))) << o.label();
+          }
+          if (K == kUnboundedStaging) {
+            EXPECT_EQ(o.deps[0] + 1, o.id) << o.label();
+          }
+          d2h.push_back(o.id);
+        }
+        if (o.kind == OpKind::kCpuOptimizer) {
+          const size_t i = cpu.size();
+          EXPECT_EQ(o.layer, 8 - int(i));
+          EXPECT_EQ(o.staging_slot, int(i) % slots);
+          EXPECT_TRUE(has(d2h.at(i)));
+          EXPECT_EQ(o.deps.size(), size_t(1 + norm + (i >= size_t(slots))));
+          if (i >= size_t(slots)) {
+            EXPECT_TRUE(has(h2d.at(i - size_t(slots)))) << o.label();
+          }
+          cpu.push_back(o.id);
+        }
+        if (o.kind == OpKind::kH2DParam) {
+          EXPECT_EQ(o.staging_slot, int(h2d.size()) % slots);
+          EXPECT_EQ(o.deps, std::vector<uint32_t>{cpu.at(h2d.size())});
+          h2d.push_back(o.id);
+        }
+      }
+      EXPECT_EQ(d2h.size(), 9u);
+      EXPECT_EQ(h2d.size(), 9u);
+      EXPECT_EQ(p.pcie_d2h_bytes, split.cpu_elems * 2);
+    }
 }
