@@ -24,7 +24,7 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran" "$W/cuda_tests.log"
 
 for mode in ring full; do
   step "2. OPT-1.3B ratio 1, staging: $mode [~100 s]"
-  extra=(); [ $mode = full ] && extra=(--staging-slots 0)
+  extra=(--staging-slots 3); [ $mode = full ] && extra=(--staging-slots 0)
   timeout 170 $B/twinflow run scenarios/real/opt-1.3b-h100.yaml --ratio 1 --steps 8 "${extra[@]}" \
     --json "$W/opt-1.3b-$mode.json" > "$W/opt-1.3b-$mode.log" 2>&1; echo "rc $?"
   grep -E "memory:|ratio 1" "$W/opt-1.3b-$mode.log" | head -3; pack
