@@ -126,6 +126,7 @@ class Stream {
 class Event {
  public:
   Event() { TF_CUDA_CHECK(cudaEventCreate(&e_)); }
+  explicit Event(unsigned flags) { TF_CUDA_CHECK(cudaEventCreateWithFlags(&e_, flags)); }
   ~Event() {
     if (e_) (void)cudaEventDestroy(e_);
   }

@@ -174,8 +174,6 @@ class EngineImpl final : public Engine {
     if (failed_ && comm_) comm_->abort();
     (void)cudaSetDevice(cfg_.device);
     (void)cudaDeviceSynchronize();
-    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
-    if (t0_) (void)cudaEventDestroy(t0_);
   }
 
   const Capabilities& caps() const override { return caps_; }
@@ -448,9 +446,9 @@ class EngineImpl final : public Engine {
 
   void make_queues() {
     for (auto& st : streams_) st.emplace();
-    events_.resize(plan_.ops.size() * 2);
-    for (auto& e : events_) TF_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventBlockingSync));
-    TF_CUDA_CHECK(cudaEventCreate(&t0_));
+    events_.reserve(plan_.ops.size() * 2);  // owning: a constructor that fails later frees them
+    for (size_t i = 0; i < plan_.ops.size() * 2; ++i) events_.emplace_back(cudaEventBlockingSync);
+    t0_.emplace();
   }
 
   // The workload allocates core::workload_buffers' list: it must be the plan's.
@@ -572,8 +570,8 @@ class EngineImpl final : public Engine {
 
   cudaStream_t stream_of(core::Queue q) const { return streams_[size_t(q)]->get(); }
   static bool on_gpu(core::Queue q) { return q != core::Queue::kCpu; }
-  cudaEvent_t start_ev(uint32_t id) const { return events_[2 * id]; }
-  cudaEvent_t end_ev(uint32_t id) const { return events_[2 * id + 1]; }
+  cudaEvent_t start_ev(uint32_t id) const { return events_[2 * id].get(); }
+  cudaEvent_t end_ev(uint32_t id) const { return events_[2 * id + 1].get(); }
 
   void wait_issued(uint32_t id) {
     std::unique_lock lk(mu_);
@@ -672,7 +670,7 @@ class EngineImpl final : public Engine {
   void all_gather(const core::Op& op, cudaStream_t s) {
     if (s_.world == 1) return;
     const size_t l = size_t(op.layer);
-    TF_NCCL_CHECK(ncclGroupStart());
+    NcclGroup group;
     TF_NCCL_CHECK(ncclAllGather(d_lp_.as<uint16_t>() + piece(l).shard_offset, d_ag_.at(size_t(op.gather_slot)).get(),
                                 size_t(part_.layer_slice[l]), ncclBfloat16, comm_->get(), s));
     if (op.shared_layer >= 0) {
@@ -680,7 +678,7 @@ class EngineImpl final : public Engine {
       TF_NCCL_CHECK(ncclAllGather(d_lp_.as<uint16_t>() + piece(o).shard_offset, d_ag_shared_.get(),
                                   size_t(part_.layer_slice[o]), ncclBfloat16, comm_->get(), s));
     }
-    TF_NCCL_CHECK(ncclGroupEnd());
+    group.end();
   }
 
   // The deterministic reduce-scatter (reduce_scatter.h) of the layer gradient backward wrote into
@@ -735,14 +733,14 @@ class EngineImpl final : public Engine {
     const int64_t at = piece(l).shard_offset, n = part_.layer_slice[l];  // the same on every rank
     const ncclDataType_t type = s_.step.grad_dtype == core::DType::kF16 ? ncclFloat16 : ncclBfloat16;
     uint16_t* grads = d_grad_.as<uint16_t>();
-    TF_NCCL_CHECK(ncclGroupStart());
+    NcclGroup group;
     for (int peer = 0; peer < s_.world; ++peer) {
       if (peer == cfg_.rank) continue;
       const int64_t block = core::stage1_grad_block(cfg_.rank, peer, s_.world) * shard_.elems;
       TF_NCCL_CHECK(ncclSend(grads + at, size_t(n), type, peer, comm_->get(), s));
       TF_NCCL_CHECK(ncclRecv(grads + block + at, size_t(n), type, peer, comm_->get(), s));
     }
-    TF_NCCL_CHECK(ncclGroupEnd());
+    group.end();
   }
 
   void d2h(const core::Op& op, cudaStream_t s) {
@@ -911,8 +909,8 @@ class EngineImpl final : public Engine {
   std::optional<core::Speculation> spec_;  // the per-step rule and each layer's current slot
   std::unique_ptr<cpu::CpuSegment> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
-  std::vector<cudaEvent_t> events_;
-  cudaEvent_t t0_ = nullptr;
+  std::vector<Event> events_;  // (2 x ops): each op's start and end
+  std::optional<Event> t0_;
   std::optional<NcclComm> comm_;
   std::unique_ptr<Workload> workload_;
   std::vector<float> hf_weights_;  // (total_params) fp32 init.from, model order, until the weights are set
@@ -948,9 +946,9 @@ void EngineImpl::begin_step() {
   const cudaStream_t cs = stream_of(core::Queue::kCompute);
   TF_CUDA_CHECK(cudaMemsetAsync(d_counters_.get(), 0, d_counters_.bytes(), cs));
   if (norm_op_ >= 0) TF_CUDA_CHECK(cudaMemsetAsync(d_tiles_.get(), 0, d_tiles_.bytes(), cs));
-  TF_CUDA_CHECK(cudaEventRecord(t0_, cs));
-  for (size_t q = 1; q < streams_.size(); ++q) TF_CUDA_CHECK(cudaStreamWaitEvent(streams_[q]->get(), t0_, 0));
-  TF_CUDA_CHECK(cudaEventSynchronize(t0_));
+  TF_CUDA_CHECK(cudaEventRecord(t0_->get(), cs));
+  for (size_t q = 1; q < streams_.size(); ++q) TF_CUDA_CHECK(cudaStreamWaitEvent(streams_[q]->get(), t0_->get(), 0));
+  TF_CUDA_CHECK(cudaEventSynchronize(t0_->get()));
   host_t0_ = Clock::now();
 }
 
@@ -1005,8 +1003,8 @@ StepReport EngineImpl::report(double scale) {
     o.op = op.id;
     if (on_gpu(op.queue)) {
       float a = 0, b = 0;
-      TF_CUDA_CHECK(cudaEventElapsedTime(&a, t0_, start_ev(op.id)));
-      TF_CUDA_CHECK(cudaEventElapsedTime(&b, t0_, end_ev(op.id)));
+      TF_CUDA_CHECK(cudaEventElapsedTime(&a, t0_->get(), start_ev(op.id)));
+      TF_CUDA_CHECK(cudaEventElapsedTime(&b, t0_->get(), end_ev(op.id)));
       o.start_ns = int64_t(double(a) * 1e6);
       o.end_ns = std::max(o.start_ns, int64_t(double(b) * 1e6));
     } else {

@@ -23,6 +23,25 @@ namespace tf::backend::cuda {
     if (tf_nccl_res_ != ncclSuccess) ::tf::backend::cuda::nccl_fail(tf_nccl_res_, #expr, __FILE__, __LINE__); \
   } while (0)
 
+// An open NCCL group, closed on every path: end() closes it and reports ncclGroupEnd's error; when an
+// exception leaves the scope inside the group, the destructor closes it without throwing.
+class NcclGroup {
+ public:
+  NcclGroup() { TF_NCCL_CHECK(ncclGroupStart()); }
+  ~NcclGroup() {
+    if (open_) (void)ncclGroupEnd();
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  void end() {
+    open_ = false;
+    TF_NCCL_CHECK(ncclGroupEnd());
+  }
+
+ private:
+  bool open_ = true;
+};
+
 class NcclComm {
  public:
   NcclComm() = default;
