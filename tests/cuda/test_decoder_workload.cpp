@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -119,7 +120,7 @@ MicroBatch run_workload(const core::ModelDesc& m, int64_t batch, bool checkpoint
 // one that built them (bench/device scripts set it), else the source tree this was built from.
 std::string source_dir() {
   const char* env = std::getenv("TWINFLOW_SOURCE_DIR");
-  return env && *env ? env : TWINFLOW_SOURCE_DIR;
+  return env && *env ? std::filesystem::absolute(env).string() : std::string(TWINFLOW_SOURCE_DIR);  // "." too
 }
 
 std::vector<float> initial_weights(const core::ModelDesc& m, uint64_t seed) {
