@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/local_kernels.h"
+#include "core/memory_fit.h"
 #include "core/model.h"
 #include "core/optim/optimizer.h"
 #include "core/partition.h"
@@ -184,7 +185,7 @@ CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, 
   if (!(hw.gpu.hbm_gbps > 0)) throw core::InputError("profile " + hw.name + ": gpu.hbm_gbps must be > 0");
   CostSetup c;
   c.world = rs.world;
-  c.ranks_per_node = std::max(1, rs.world == s.cluster.world_size() ? s.cluster.gpus_per_node : hw.gpus_per_node);
+  c.ranks_per_node = core::ranks_per_node(s, rs.world);
   c.gpus_per_link = std::max(1, hw.pcie.gpus_per_link);
   c.launch_ns = hw.gpu.kernel_launch_ns;
   c.event_sync_ns = hw.gpu.event_sync_ns;
@@ -564,8 +565,8 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   p.pcie_bytes_each_way = rp.largest.step.pcie_d2h_bytes;
   p.memory = core::sum_by_kind(rp.largest.alloc);
   try {
-    const core::HardwareProfile& hw = s.cluster.hardware;
-    core::check_ratio_fits(rs.model, part, mo, ratio, hw.gpu.hbm_bytes, hw.host_memory_bytes / cost.ranks_per_node);
+    const core::RankBudget budget = core::rank_budget(s, rs.world);
+    core::check_ratio_fits(rs.model, part, mo, ratio, budget.gpu_bytes, budget.host_bytes);
   } catch (const core::InputError& e) {
     p.oom = true;
     p.oom_reason = e.what();
