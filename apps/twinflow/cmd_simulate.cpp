@@ -460,8 +460,7 @@ int print_fit(const SimulateOptions& o) {
   const core::FitReport r = core::check_fit(o.sc, o.sim.overrides);
   const int world = o.sim.overrides.world.value_or(o.sc.cluster.world_size());
   std::cout << "fit: " << o.sc.name << " (" << o.sc.model.name << ", " << training_text(o.sc) << ") on "
-            << machine_text(o.sc, r.budget, world) << "
-";
+            << machine_text(o.sc, r.budget, world) << "\n";
   nlohmann::json j = {{"scenario", o.sc.name},
                       {"profile", o.sc.cluster.hardware.name},
                       {"world", world},
@@ -472,15 +471,12 @@ int print_fit(const SimulateOptions& o) {
     std::cout << "fits at ratios " << core::ratio_range_text(r.range) << ": at " << fmt(r.range.min_ratio, 3) << " GPU "
               << core::format_gb(r.at_min.gpu_total) << ", host " << core::format_gb(r.at_min.host_total) << "; at "
               << fmt(r.range.max_ratio, 3) << " GPU " << core::format_gb(r.at_max.gpu_total) << ", host "
-              << core::format_gb(r.at_max.host_total) << "
-";
+              << core::format_gb(r.at_max.host_total) << "\n";
     j["ratios"] = {r.range.min_ratio, r.range.max_ratio};
   } else {
     const std::vector<std::string> changes = core::fit_suggestions(o.sc, o.sim.overrides);
-    std::cout << "does not fit: " << r.shortfall << "
-";
-    for (const std::string& c : changes) std::cout << "  fits with " << c << "
-";
+    std::cout << "does not fit: " << r.shortfall << "\n";
+    for (const std::string& c : changes) std::cout << "  change: " << c << "\n";
     if (changes.empty()) std::cout << "  no single change (checkpointing, micro-batch, stage 3, more ranks) fits\n";
     j["shortfall"] = r.shortfall;
     j["gpu_short_bytes"] = r.gpu_short_bytes;
