@@ -487,19 +487,28 @@ int print_fit(const SimulateOptions& o) {
   return r.range.feasible ? kExitOk : kExitCheckFailed;
 }
 
+// "GPU 69.8 + host 12.0 GB at ratio 1": what an infeasible fit lacks per rank (empty when it fits).
+std::string short_text(const core::FitReport& f) {
+  if (f.range.feasible) return "";
+  std::string t;
+  if (f.gpu_short_bytes > 0) t = "GPU " + fmt(double(f.gpu_short_bytes) / 1e9, 1);
+  if (f.host_short_bytes > 0) t += (t.empty() ? "host " : " + host ") + fmt(double(f.host_short_bytes) / 1e9, 1);
+  return t + " GB at ratio " + core::format_ratio(f.shortfall_ratio);
+}
+
 int print_preset_walk(const SimulateOptions& o) {
   const core::PresetWalk walk = core::largest_fitting_preset(o.sc, *o.largest_preset, o.at_ratio, o.sim.overrides);
   const int world = o.sim.overrides.world.value_or(o.sc.cluster.world_size());
   std::cout << "largest preset '" << *o.largest_preset << "*' that fits" << (o.at_ratio ? " at ratio " + fmt(*o.at_ratio, 3) : "")
             << " (" << training_text(o.sc) << ") on " << machine_text(o.sc, walk.tried.front().fit.budget, world)
             << ":\n";
-  Table t({"preset", "params (B)", "seq", "fits at ratios", "GPU GB at min", "host GB at min", "shortfall"});
+  Table t({"preset", "params (B)", "seq", "fits at ratios", "GPU GB at min", "host GB at min", "short by"});
   nlohmann::json j = {{"scenario", o.sc.name}, {"profile", o.sc.cluster.hardware.name}, {"world", world}};
   for (const core::PresetFit& p : walk.tried) {
     const core::FitReport& f = p.fit;
     t.add({p.preset, fmt(double(p.params) / 1e9, 3), std::to_string(p.seq), f.range.feasible ? core::ratio_range_text(f.range) : "none",
            f.range.feasible ? fmt(double(f.at_min.gpu_total) / 1e9, 1) : "-",
-           f.range.feasible ? fmt(double(f.at_min.host_total) / 1e9, 1) : "-", f.range.feasible ? "" : f.shortfall});
+           f.range.feasible ? fmt(double(f.at_min.host_total) / 1e9, 1) : "-", short_text(f)});
     j["tried"].push_back({{"preset", p.preset},
                           {"params", p.params},
                           {"seq", p.seq},

@@ -60,16 +60,16 @@ def median_ms(pt):
 rows = [(p["ratio"], median_ms(p)) for p in sweep["points"]]
 chosen = a["chosen"]["ratio"]
 best_r, best_ms = min(rows, key=lambda r: r[1])
-chosen_ms = next(ms for r, ms in rows if abs(r - chosen) < 1e-6)
+chosen_r, chosen_ms = min(rows, key=lambda r: abs(r[0] - chosen))  # the sweep ran it rounded to 4 digits
 print(f"{sys.argv[3]}: {a['why']}")
 print(f"{'ratio':>8} {'measured ms':>12} {'predicted ms':>13}  (predicted: auto's table, where it has the ratio)")
 for r, ms in rows:
     p = pred.get(round(r, 4))
     ptext = f"{p:13.2f}" if p is not None else f"{'-':>13}"
-    print(f"{r:8.4f} {ms:12.2f} {ptext}{'  <- chosen' if abs(r - chosen) < 1e-6 else ''}"
+    print(f"{r:8.4f} {ms:12.2f} {ptext}{'  <- chosen' if r == chosen_r else ''}"
           f"{'  <- best measured' if r == best_r else ''}")
 q = chosen_ms / best_ms
-print(f"chosen {chosen:.4f}: {chosen_ms:.2f} ms; best measured {best_r:.4f}: {best_ms:.2f} ms; "
+print(f"chosen {chosen_r:.4f}: {chosen_ms:.2f} ms; best measured {best_r:.4f}: {best_ms:.2f} ms; "
       f"chosen/best = {q:.4f} ({'within' if q <= 1.05 else 'OUTSIDE'} the 5% goal)")
 sys.exit(0 if q <= 1.05 else 1)
 PY

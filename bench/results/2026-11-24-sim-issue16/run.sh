@@ -17,6 +17,8 @@ run gpt2-10b-v100-sweep -- simulate scenarios/gpt2-10b-v100.yaml --sweep 0:1:0.1
 for p in h100-80gb-16core-calibrated h200-141gb-16core; do
   run gpt2-10b-$p-fit -- simulate scenarios/gpt2-10b-v100.yaml --profile $p --fit --json "$D/gpt2-10b-$p-fit.json"
 done
+run gpt2-10b-h100-auto -- simulate scenarios/gpt2-10b-v100.yaml --profile h100-80gb-16core-calibrated --ratio auto \
+  --json "$D/gpt2-10b-h100-auto.json" --svg "$D/gpt2-10b-h100-auto.svg"
 run gpt2-10b-h200-auto -- simulate scenarios/gpt2-10b-v100.yaml --profile h200-141gb-16core --ratio auto \
   --json "$D/gpt2-10b-h200-auto.json" --svg "$D/gpt2-10b-h200-auto.svg"
 # 3. the largest OPT preset that trains on one H200, at issue 14's shape (micro-batch 8, seq 1024, no
