@@ -124,8 +124,9 @@ std::optional<std::string> more_ranks(const Scenario& s, const SettingsOverrides
   for (int64_t w = int64_t(world) * 2; w <= kMaxWorld; w *= 2) {
     SettingsOverrides ow = o;
     ow.world = int(w);
-    if (auto fit = try_change(s, ow, std::to_string(w) + " ranks (" + std::to_string(ranks_per_node(s, int(w))) +
-                                         " per node of the profile)"))
+    if (auto fit = try_change(
+            s, ow,
+            std::to_string(w) + " ranks (" + std::to_string(ranks_per_node(s, int(w))) + " per node of the profile)"))
       return fit;
   }
   return std::nullopt;

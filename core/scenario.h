@@ -58,7 +58,7 @@ struct OptimizerConfig {
 
 struct OffloadOptimizerConfig {
   OffloadDevice device = OffloadDevice::kNone;
-  double ratio = 1.0;       // share of each rank's optimizer partition on the CPU (DeepSpeed default 1)
+  double ratio = 1.0;  // share of each rank's optimizer partition on the CPU (DeepSpeed default 1)
   // `ratio: auto`: the ratio with the shortest predicted step among those that fit in memory, chosen by
   // `run` and `simulate` before anything runs (backends/sim/auto_ratio.h); `ratio` is unused until then.
   bool ratio_auto = false;
@@ -156,8 +156,9 @@ struct Scenario {
   // while the ratio is `auto` (only `run` and `simulate` choose it: backends/sim/auto_ratio.h).
   double cpu_ratio() const {
     if (ratio_auto())
-      throw InputError("zero.offload_optimizer.ratio is auto: `twinflow run` and `twinflow simulate` choose it; "
-                       "give a number in [0, 1] (or --ratio) here");
+      throw InputError(
+          "zero.offload_optimizer.ratio is auto: `twinflow run` and `twinflow simulate` choose it; "
+          "give a number in [0, 1] (or --ratio) here");
     return zero.offload_optimizer.device == OffloadDevice::kCpu ? zero.offload_optimizer.ratio : 0.0;
   }
   int64_t global_batch() const { return training.micro_batch * training.grad_accum * cluster.world_size(); }

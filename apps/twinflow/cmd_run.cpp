@@ -72,8 +72,8 @@ double kind_ms(const backend::StepTimeline& t, core::OpKind k) { return ms(t.kin
 struct RunOptions {
   core::Scenario sc;
   int steps = 1;
-  std::vector<double> ratios;                          // empty while the ratio is auto
-  bool ratio_auto = false;                             // chosen in cmd_run, once the launched world is known
+  std::vector<double> ratios;                         // empty while the ratio is auto
+  bool ratio_auto = false;                            // chosen in cmd_run, once the launched world is known
   std::optional<backend::sim::AutoRatio> auto_ratio;  // how it was chosen
   core::WorkloadType workload = core::WorkloadType::kSynthetic;
   std::optional<int> grad_accum;

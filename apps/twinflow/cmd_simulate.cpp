@@ -151,7 +151,7 @@ struct SimulateOptions {
   OutputFiles out;
   bool functional = false;
   std::optional<int> steps;
-  std::optional<ReplayOptions> replay;  // --metrics-port
+  std::optional<ReplayOptions> replay;                // --metrics-port
   std::optional<backend::sim::AutoRatio> auto_ratio;  // the ratio was auto: how it was chosen
   bool fit = false;                                   // --fit: the memory model's verdict only
   std::optional<std::string> largest_preset;          // --largest-preset PREFIX
@@ -499,14 +499,15 @@ std::string short_text(const core::FitReport& f) {
 int print_preset_walk(const SimulateOptions& o) {
   const core::PresetWalk walk = core::largest_fitting_preset(o.sc, *o.largest_preset, o.at_ratio, o.sim.overrides);
   const int world = o.sim.overrides.world.value_or(o.sc.cluster.world_size());
-  std::cout << "largest preset '" << *o.largest_preset << "*' that fits" << (o.at_ratio ? " at ratio " + fmt(*o.at_ratio, 3) : "")
-            << " (" << training_text(o.sc) << ") on " << machine_text(o.sc, walk.tried.front().fit.budget, world)
-            << ":\n";
+  std::cout << "largest preset '" << *o.largest_preset << "*' that fits"
+            << (o.at_ratio ? " at ratio " + fmt(*o.at_ratio, 3) : "") << " (" << training_text(o.sc) << ") on "
+            << machine_text(o.sc, walk.tried.front().fit.budget, world) << ":\n";
   Table t({"preset", "params (B)", "seq", "fits at ratios", "GPU GB at min", "host GB at min", "short by"});
   nlohmann::json j = {{"scenario", o.sc.name}, {"profile", o.sc.cluster.hardware.name}, {"world", world}};
   for (const core::PresetFit& p : walk.tried) {
     const core::FitReport& f = p.fit;
-    t.add({p.preset, fmt(double(p.params) / 1e9, 3), std::to_string(p.seq), f.range.feasible ? core::ratio_range_text(f.range) : "none",
+    t.add({p.preset, fmt(double(p.params) / 1e9, 3), std::to_string(p.seq),
+           f.range.feasible ? core::ratio_range_text(f.range) : "none",
            f.range.feasible ? fmt(double(f.at_min.gpu_total) / 1e9, 1) : "-",
            f.range.feasible ? fmt(double(f.at_min.host_total) / 1e9, 1) : "-", short_text(f)});
     j["tried"].push_back({{"preset", p.preset},

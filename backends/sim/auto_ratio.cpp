@@ -23,12 +23,13 @@ std::string seconds_text(int64_t ns) {
 // The InputError for a scenario where nothing fits: the shortfall, then the changes that would fit.
 [[noreturn]] void fail_nothing_fits(const core::Scenario& s, const core::SettingsOverrides& o,
                                     const core::FitReport& fit) {
-  std::string msg = "zero.offload_optimizer.ratio: auto: no ratio fits on '" + s.cluster.hardware.name +
-                    "': " + fit.shortfall;
+  std::string msg =
+      "zero.offload_optimizer.ratio: auto: no ratio fits on '" + s.cluster.hardware.name + "': " + fit.shortfall;
   const std::vector<std::string> changes = core::fit_suggestions(s, o);
   if (changes.empty()) {
-    msg += ". None of activation checkpointing, a smaller micro-batch, ZeRO stage 3 or more ranks fits alone: "
-           "use a smaller model or a machine with more memory";
+    msg +=
+        ". None of activation checkpointing, a smaller micro-batch, ZeRO stage 3 or more ranks fits alone: "
+        "use a smaller model or a machine with more memory";
   } else {
     msg += ". Changes that fit:";
     for (const std::string& c : changes) msg += "\n  " + c;
@@ -100,12 +101,11 @@ void search_range(Search& search, double lo, double hi, const AutoRatioOptions& 
 
 std::string explain(const AutoRatio& a, size_t evaluated, const RatioPoint& at_one) {
   std::string why = "ratio " + core::format_ratio(a.actual_ratio) + ": smallest that fits is " +
-                    core::format_ratio(a.range.min_ratio) + ", fastest predicted is " + core::format_ratio(a.actual_ratio) + ", " +
-                    seconds_text(a.step_ns);
+                    core::format_ratio(a.range.min_ratio) + ", fastest predicted is " +
+                    core::format_ratio(a.actual_ratio) + ", " + seconds_text(a.step_ns);
   why += " (" + std::to_string(evaluated) + " ratios simulated over " + core::ratio_range_text(a.range) +
          " with profile '" + a.profile + "'";
-  if (at_one.ratio == 1.0 && a.actual_ratio != 1.0)
-    why += "; ratio 1: " + seconds_text(at_one.step_ns);
+  if (at_one.ratio == 1.0 && a.actual_ratio != 1.0) why += "; ratio 1: " + seconds_text(at_one.step_ns);
   return why + ")";
 }
 

@@ -17,14 +17,14 @@ namespace tf::backend::sim {
 
 // One evaluated ratio.
 struct RatioPoint {
-  double requested = 0;  // as asked of the simulator (and of the engine: it gives the same split)
-  double ratio = 0;      // the split's actual ratio (element-granular, 2048-element units)
-  int64_t step_ns = 0;   // predicted step (the slowest rank)
+  double requested = 0;                   // as asked of the simulator (and of the engine: it gives the same split)
+  double ratio = 0;                       // the split's actual ratio (element-granular, 2048-element units)
+  int64_t step_ns = 0;                    // predicted step (the slowest rank)
   int64_t gpu_bytes = 0, host_bytes = 0;  // per rank, the allocation plan's (largest shard)
 };
 
 struct AutoRatio {
-  double ratio = 0;               // the chosen ratio, as requested (its split: actual_ratio)
+  double ratio = 0;  // the chosen ratio, as requested (its split: actual_ratio)
   double actual_ratio = 0;
   int64_t step_ns = 0;            // its predicted step
   core::RatioRange range;         // the ratios that fit

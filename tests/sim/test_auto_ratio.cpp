@@ -22,14 +22,15 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 // GPT-2 124M, one rank on the calibrated H100 profile, clipping on, ratio auto.
 Scenario gpt2_scenario(const std::string& training = "micro_batch: 2, gradient_clipping: 1.0") {
-  return tf::core::parse_scenario("model: {preset: gpt2-124m, seq: 256}\n"
-                                  "cluster: {profile: h100-80gb-16core-calibrated, cpu_cores_per_gpu: 16}\n"
-                                  "training: {" +
-                                      training +
-                                      "}\n"
-                                      "optimizer: {type: adamw}\n"
-                                      "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: auto}}\n",
-                                  {}, "gpt2.yaml");
+  return tf::core::parse_scenario(
+      "model: {preset: gpt2-124m, seq: 256}\n"
+      "cluster: {profile: h100-80gb-16core-calibrated, cpu_cores_per_gpu: 16}\n"
+      "training: {" +
+          training +
+          "}\n"
+          "optimizer: {type: adamw}\n"
+          "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: auto}}\n",
+      {}, "gpt2.yaml");
 }
 
 // The memory of the largest shard at `ratio`, by the allocation plan.

@@ -18,7 +18,8 @@ namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-Scenario decoder(const std::string& model, const std::string& training, const std::string& profile = "h100-80gb-16core") {
+Scenario decoder(const std::string& model, const std::string& training,
+                 const std::string& profile = "h100-80gb-16core") {
   return parse_scenario("model: " + model + "\ncluster: {profile: " + profile + "}\ntraining: {" + training +
                             "}\noptimizer: {type: adamw}\n"
                             "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 1}}\n",
@@ -45,7 +46,7 @@ TEST(MemoryFit, BudgetSharesTheHostAmongTheNodesRanks) {
       "model: {preset: gpt2-124m}\ncluster: {profile: dgx-h100-80gb, gpus_per_node: 4}\ntraining: {micro_batch: 1}\n"
       "optimizer: {type: adamw}\nzero: {stage: 3}\n",
       {}, "dgx.yaml");
-  EXPECT_EQ(rank_budget(dgx, 4).host_bytes, dgx.cluster.hardware.host_memory_bytes / 4);  // the scenario's node
+  EXPECT_EQ(rank_budget(dgx, 4).host_bytes, dgx.cluster.hardware.host_memory_bytes / 4);   // the scenario's node
   EXPECT_EQ(rank_budget(dgx, 16).host_bytes, dgx.cluster.hardware.host_memory_bytes / 8);  // the profile's nodes
 }
 
