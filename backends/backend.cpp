@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -14,14 +15,46 @@ namespace {
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw core::InputError(where + ": " + what);
 }
+
+struct Named {
+  const char* name;
+  const BufferView* b;
+};
+
+// An out-of-place source: all of master and states or none, aligned, and disjoint from what the pass
+// writes (reading a slot while writing another one over it would read half-updated values).
+void check_source(OptimizerKind k, const OptimChunk& c, size_t alignment, const std::vector<Named>& present,
+                  const std::string& where) {
+  const StateSource& f = c.from;
+  const bool two_states = core::state_count(k) == 2;
+  if (!f.param && !f.state1 && !f.state2) return;
+  if (!f.param || !f.state1 || two_states != (f.state2 != nullptr))
+    fail(where, std::string("an out-of-place source needs param, state1") + (two_states ? " and state2" : "") +
+                    " (and " + (two_states ? "nothing else" : "no state2") + ")");
+  const size_t n = c.param.count;
+  const size_t align = std::max<size_t>(alignment, 4);
+  const std::pair<const char*, const float*> src[] = {
+      {"from.param", f.param}, {"from.state1", f.state1}, {"from.state2", f.state2}};
+  for (const auto& [name, p] : src) {
+    if (!p) continue;
+    if (reinterpret_cast<uintptr_t>(p) % align != 0)
+      fail(where, std::string(name) + " is not aligned to " + std::to_string(align) + " bytes");
+    const auto a0 = reinterpret_cast<uintptr_t>(p), a1 = a0 + n * 4;
+    for (const Named& b : present) {
+      if (b.b == &c.grad) continue;  // read only
+      const auto b0 = reinterpret_cast<uintptr_t>(b.b->data), b1 = b0 + b.b->bytes();
+      if (n > 0 && a0 < b1 && b0 < a1)
+        fail(where, std::string(name) + " overlaps " + b.name +
+                        ", which the pass writes; an out-of-place update "
+                        "reads one slot and writes another");
+    }
+  }
+}
+
 }  // namespace
 
 void validate_chunk(OptimizerKind k, const OptimChunk& c, size_t alignment, const std::string& where) {
   const size_t n = c.param.count;
-  struct Named {
-    const char* name;
-    const BufferView* b;
-  };
   const bool two_states = core::state_count(k) == 2;
   std::vector<Named> present = {{"param", &c.param}, {"state1", &c.state1}, {"grad", &c.grad}};
   if (two_states) present.push_back({"state2", &c.state2});
@@ -53,6 +86,7 @@ void validate_chunk(OptimizerKind k, const OptimChunk& c, size_t alignment, cons
       fail(where, os.str());
     }
   }
+  check_source(k, c, alignment, present, where);
   // Overlap: every written buffer must be disjoint from every other buffer.
   for (size_t i = 0; i < present.size(); ++i)
     for (size_t j = i + 1; j < present.size(); ++j) {
@@ -144,6 +178,8 @@ StepTimeline summarize_timeline(const core::StepPlan& plan, std::vector<OpInterv
   t.exposed_transfer_ns = covered_only(transfer, gpu_busy, t.step_ns);
   t.exposed_cpu_optimizer_ns = covered_only(cpu, gpu_busy, t.step_ns);
   t.exposed_copies_ns = covered_only(copies, gpu_or_cpu_busy, t.step_ns);
+  // one thread runs the CPU queue's ops back to back, so they never overlap each other
+  t.cpu_overlapped_ns = t.busy_ns[size_t(core::Queue::kCpu)] - covered_only(cpu, compute, t.step_ns);
   t.ops = std::move(ops);
   return t;
 }

@@ -40,17 +40,27 @@ struct BufferView {
   size_t bytes() const { return count * core::dtype_bytes(dtype); }
 };
 
+// Where an out-of-place update reads the fp32 master and states it writes to the chunk's param/state1/
+// state2 (a speculative update into a layer's spare state slot, core/speculation.h). Null: in place.
+struct StateSource {
+  const float* param = nullptr;   // (n) fp32
+  const float* state1 = nullptr;  // (n) fp32
+  const float* state2 = nullptr;  // (n) fp32; null for one-state optimizers
+};
+
 // One contiguous piece of a rank's optimizer shard.
 struct OptimChunk {
-  BufferView param;       // (n) fp32 master weights, updated in place
+  BufferView param;       // (n) fp32 master weights, updated in place (written from `from` when it is set)
   BufferView state1;      // (n) fp32: exp_avg (AdamW/Adam/Lion) or sum (Adagrad)
   BufferView state2;      // (n) fp32: exp_avg_sq (AdamW/Adam); empty for one-state optimizers
   BufferView grad;        // (n) fp32 | bf16 | fp16 gradient, read only
   BufferView param_copy;  // (n) bf16 | fp16 copy of the updated weight, or empty (dtype none)
+  StateSource from;       // out of place: the master and states read (the same bits as in place); null: in place
 };
 
 // Throws core::InputError if a chunk does not fit the optimizer: wrong dtypes, mismatched counts,
-// null or misaligned pointers, or overlapping buffers. `where` prefixes the message.
+// null or misaligned pointers, overlapping buffers, or an out-of-place source that is incomplete or
+// overlaps a buffer the pass writes. `where` prefixes the message.
 void validate_chunk(OptimizerKind k, const OptimChunk& c, size_t alignment, const std::string& where);
 
 // Memory owned by a backend (RAII). Host backends hand out host memory.
@@ -109,6 +119,14 @@ struct StepTimeline {
   // comm and the CPU optimizer are idle (the two add up to exposed_transfer_ns)
   int64_t exposed_cpu_optimizer_ns = 0;
   int64_t exposed_copies_ns = 0;
+  // the CPU queue's busy time (the CPU optimizer: its updates and commits) during which the compute
+  // queue is busy too: the part of the CPU pass that forward/backward and the GPU optimizer hide
+  int64_t cpu_overlapped_ns = 0;
+  // cpu_overlapped_ns / the CPU queue's busy time; 0 without CPU work
+  double cpu_overlap_fraction() const {
+    const int64_t cpu = busy_ns[size_t(core::Queue::kCpu)];
+    return cpu > 0 ? double(cpu_overlapped_ns) / double(cpu) : 0.0;
+  }
 };
 
 // Derives the totals of a timeline from its per-op intervals (ops[i].op == i, one per plan op).

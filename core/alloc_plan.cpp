@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/local_kernels.h"
 #include "core/optim/grad_stats.h"
+#include "core/speculation.h"
 #include "core/workload_layout.h"
 
 namespace tf::core {
@@ -73,20 +74,24 @@ void engine_gpu_buffers(const ModelDesc& model, const Partition& part, const Ran
   const int world = part.opt.world;
   const auto param_bytes = int64_t(dtype_bytes(step.param_dtype));
   const auto grad_bytes = int64_t(dtype_bytes(step.grad_dtype));
-  const int64_t held = stage == 3 ? shard.elems : part.total_params;  // parameters on the GPU
-  gpu.add(buf::kParams, MemKind::kParams, held * param_bytes);
+  // Every stage keeps the shard the optimizers write (GPU kernel, H2D); stages 1/2 with several ranks
+  // also the replicated model forward and backward read, refreshed by the all-gathers after the
+  // optimizers (core::plan_step). One rank's shard is the whole padded model: it computes on it.
+  gpu.add(buf::kParams, MemKind::kParams, shard.elems * param_bytes);
+  if (stage < 3 && world > 1) gpu.add(buf::kReplica, MemKind::kParams, world * shard.elems * param_bytes);
   gpu.add(buf::kGpuMaster, MemKind::kOptimizer, split.gpu_elems * 4);
   gpu.add(buf::kGpuState1, MemKind::kOptimizer, split.gpu_elems * 4);
   if (state_count(step.optimizer) == 2) gpu.add(buf::kGpuState2, MemKind::kOptimizer, split.gpu_elems * 4);
   // Stage >= 2: the shard's reduced gradients (the CPU segment's part lands here before its D2H);
-  // stage 1: the whole model's.
-  gpu.add(buf::kGrads, MemKind::kGrads, (stage >= 2 ? shard.elems : part.total_params) * grad_bytes);
-  if (stage >= 2 && step.grad_accum > 1) gpu.add(buf::kGradAccum, MemKind::kGrads, shard.elems * 4);
+  // stage 1: every rank's (the all-reduce), this rank's first (stage1_grad_block). Every stage reduces
+  // each micro-batch (core::plan_step) and accumulates the shard's sums in fp32, in the same order.
+  gpu.add(buf::kGrads, MemKind::kGrads, (stage >= 2 ? 1 : world) * shard.elems * grad_bytes);
+  if (step.grad_accum > 1) gpu.add(buf::kGradAccum, MemKind::kGrads, shard.elems * 4);
   int64_t padded_layer = 0;  // the largest layer as gathered: its slices of every rank
   for (int64_t s : part.layer_slice) padded_layer = std::max(padded_layer, s * world);
-  // ZeRO-3 with several ranks gathers layers into prefetch buffers and receives the other ranks'
-  // slices (all-to-all, then a sum in rank order); one rank computes on its shard directly. Every
-  // stage writes layer gradients into kGradSlots buffers in turn.
+  // ZeRO-3 with several ranks gathers layers into prefetch buffers; every stage with several ranks
+  // receives the other ranks' slices (all-to-all, then a sum in rank order); one rank computes on its
+  // shard directly. Every stage writes layer gradients into kGradSlots buffers in turn.
   const bool exchange = stage == 3 && world > 1;
   for (int i = 0; exchange && i < step.prefetch_layers; ++i)
     gpu.add(buffer_name(buf::kGather, i), MemKind::kComm, padded_layer * param_bytes);
@@ -99,7 +104,7 @@ void engine_gpu_buffers(const ModelDesc& model, const Partition& part, const Ran
   if (exchange && shared_padded > 0) gpu.add(buf::kGatherShared, MemKind::kComm, shared_padded * param_bytes);
   for (int i = 0; i < kGradSlots; ++i)
     gpu.add(buffer_name(buf::kLayerGrad, i), MemKind::kComm, padded_layer * grad_bytes);
-  for (int i = 0; exchange && i < kGradSlots; ++i)
+  for (int i = 0; world > 1 && i < kGradSlots; ++i)
     gpu.add(buffer_name(buf::kRecv, i), MemKind::kComm, padded_layer * grad_bytes);
   const int64_t tiles = stats_table_tiles(part);
   gpu.add(buf::kStatsTable, MemKind::kWorkspace, norm_table_bytes(tiles));
@@ -112,17 +117,23 @@ void engine_gpu_buffers(const ModelDesc& model, const Partition& part, const Ran
   gpu.add(buf::kDescriptors, MemKind::kWorkspace, (1 + ranges) * kChunkDescBytes);
 }
 
-// The engine's host buffers: the CPU segment (master, states, gradient landing, bf16 copy staging) and
-// the norm's result.
+// The engine's host buffers: the CPU segment (master, states, gradient landing, bf16 copy staging), the
+// norm's result, and the speculated layers' second slot (`step` with its budget resolved).
 void engine_host_buffers(const TwinFlowSplit& split, const StepConfig& step, std::vector<BufferSpec>& out) {
   Lister host(MemPlace::kHost, out);
   const int64_t n = split.cpu_elems;
+  const bool two = state_count(step.optimizer) == 2;
   host.add(buf::kHostMaster, MemKind::kOptimizer, n * 4);
   host.add(buf::kHostState1, MemKind::kOptimizer, n * 4);
-  if (state_count(step.optimizer) == 2) host.add(buf::kHostState2, MemKind::kOptimizer, n * 4);
+  if (two) host.add(buf::kHostState2, MemKind::kOptimizer, n * 4);
   host.add(buf::kHostGrad, MemKind::kStaging, n * int64_t(dtype_bytes(step.grad_dtype)));
   host.add(buf::kHostCopy, MemKind::kStaging, n * int64_t(dtype_bytes(step.param_dtype)));
   host.add(buf::kHostNorm, MemKind::kWorkspace, kNormResultBytes);
+  const int64_t spare = spare_range(split, speculated_layers(split, step)).elems;
+  if (spare == 0) return;
+  host.add(buf::kHostMasterSpare, MemKind::kOptimizer, spare * 4);
+  host.add(buf::kHostState1Spare, MemKind::kOptimizer, spare * 4);
+  if (two) host.add(buf::kHostState2Spare, MemKind::kOptimizer, spare * 4);
 }
 
 // backends/cuda/workload_mlp.cu's buffers, in the order it allocates them.
@@ -226,6 +237,14 @@ std::vector<BufferSpec> decoder_buffers(const ModelDesc& model, const StepConfig
 
 }  // namespace
 
+std::vector<int64_t> replica_layer_offsets(const Partition& part) {
+  std::vector<int64_t> off(part.layer_slice.size() + 1, 0);
+  for (size_t l = 0; l < part.layer_slice.size(); ++l) off[l + 1] = off[l] + part.layer_slice[l] * part.opt.world;
+  return off;
+}
+
+int stage1_grad_block(int rank, int owner, int world) { return ((owner - rank) % world + world) % world; }
+
 std::vector<BufferSpec> workload_buffers(const ModelDesc& model, WorkloadType workload, const StepConfig& step) {
   switch (workload) {
     case WorkloadType::kSynthetic: return {};
@@ -243,11 +262,22 @@ std::vector<BufferSpec> workload_buffers(const ModelDesc& model, WorkloadType wo
   return {};
 }
 
+int64_t resolve_speculation_bytes(const ModelDesc& model, const Partition& part, const RankShard& shard,
+                                  const TwinFlowSplit& split, const MemoryOptions& opt) {
+  if (opt.step.speculation_bytes != kSpeculationAuto || opt.host_bytes_per_rank <= 0) return opt.step.speculation_bytes;
+  MemoryOptions without = opt;
+  without.step.speculation_bytes = 0;
+  const int64_t base = plan_allocations(model, part, shard, split, without).bytes(MemPlace::kHost);
+  return std::max<int64_t>(0, opt.host_bytes_per_rank - base);
+}
+
 AllocPlan plan_allocations(const ModelDesc& model, const Partition& part, const RankShard& shard,
                            const TwinFlowSplit& split, const MemoryOptions& opt) {
   AllocPlan plan;
+  StepConfig step = opt.step;
+  step.speculation_bytes = resolve_speculation_bytes(model, part, shard, split, opt);
   engine_gpu_buffers(model, part, shard, split, opt.step, plan.buffers);
-  engine_host_buffers(split, opt.step, plan.buffers);
+  engine_host_buffers(split, step, plan.buffers);
   for (BufferSpec& b : workload_buffers(model, opt.workload, opt.step)) plan.buffers.push_back(std::move(b));
   plan.buffers.push_back(
       {std::string(buf::kContext), MemPlace::kGpu, MemKind::kContext, opt.context_reserve_bytes, false});

@@ -18,7 +18,7 @@ namespace tf::core {
 
 enum class MemPlace : uint8_t { kGpu, kHost };
 enum class MemKind : uint8_t {
-  kParams,       // bf16 parameters (the shard, or the replicated model for stages 1/2)
+  kParams,       // bf16 parameters (the shard; stages 1/2 with several ranks also the replicated model)
   kGrads,        // the reduced gradient shard and its fp32 accumulation
   kOptimizer,    // fp32 master weights and optimizer states
   kActivations,  // the workload's activations, data and loss scratch
@@ -52,11 +52,14 @@ std::string buffer_name(std::string_view family, int index);
 
 // The engine's buffer names (the workloads' are in workload_buffers).
 namespace buf {
-inline constexpr std::string_view kParams = "params";             // (shard or model) bf16
+inline constexpr std::string_view kParams = "params";             // (shard) bf16, what the optimizers write
+inline constexpr std::string_view kReplica = "replica";           // (world x shard) bf16: stages 1/2, world > 1, the
+                                                                  // replicated model, padded layers in model order
 inline constexpr std::string_view kGpuMaster = "gpu_master";      // (gpu_elems) fp32
 inline constexpr std::string_view kGpuState1 = "gpu_state1";      // (gpu_elems) fp32
 inline constexpr std::string_view kGpuState2 = "gpu_state2";      // (gpu_elems) fp32, two-state optimizers
-inline constexpr std::string_view kGrads = "grads";               // (shard or model) grad dtype
+inline constexpr std::string_view kGrads = "grads";  // (shard) grad dtype; stage 1: (world x shard), every rank's
+                                                     // reduced shard, this rank's first (core::stage1_grad_block)
 inline constexpr std::string_view kGradAccum = "grad_accum";      // (shard) fp32, grad_accum > 1
 inline constexpr std::string_view kGather = "gather";             // .i, (padded layer) bf16, ZeRO-3 world > 1
 inline constexpr std::string_view kLayerGrad = "layer_grad";      // .i, (padded layer) grad dtype
@@ -72,6 +75,11 @@ inline constexpr std::string_view kHostState1 = "host_state1";   // (cpu_elems) 
 inline constexpr std::string_view kHostState2 = "host_state2";   // (cpu_elems) fp32, two-state optimizers
 inline constexpr std::string_view kHostGrad = "host_grad";       // (cpu_elems) grad dtype, D2H landing
 inline constexpr std::string_view kHostCopy = "host_copy";       // (cpu_elems) bf16, H2D staging
+// The speculated layers' second state slot (core/speculation.h): the tail of the CPU segment that
+// core::spare_range gives, present when some layer speculates.
+inline constexpr std::string_view kHostMasterSpare = "host_master_spare";  // (spare elems) fp32
+inline constexpr std::string_view kHostState1Spare = "host_state1_spare";  // (spare elems) fp32
+inline constexpr std::string_view kHostState2Spare = "host_state2_spare";  // (spare elems) fp32, two-state optimizers
 inline constexpr std::string_view kHostNorm = "host_norm";       // (2) f64: the folded norm and count
 inline constexpr std::string_view kCublasWorkspace = "cublas_workspace";
 inline constexpr std::string_view kMlpAct = "mlp.act";    // .l, (B x d_l) bf16 + GEMM slack
@@ -122,6 +130,15 @@ inline constexpr std::string_view kDecLossSums = "decoder.loss_sums";        // 
 inline constexpr std::string_view kDecHostBatch = "decoder.host_batch";  // (grad_accum x (3T + V + 1)) int32
 }  // namespace buf
 
+// The replicated model of stages 1/2 (buf::kReplica): every layer gathered, padded (its slices of every
+// rank, layer_slice x world), in model order. Element offset of layer l's first element, l in [0, L]
+// (the last is the total: world x the shard's elements).
+std::vector<int64_t> replica_layer_offsets(const Partition& part);
+// Stage 1's whole-model gradients (buf::kGrads) hold every rank's reduced shard, rank-rotated: block j
+// is rank (rank + j) % world's, so this rank's own shard is block 0 and every reader of the shard's
+// gradients reads them where stages 2/3 keep them. The block (0-based) that holds `owner`'s shard.
+int stage1_grad_block(int rank, int owner, int world);
+
 struct MemoryOptions {
   StepConfig step;  // dtypes, optimizer, micro-batch, accumulation, checkpointing, prefetch depth
   // The workload's buffers (workload_buffers): the engine's own workload, or kAuto for the model
@@ -130,13 +147,25 @@ struct MemoryOptions {
   // GPU memory the rank uses that no buffer names: the CUDA context, NCCL's and cuBLAS's internal
   // allocations. Not measured yet: an estimate, listed as a buffer that is not allocated.
   int64_t context_reserve_bytes = int64_t(512) << 20;
+  // Host bytes the rank may use: what `speculation: auto` fills (core::resolve_speculation_bytes). 0: not
+  // known, every eligible layer speculates.
+  int64_t host_bytes_per_rank = 0;
 };
 
 // Every buffer of one rank (shard `shard`, split `split`): the engine's, then the workload's, then the
-// context estimate. ZeRO stages 1/2 (simulator only) keep the whole bf16 model and, stage 1, the whole
-// model's gradients.
+// context estimate. ZeRO stages 1/2 keep the whole bf16 model (with several ranks a replica beside the
+// shard the optimizers write; one rank's shard is the whole padded model) and, stage 1, the whole
+// model's reduced gradients. The speculated layers' spare slots are those of opt.step with its
+// speculation budget resolved (resolve_speculation_bytes).
 AllocPlan plan_allocations(const ModelDesc& model, const Partition& part, const RankShard& shard,
                            const TwinFlowSplit& split, const MemoryOptions& opt);
+
+// The speculation budget one rank plans with: opt.step.speculation_bytes, where kSpeculationAuto becomes
+// the host bytes opt.host_bytes_per_rank leaves beyond the allocation plan without speculation (0 when
+// nothing is left), or stays kSpeculationAuto (every eligible layer) when that is not known. Either
+// way core::speculated_layers stops at the layers whose gradients land early enough to matter.
+int64_t resolve_speculation_bytes(const ModelDesc& model, const Partition& part, const RankShard& shard,
+                                  const TwinFlowSplit& split, const MemoryOptions& opt);
 
 // The buffers of a workload for one micro-batch shape (on the GPU unless the entry says otherwise):
 //   kSynthetic: none (its gradient is a function of the weights);

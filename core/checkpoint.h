@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/io_hooks.h"
 #include "core/model.h"
 #include "core/optim/optimizer.h"
 #include "core/partition.h"
@@ -68,18 +69,9 @@ struct CheckpointMeta {
   std::string ds_config_text;  // the resolved ds_config
 };
 
-// Called by every rank with its own `ok`; returns true only when every rank passed true (an AND over
-// ranks). It separates the save's phases: directory ready, all shards durable, manifest committed.
-using CheckpointBarrier = std::function<bool(bool ok)>;
-
-// Tests only: called before every durable file-system step (op: "mkdir", "create", "write", "fsync",
-// "rename", "remove", "open"), possibly from several I/O threads at once. Returning an errno value
-// makes that step fail with it; 0 proceeds.
-struct FaultPoint {
-  std::string_view op;
-  const std::filesystem::path& path;
-};
-using FaultHook = std::function<int(const FaultPoint&)>;
+// The save's phases are separated by a core::RankBarrier (core/io_hooks.h: an AND over ranks; this is
+// its name here): directory ready, all shards durable, manifest committed.
+using CheckpointBarrier = RankBarrier;
 
 // Where the staging arrays live. The CUDA engine passes page-locked allocations so that its GPU
 // segment's device-to-host copies run at full PCIe speed; both null: page-aligned heap.

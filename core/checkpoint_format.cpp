@@ -103,6 +103,7 @@ json shape_json(const ModelSpec& s) {
           {"activation", std::string(activation_name(d.activation))},
           {"pre_ln", d.pre_ln},
           {"pos_offset", d.pos_offset},
+          {"pad_token", d.pad_token},
           {"embed_dim", d.embed_dim},
           {"ln_eps", d.ln_eps},
           {"family", std::string(family_name(d.family))}};
@@ -381,6 +382,7 @@ ModelSpec model_spec_from_json(const json& desc, const fs::path& file) {
     o.vocab = d.i64("vocab"), o.seq = d.i64("seq"), o.max_positions = d.i64("max_positions");
     o.tied_embeddings = d.boolean("tied_embeddings"), o.pre_ln = d.boolean("pre_ln");
     o.pos_offset = d.i64("pos_offset"), o.embed_dim = d.i64("embed_dim"), o.ln_eps = d.dbl("ln_eps");
+    o.pad_token = d.i64("pad_token");
     const std::string act = d.str("activation"), fam = d.str("family");
     if (act == activation_name(Activation::kGeluTanh)) o.activation = Activation::kGeluTanh;
     else if (act == activation_name(Activation::kRelu)) o.activation = Activation::kRelu;

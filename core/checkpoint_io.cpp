@@ -22,19 +22,6 @@ namespace tf::core::ckpt {
 
 namespace fs = std::filesystem;
 
-Fd::~Fd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
 void throw_fs_error(std::string_view action, const fs::path& p, int err, std::string_view advice) {
   std::string msg = std::string(action) + " " + p.string() + ": " + std::strerror(err);
   switch (err) {
@@ -79,32 +66,15 @@ Fd FsOps::open_read(const fs::path& p) const {
 }
 
 void FsOps::write_all(const Fd& fd, const void* data, size_t bytes, const fs::path& p) const {
-  if (int err = inject("write", p)) throw_fs_error("cannot write", p, err, advice_);
-  const char* c = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd.get(), c, bytes);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_fs_error("cannot write", p, errno, advice_);
-    }
-    c += n;
-    bytes -= size_t(n);
-  }
+  int err = inject("write", p);
+  if (!err) err = write_fully(fd.get(), data, bytes);
+  if (err) throw_fs_error("cannot write", p, err, advice_);
 }
 
 void FsOps::pwrite_all(const Fd& fd, const void* data, size_t bytes, uint64_t offset, const fs::path& p) const {
-  if (int err = inject("write", p)) throw_fs_error("cannot write", p, err, advice_);
-  const char* c = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::pwrite(fd.get(), c, bytes, off_t(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_fs_error("cannot write", p, errno, advice_);
-    }
-    c += n;
-    bytes -= size_t(n);
-    offset += uint64_t(n);
-  }
+  int err = inject("write", p);
+  if (!err) err = pwrite_fully(fd.get(), data, bytes, offset);
+  if (err) throw_fs_error("cannot write", p, err, advice_);
 }
 
 bool FsOps::read_exact(const Fd& fd, void* data, size_t bytes, uint64_t offset, const fs::path& p) const {

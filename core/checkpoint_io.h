@@ -11,24 +11,11 @@
 #include <string_view>
 
 #include "core/checkpoint.h"
+#include "core/fd.h"
 
 namespace tf::core::ckpt {
 
-// An owned file descriptor (closed on destruction).
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd();
-  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Fd& operator=(Fd&& o) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
+using core::Fd;  // an owned descriptor (core/fd.h)
 
 // Throws for a failed file-system call on `p`: InputError when the cause is the user's to fix
 // (permission, read-only file system, a missing path or one that is not a directory), with `advice`;

@@ -330,7 +330,8 @@ std::vector<float> CheckpointReader::read_tensor(std::string_view tensor, std::s
 }
 
 void CheckpointReader::verify_all() const {
-  std::vector<float> buf(size_t(ckpt::kMaxEntryElems));  // (kMaxEntryElems) fp32: one entry, or a gap, at a time
+  // (kMaxEntryElems) fp32: one entry, or a gap, at a time
+  std::vector<float> buf(static_cast<size_t>(ckpt::kMaxEntryElems));
   for (uint32_t r = 0; r < impl_->indexes.size(); ++r) {
     const ShardIndex& idx = impl_->indexes[r];
     const fs::path path = impl_->data_path(r);

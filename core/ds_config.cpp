@@ -802,6 +802,40 @@ void refuse_top_features(MapReader& m, Ctx& ctx) {
                      "bf16/fp16; remove it");
 }
 
+// ---- checkpoint ---------------------------------------------------------------------------------
+
+// DeepSpeed's checkpoint section (deepspeed/runtime/config.py get_checkpoint_params, a plain dict: it
+// ignores keys it does not know). It has no directory or interval (DeepSpeed's save_checkpoint takes
+// the directory as an argument): those are the scenario's `checkpoint: {dir, every_steps, keep}`.
+constexpr std::string_view kCheckpointKeys[] = {"tag_validation", "load_universal", "use_node_local_storage",
+                                                "parallel_write", "writer"};
+
+// tag_validation is accepted: DeepSpeed checks that every rank saves under the same tag, and Twin-Flow's
+// rank 0 commits one manifest for every rank after all their files are durable, so ranks cannot
+// disagree on it. load_universal is accepted: every Twin-Flow checkpoint is "universal" (stored by
+// tensor name and element range, loadable at any world size, ratio and stage). use_node_local_storage:
+// true is refused: the ranks write into one shared step-N.tmp/ and rank 0 reads every rank's index
+// there, which directories local to each node would hide.
+void read_checkpoint_section(MapReader& m, Ctx& ctx) {
+  const Node* c = m.find("checkpoint");
+  if (!c || c->is_null()) return;
+  if (!c->is_map()) config::fail(*c, "expected a section {tag_validation, load_universal, ...}, got " + c->describe());
+  MapReader cm(*c, ctx.warnings(), "checkpoint {tag_validation, load_universal, use_node_local_storage, ...}");
+  if (const Node* t = cm.find("tag_validation")) {
+    const std::string v = ascii_lower(config::read_string(*t));
+    if (v != "ignore" && v != "warn" && v != "fail")
+      config::fail(*t,
+                   "'" + config::excerpt(t->scalar) + "' is not a tag validation mode; allowed: Ignore, Warn, Fail");
+  }
+  if (const Node* u = cm.find("load_universal")) (void)ds_bool(ctx, *u, Conv::kAsIs);
+  if (const Node* l = cm.find("use_node_local_storage"); l && ds_bool(ctx, *l, Conv::kAsIs))
+    config::fail(*l,
+                 "true is not supported: every rank writes its shard into one shared step-N.tmp/ directory and "
+                 "rank 0 reads every rank's index there before it commits the manifest; use a directory all ranks "
+                 "share (the scenario's checkpoint.dir) and remove this key");
+  finish_section(cm, ctx, kCheckpointKeys, Unknown::kWarn);
+}
+
 std::string unresolved_message(const Node& root, const std::vector<UnresolvedAuto>& autos) {
   std::string msg = root.where() + ": the ds_config has " + std::to_string(autos.size()) +
                     " \"auto\" value(s) that the scenario does not give (Hugging Face's Trainer fills \"auto\" from "
@@ -851,6 +885,7 @@ void read_ds_config(const Node& root, Ctx& ctx, const ClientSettings& client, co
 
   read_optimizer_section(m, ctx, client);
   read_zero_section(m, ctx);
+  read_checkpoint_section(m, ctx);
   refuse_top_features(m, ctx);
   finish_section(m, ctx, kTopKeys, Unknown::kWarn);
   if (!ctx.unresolved.empty()) throw InputError(unresolved_message(root, ctx.unresolved));

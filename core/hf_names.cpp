@@ -226,11 +226,34 @@ void export_hf_weights(const ModelDesc& model, std::span<const float> flat, cons
   if (int64_t(flat.size()) != model.total_params)
     throw InputError("export: " + std::to_string(flat.size()) + " weights, model '" + model.spec.name + "' has " +
                      std::to_string(model.total_params));
+  export_hf_weights(
+      model,
+      [&](size_t t) {
+        const TensorDesc& d = model.tensors[t];
+        return std::vector<float>(flat.begin() + d.offset, flat.begin() + d.offset + d.numel);
+      },
+      path, dtype);
+}
+
+void export_hf_weights(const ModelDesc& model, const TensorValues& tensor_values, const std::filesystem::path& path,
+                       DType dtype) {
   const std::vector<HfTensor> map = hf_tensors(model);
   std::vector<SafetensorsOut> outs;
   for (const HfTensor& p : map) outs.push_back({p.hf_name, p.hf_shape});
+  size_t held = SIZE_MAX;     // the tensor `values` holds
+  std::vector<float> values;  // (numel of tensor `held`) fp32
   write_safetensors(path, outs, dtype, [&](size_t i, std::span<float> out) {
-    copy_piece(map[i], model.tensors[map[i].tensor], flat, out, false);
+    const HfTensor& p = map[i];
+    if (held != p.tensor) {
+      values = tensor_values(p.tensor);
+      held = p.tensor;
+      if (int64_t(values.size()) != model.tensors[held].numel)
+        throw InputError("export: " + std::to_string(values.size()) + " values for tensor " + model.tensors[held].name +
+                         ", which has " + std::to_string(model.tensors[held].numel));
+    }
+    TensorDesc local = model.tensors[p.tensor];
+    local.offset = 0;  // `values` holds this tensor alone
+    copy_piece(p, local, values, out, false);
   });
 }
 

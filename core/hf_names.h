@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,6 +52,12 @@ std::vector<float> load_hf_weights(const ModelDesc& model, const std::filesystem
 // Writes `flat` (total_params, model order) as a Hugging Face safetensors file in `dtype` (F32, BF16
 // or F16), with the names and layouts save_pretrained writes (a tied head is not written).
 void export_hf_weights(const ModelDesc& model, std::span<const float> flat, const std::filesystem::path& path,
+                       DType dtype);
+// The same, one of our tensors at a time: tensor_values(t) returns ModelDesc::tensors[t]'s values
+// (numel, row-major), asked for in file order (once per tensor, or once for OPT's q, k, v together),
+// so only one tensor is in memory (`twinflow export` reads them from a checkpoint).
+using TensorValues = std::function<std::vector<float>(size_t tensor)>;
+void export_hf_weights(const ModelDesc& model, const TensorValues& tensor_values, const std::filesystem::path& path,
                        DType dtype);
 
 }  // namespace tf::core

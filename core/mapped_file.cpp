@@ -11,27 +11,9 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/fd.h"
 
 namespace tf::core {
-
-namespace {
-
-// Closes a descriptor at scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-}  // namespace
 
 MappedFile::MappedFile(const std::filesystem::path& path, std::string_view what, uint64_t max_bytes)
     : path_(path.string()) {

@@ -63,6 +63,13 @@ const RankShard& largest(const Partition& part) {
                            [](const RankShard& a, const RankShard& b) { return a.elems < b.elems; });
 }
 
+// `speculation: auto` fills what the host has beyond the plan (core::resolve_speculation_bytes): checked
+// against the limit it is checked with, it never makes a ratio not fit; an explicit budget may.
+MemoryOptions with_host_limit(MemoryOptions opt, int64_t host_bytes_per_rank) {
+  opt.host_bytes_per_rank = host_bytes_per_rank;
+  return opt;
+}
+
 std::string breakdown(const RankMemory& m) {
   std::ostringstream os;
   os << "params " << format_gb(m.gpu_params) << " + grads " << format_gb(m.gpu_grads) << " + optimizer "
@@ -73,8 +80,9 @@ std::string breakdown(const RankMemory& m) {
 }
 }  // namespace
 
-RatioRange feasible_ratios(const ModelDesc& model, const Partition& part, const MemoryOptions& opt,
+RatioRange feasible_ratios(const ModelDesc& model, const Partition& part, const MemoryOptions& options,
                            int64_t gpu_bytes_per_rank, int64_t host_bytes_per_rank) {
+  const MemoryOptions opt = with_host_limit(options, host_bytes_per_rank);
   RatioRange r;
   const RankShard& shard = largest(part);
   const int64_t align = part.opt.align_elems;
@@ -131,8 +139,9 @@ RankMemory rank_memory_at(const ModelDesc& model, const Partition& part, const M
   return rank_memory(model, part, shard, split_shard(shard, ratio, part.opt.align_elems), opt);
 }
 
-void check_ratio_fits(const ModelDesc& model, const Partition& part, const MemoryOptions& opt, double ratio,
+void check_ratio_fits(const ModelDesc& model, const Partition& part, const MemoryOptions& options, double ratio,
                       int64_t gpu_bytes_per_rank, int64_t host_bytes_per_rank) {
+  const MemoryOptions opt = with_host_limit(options, host_bytes_per_rank);
   const RankMemory m = rank_memory_at(model, part, opt, ratio);
   if (m.gpu_total <= gpu_bytes_per_rank && m.host_total <= host_bytes_per_rank) return;
   const RatioRange range = feasible_ratios(model, part, opt, gpu_bytes_per_rank, host_bytes_per_rank);

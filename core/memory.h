@@ -15,17 +15,17 @@ namespace tf::core {
 // Bytes per rank: plan_allocations' buffers summed by kind. GPU terms sum to gpu_total, host terms to
 // host_total.
 struct RankMemory {
-  int64_t gpu_params = 0;       // stage 3: the rank's bf16 shard; stages 1/2: the full bf16 model
+  int64_t gpu_params = 0;       // the rank's bf16 shard; stages 1/2 with several ranks also the replicated model
   int64_t gpu_grads = 0;        // stage >= 2: the shard's reduced grads (the CPU segment's part lands here
-                                // before its D2H) + fp32 accumulation with grad_accum > 1; stage 1: the
-                                // full model's grads
+                                // before its D2H); stage 1: the full model's; + fp32 accumulation of the
+                                // shard with grad_accum > 1
   int64_t gpu_optimizer = 0;    // fp32 master + states of the GPU segment
   int64_t gpu_activations = 0;  // one micro-batch, with or without checkpointing
   int64_t gpu_comm = 0;         // all-gather prefetch + reduce-scatter buffers (whole layers)
   int64_t gpu_workspace = 0;    // the step's small buffers and cuBLAS's workspace
   int64_t gpu_context = 0;      // the CUDA context and libraries' own memory: an estimate (not allocated by name)
   int64_t gpu_total = 0;
-  int64_t host_optimizer = 0;  // pinned fp32 master + states of the CPU segment
+  int64_t host_optimizer = 0;  // pinned fp32 master + states of the CPU segment (+ the speculated layers' spare slot)
   int64_t host_staging = 0;    // pinned bf16 gradient (D2H) and parameter (H2D) buffers of the CPU segment
   int64_t host_workspace = 0;  // the norm's 16-byte result
   int64_t host_total = 0;
@@ -41,7 +41,9 @@ RankMemory rank_memory(const ModelDesc& model, const Partition& part, const Rank
 RankMemory rank_memory_at(const ModelDesc& model, const Partition& part, const MemoryOptions& opt, double ratio);
 
 // The ratios whose memory fits: GPU bytes fall and host bytes rise with the ratio, so the feasible
-// set is an interval [min_ratio, max_ratio] (on the alignment grid of the largest shard).
+// set is an interval [min_ratio, max_ratio] (on the alignment grid of the largest shard). Both this and
+// check_ratio_fits resolve `speculation: auto` against host_bytes_per_rank (opt.host_bytes_per_rank is
+// replaced), so auto never changes which ratios fit; an explicit speculation budget counts in full.
 struct RatioRange {
   bool feasible = false;
   double min_ratio = 0, max_ratio = 0;

@@ -35,17 +35,21 @@ std::string ratio_range_text(const RatioRange& r) {
 
 namespace {
 
-// The settings and memory options the fit is of: the override's workload, else the model trained for real.
+// The settings and memory options the fit is of: the override's workload, else the model trained for real;
+// `speculation: auto` resolved against the rank's host budget (the plan's spare slots fill what is left).
 struct FitInputs {
   RunSettings rs;
   MemoryOptions mo;
   Partition part;
+  RankBudget budget;
 };
 FitInputs fit_inputs(const Scenario& s, const SettingsOverrides& o) {
-  FitInputs f{resolve_settings(s, o), {}, {}};
+  FitInputs f{resolve_settings(s, o), {}, {}, {}};
   f.mo = f.rs.memory_options();
   if (!o.workload) f.mo.workload = WorkloadType::kAuto;
   f.part = make_partition(f.rs.model, f.rs.partition);
+  f.budget = rank_budget(s, f.rs.world);
+  f.mo.host_bytes_per_rank = f.budget.host_bytes;
   return f;
 }
 
@@ -70,7 +74,7 @@ std::string shortfall_text(const FitReport& r) {
 FitReport check_fit(const Scenario& s, const SettingsOverrides& overrides) {
   const FitInputs f = fit_inputs(s, overrides);
   FitReport r;
-  r.budget = rank_budget(s, f.rs.world);
+  r.budget = f.budget;
   r.range = feasible_ratios(f.rs.model, f.part, f.mo, r.budget.gpu_bytes, r.budget.host_bytes);
   if (r.range.feasible) {
     r.at_min = rank_memory_at(f.rs.model, f.part, f.mo, r.range.min_ratio);

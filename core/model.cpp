@@ -50,6 +50,7 @@ constexpr DecoderShape opt_shape(int64_t layers, int64_t hidden, int64_t heads, 
   d.vocab = 50272;
   d.activation = Activation::kRelu;
   d.pos_offset = 2;
+  d.pad_token = 1;
   d.family = ModelFamily::kOpt;
   return d;
 }
@@ -231,6 +232,9 @@ std::optional<ModelIssue> check_model(const ModelSpec& spec) {
   if (d.max_positions < d.seq)
     return ModelIssue{"seq", std::to_string(d.seq) + " exceeds max_positions " + std::to_string(d.max_positions) +
                                  "; allowed [1, max_positions] (raise max_positions to train longer sequences)"};
+  if (d.pad_token < -1 || d.pad_token >= d.vocab)
+    return ModelIssue{"pad_token", std::to_string(d.pad_token) + " is out of range; allowed -1 (none) or [0, vocab = " +
+                                       std::to_string(d.vocab) + ")"};
   if (!(d.ln_eps > 0 && d.ln_eps <= 1))
     return ModelIssue{"ln_eps", std::to_string(d.ln_eps) + " is out of range; allowed (0, 1]"};
   return std::nullopt;

@@ -37,6 +37,9 @@ struct DecoderShape {
   bool pre_ln = true;      // false: post-LN (opt-350m), which has no final LN
   int64_t pos_offset = 0;  // first position's row in the table: 2 for OPT, 0 for GPT-2
   int64_t embed_dim = 0;   // e, OPT's word_embed_proj_dim; 0 (or hidden) means none: e = hidden
+  // OPT's padding_idx (pad_token_id 1): the row's lookups add nothing to its gradient (the tied head's
+  // part still does), as transformers' nn.Embedding(padding_idx) has it; -1: none (GPT-2).
+  int64_t pad_token = -1;
   double ln_eps = 1e-5;    // LayerNorm epsilon
   ModelFamily family = ModelFamily::kGpt2;
 };

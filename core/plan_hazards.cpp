@@ -24,6 +24,7 @@ const char* plan_buffer_name(PlanBuffer b) {
     case PlanBuffer::kGpuOptimizerState: return "gpu_optimizer_state";
     case PlanBuffer::kHostGrad: return "host_grad";
     case PlanBuffer::kHostOptimizerState: return "host_optimizer_state";
+    case PlanBuffer::kHostOptimizerSpare: return "host_optimizer_spare";
     case PlanBuffer::kHostCopy: return "host_copy";
   }
   return "?";
@@ -59,10 +60,9 @@ void reduction_uses(const StepPlan& plan, const Op& op, Uses& u) {
   u.add(PlanBuffer::kLayerGrad, op.grad_slot, Segment::kWhole, false);
   u.add(PlanBuffer::kRecv, op.grad_slot, Segment::kWhole, true);
   const SliceSumIo io = slice_sum_io(plan.config.grad_accum, op.micro_batch);
-  if (plan.stage >= 2) {  // stage 1 keeps the whole model's gradients, without accumulation buffers
-    if (io.read_acc) u.layer(PlanBuffer::kGradAccum, op.layer, false);
-    if (io.write_acc) u.layer(PlanBuffer::kGradAccum, op.layer, true);
-  }
+  // every stage accumulates the shard's sums in fp32 across micro-batches (core/alloc_plan.h)
+  if (io.read_acc) u.layer(PlanBuffer::kGradAccum, op.layer, false);
+  if (io.write_acc) u.layer(PlanBuffer::kGradAccum, op.layer, true);
   if (io.write_out) u.layer(PlanBuffer::kGrads, op.layer, true);
 }
 
@@ -96,8 +96,20 @@ void optimizer_side_uses(const StepPlan& plan, const Op& op, Uses& u) {
       u.all_layers(PlanBuffer::kParams, L, Segment::kGpu, true);
       return;
     case OpKind::kCpuOptimizer:
+      u.add(PlanBuffer::kHostGrad, op.layer, Segment::kWhole, false);
+      u.add(PlanBuffer::kHostCopy, op.layer, Segment::kWhole, true);
+      if (op.state_slot == 1) {  // speculative: the current slot read, the spare written, no decision
+        u.add(PlanBuffer::kHostOptimizerState, op.layer, Segment::kWhole, false);
+        u.add(PlanBuffer::kHostOptimizerSpare, op.layer, Segment::kWhole, true);
+        return;
+      }
+      decision_use(plan, u);
+      u.add(PlanBuffer::kHostOptimizerState, op.layer, Segment::kWhole, true);
+      return;
+    case OpKind::kCpuCommit:  // adopts the spare slot (both slots change roles) or redoes the update in place
       decision_use(plan, u);
       u.add(PlanBuffer::kHostGrad, op.layer, Segment::kWhole, false);
+      u.add(PlanBuffer::kHostOptimizerSpare, op.layer, Segment::kWhole, true);
       u.add(PlanBuffer::kHostOptimizerState, op.layer, Segment::kWhole, true);
       u.add(PlanBuffer::kHostCopy, op.layer, Segment::kWhole, true);
       return;

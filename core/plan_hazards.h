@@ -12,8 +12,9 @@ namespace tf::core {
 
 // The buffers a step touches, as a backend holds them (backends/cuda/engine.cpp, backends/sim).
 enum class PlanBuffer : uint8_t {
-  kParams,              // the bf16 parameters compute reads: the rank's shard (ZeRO-3; one rank computes on it
-                        // directly) or the replicated model (stages 1/2); per (layer, segment)
+  kParams,              // the bf16 parameters: the rank's shard (ZeRO-3; one rank computes on it directly) and,
+                        // stages 1/2, the replicated model compute reads and the all-gathers after the
+                        // optimizers refresh from the shard (one piece: a superset); per (layer, segment)
   kGather,              // ZeRO-3 prefetch buffers, per slot
   kGatherShared,        // ZeRO-3: the shared layer gathered for the layer that reads it (Op::shared_layer)
   kLayerGrad,           // the layer-gradient (send) buffers backward writes, per slot
@@ -24,7 +25,8 @@ enum class PlanBuffer : uint8_t {
   kNormResult,          // the folded norm and non-finite count the step decision reads
   kGpuOptimizerState,   // fp32 master and states of the GPU segment
   kHostGrad,            // the CPU segment's gradient landing buffer, per layer
-  kHostOptimizerState,  // fp32 master and states of the CPU segment, per layer
+  kHostOptimizerState,  // fp32 master and states of the CPU segment, per layer: the slot current at the step's start
+  kHostOptimizerSpare,  // a speculated layer's other slot (core/speculation.h), per layer
   kHostCopy,            // the CPU segment's updated bf16 copy before its H2D, per layer
 };
 const char* plan_buffer_name(PlanBuffer b);

@@ -14,8 +14,10 @@ RankPlan plan_rank(const ModelDesc& model, const Partition& part, int rank, doub
   const RankShard& shard = part.ranks[size_t(rank)];
   RankPlan p;
   p.split = split_shard(shard, ratio, part.opt.align_elems);
-  p.step = plan_step(model, part, p.split, opt.step);
-  p.alloc = plan_allocations(model, part, shard, p.split, opt);
+  MemoryOptions resolved = opt;  // the step plan and the allocation plan speculate on the same layers
+  resolved.step.speculation_bytes = resolve_speculation_bytes(model, part, shard, p.split, opt);
+  p.step = plan_step(model, part, p.split, resolved.step);
+  p.alloc = plan_allocations(model, part, shard, p.split, resolved);
   return p;
 }
 

@@ -13,7 +13,8 @@ namespace tf::core {
 
 struct RankPlan {
   TwinFlowSplit split;
-  StepPlan step;    // core::plan_step(model, part, split, opt.step)
+  StepPlan step;    // core::plan_step(model, part, split, opt.step), its speculation budget resolved
+                    // (core::resolve_speculation_bytes: its config holds the bytes it planned with)
   AllocPlan alloc;  // core::plan_allocations(model, part, shard, split, opt)
 };
 

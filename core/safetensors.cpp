@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace tf::core {
 
@@ -239,11 +239,10 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Safe
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw RuntimeFailure(where + ": cannot create the file");
+  OutputFile f(path, "safetensors writer:");  // whole or not at all
   const uint64_t n = text.size();
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f.write(text.data(), std::streamsize(text.size()));
+  f.write(&n, 8);
+  f.write(text);
   std::vector<float> values;    // (numel) fp32, one tensor at a time
   std::vector<std::byte> data;  // (numel x dtype bytes)
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -251,10 +250,9 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Safe
     produce(i, values);
     data.resize(values.size() * dtype_bytes(dtype));
     for (size_t e = 0; e < values.size(); ++e) put_value(data.data() + e * dtype_bytes(dtype), values[e], dtype);
-    f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
+    f.write(data.data(), data.size());
   }
-  f.flush();
-  if (!f) throw RuntimeFailure(where + ": writing failed (disk full or not writable?)");
+  f.commit();
 }
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsOut>& tensors,

@@ -301,6 +301,26 @@ void read_init(const Node& n, Ctx& ctx) {
   ctx.s->init.from = path;
 }
 
+// checkpoint: {dir, every_steps, keep}: where and how often a run saves (docs/ARCHITECTURE.md,
+// "Checkpoints"). The directory need not exist yet: the first save creates it.
+void read_checkpoint(const Node& n, Ctx& ctx) {
+  MapReader m(n, ctx.warnings(), "{dir, every_steps, keep}");
+  CheckpointConfig& c = ctx.s->checkpoint;
+  const Node& dir = m.require("dir", "the directory that holds the checkpoints (step-N/)");
+  const std::string text = config::read_string(dir);
+  if (text.empty()) config::fail(dir, "empty; allowed: a directory path (relative to the scenario's directory)");
+  c.dir = resolve(ctx, dir, text);
+  if (const Node* e = m.find("every_steps"))
+    c.every_steps = config::read_int(*e, 0, int64_t(1) << 40);
+  else
+    ctx.add_default("checkpoint.every_steps", "0", "Twin-Flow's: save after the last step and on SIGTERM/SIGINT only");
+  if (const Node* k = m.find("keep"))
+    c.keep = int(config::read_int(*k, 0, int64_t(1) << 20));
+  else
+    ctx.add_default("checkpoint.keep", "0", "Twin-Flow's: every checkpoint is kept");
+  m.fail_unknown();
+}
+
 ReferenceResult read_reference(const Node& r, Ctx& ctx) {
   MapReader rm(r, ctx.warnings(), "a published result {speedup_vs_full_offload, source}");
   ReferenceResult ref;
@@ -431,6 +451,7 @@ void parse(const Node& root, Ctx& ctx, const DsSource& ds_text) {
   if (const Node* w = top.find("workload")) read_workload(*w, ctx);
   if (const Node* d = top.find("data")) read_data(*d, ctx);
   if (const Node* i = top.find("init")) read_init(*i, ctx);
+  if (const Node* c = top.find("checkpoint")) read_checkpoint(*c, ctx);
   if (const Node* r = top.find("reference")) s.reference = read_reference(*r, ctx);
   top.fail_unknown();
   check_hardware_and_activations(precision_node, training, ctx);
@@ -505,16 +526,18 @@ Scenario load_default_scenario() {
                         "<built-in>/scenarios/" + std::string(builtin::default_scenario_name()));
 }
 
-std::optional<std::string> simulation_size_issue(const Scenario& s, int64_t world) {
+std::optional<std::string> simulation_size_issue(const Scenario& s, int64_t world, std::optional<int64_t> grad_accum) {
   if (world < 1 || world > kMaxWorld)
     return std::to_string(world) + " ranks is out of range; allowed [1, " + std::to_string(kMaxWorld) + "]";
+  const int64_t accum = grad_accum.value_or(s.training.grad_accum);
+  if (accum < 1 || accum > kMaxBatch)
+    return "grad_accum " + std::to_string(accum) + " is out of range; allowed [1, " + std::to_string(kMaxBatch) + "]";
   const int64_t layers = int64_t(describe_model(s.model).layers.size());
-  const int64_t units = world * s.training.grad_accum * layers;  // <= 2^16 x 2^20 x 2^17: fits
+  const int64_t units = world * accum * layers;  // <= 2^16 x 2^20 x 2^17: fits
   if (units <= kMaxRankLayerMicroSteps) return std::nullopt;
-  return "ranks (" + std::to_string(world) + ") x grad_accum (" + std::to_string(s.training.grad_accum) +
-         ") x layers (" + std::to_string(layers) + ") = " + std::to_string(units) +
-         " layer micro-steps to simulate; allowed at most " + std::to_string(kMaxRankLayerMicroSteps) +
-         " (the simulator holds every rank's step plan: about 3 KB per unit)";
+  return "ranks (" + std::to_string(world) + ") x grad_accum (" + std::to_string(accum) + ") x layers (" +
+         std::to_string(layers) + ") = " + std::to_string(units) + " layer micro-steps to simulate; allowed at most " +
+         std::to_string(kMaxRankLayerMicroSteps) + " (the simulator holds every rank's step plan: about 3 KB per unit)";
 }
 
 std::vector<ReportedSetting> settings_report(const Scenario& s) {
@@ -531,6 +554,10 @@ std::vector<ReportedSetting> settings_report(const Scenario& s) {
   num("training.gradient_clipping", t.gradient_clipping);
   text("training.prescale_gradients", bool_text(t.prescale_gradients));
   text("training.activation_checkpointing", bool_text(t.activation_checkpointing));
+  if (t.speculation_bytes)
+    num("training.speculation", double(*t.speculation_bytes));
+  else
+    text("training.speculation", "auto");
   num("training.steps", double(t.steps));
   const bool fp16 = t.precision == Precision::kFP16;
   text("training.loss_scaling", !fp16 ? "off" : t.loss_scaling.dynamic() ? "dynamic" : "static");
@@ -553,7 +580,7 @@ std::vector<ReportedSetting> settings_report(const Scenario& s) {
     num("optimizer.initial_accumulator_value", o.hp.initial_accumulator_value);
   }
   const OffloadOptimizerConfig& off = s.zero.offload_optimizer;
-  text("zero.offload_optimizer.device", off.device == OffloadDevice::kCpu ? "cpu" : "none");
+  text("zero.offload_optimizer.device", std::string(offload_device_name(off.device)));
   if (off.ratio_auto)
     text("zero.offload_optimizer.ratio", "auto");
   else

@@ -20,6 +20,8 @@ enum class Precision : uint8_t { kBF16, kFP16, kFP32 };
 std::string_view precision_name(Precision p);
 
 enum class OffloadDevice : uint8_t { kNone, kCpu };
+// DeepSpeed's name of the device: "none", "cpu".
+inline std::string_view offload_device_name(OffloadDevice d) { return d == OffloadDevice::kCpu ? "cpu" : "none"; }
 
 // The DeepSpeed whose config semantics and defaults a ds_config is read with (README: "DeepSpeed
 // compatibility"). Its one changed default that matters here: gradient_clipping is 1.0 since PR #8068.
@@ -49,6 +51,9 @@ struct TrainingConfig {
                                  // ds_config's is kDeepSpeedGradientClippingDefault)
   bool activation_checkpointing = false;
   bool prescale_gradients = false;  // divide by world size before the reduction (DeepSpeed)
+  // Twin-Flow's speculative CPU updates (docs/ARCHITECTURE.md, "Speculation"): host bytes per rank for the
+  // speculated layers' second state slot; 0 off; nullopt `auto` (what the host has beyond the plan).
+  std::optional<int64_t> speculation_bytes;
 };
 
 struct OptimizerConfig {
@@ -112,6 +117,15 @@ struct InitConfig {
   std::filesystem::path from;  // resolved against the scenario's directory; its tensors are checked when loaded
 };
 
+// Checkpoints (docs/ARCHITECTURE.md, "Checkpoints"): `checkpoint: {dir, every_steps, keep}`. DeepSpeed's
+// ds_config has no directory or interval (its save_checkpoint takes the directory as an argument), so
+// they live in the scenario; the ds_config's `checkpoint` section is read for what maps (ds_config.cpp).
+struct CheckpointConfig {
+  std::filesystem::path dir;  // resolved against the scenario's directory; empty: no checkpoints
+  int64_t every_steps = 0;    // save after every N steps (0: only after the last step, or on SIGTERM/SIGINT)
+  int keep = 0;               // complete checkpoints kept, the newest included (0: every one)
+};
+
 // A default that decided something the files did not say: the commands print them and write them to
 // --json, so a run's settings are never silently someone's default.
 struct AppliedDefault {
@@ -139,6 +153,7 @@ struct Scenario {
   WorkloadConfig workload;
   DataConfig data;  // decoders only
   InitConfig init;  // decoders only
+  CheckpointConfig checkpoint;
   // Set when a ds_config supplied the training, optimizer and ZeRO settings.
   bool from_ds_config = false;
   std::filesystem::path ds_config_file;  // empty when embedded or absent
@@ -174,11 +189,12 @@ inline constexpr int64_t kMaxBatch = int64_t(1) << 20;                // micro_b
 inline constexpr int64_t kMaxRankLayerMicroSteps = int64_t(1) << 20;  // world x grad_accum x layers
 inline constexpr int64_t kMaxParameters = int64_t(1) << 50;
 
-// Why simulating `s` with `world` ranks is too large (world out of [1, kMaxWorld], or world x grad_accum
-// x layers over kMaxRankLayerMicroSteps), without the key to change; nothing when it is not. The
-// scenario's own world is checked when it is parsed; a command that overrides the world (--world)
-// checks its value with this.
-std::optional<std::string> simulation_size_issue(const Scenario& s, int64_t world);
+// Why simulating `s` with `world` ranks and `grad_accum` micro-batches (default: the scenario's) is too
+// large (world out of [1, kMaxWorld], or world x grad_accum x layers over kMaxRankLayerMicroSteps),
+// without the key to change; nothing when it is not. The scenario's own sizes are checked when it is
+// parsed; commands that override them go through core::check_simulation_size (core/settings.h).
+std::optional<std::string> simulation_size_issue(const Scenario& s, int64_t world,
+                                                 std::optional<int64_t> grad_accum = std::nullopt);
 
 // Parse and validate. Errors throw InputError "FILE:LINE:COL: key.path: what was wrong; allowed ...";
 // an unknown key in the scenario is an error that suggests the nearest known key. A ds_config

@@ -161,6 +161,15 @@ void record_loss_scale_defaults(Ctx& ctx, const Node* given, const LossScaleConf
   }
 }
 
+// training.speculation: `auto`, or the host bytes per rank for the speculated layers' second state slot
+// (0: off).
+std::optional<int64_t> read_speculation(const Node& v) {
+  if (v.is_scalar() && ascii_lower(v.scalar) == "auto") return std::nullopt;
+  if (!v.is_scalar() || v.quoted)
+    config::fail(v, "expected `auto` or a number of bytes (0 turns speculation off), got " + v.describe());
+  return config::read_int(v, 0, int64_t(1) << 50);
+}
+
 }  // namespace
 
 void read_training(const Node& n, Ctx& ctx, bool has_ds, ClientSettings& client, const Node*& precision_node) {
@@ -187,6 +196,9 @@ void read_training(const Node& n, Ctx& ctx, bool has_ds, ClientSettings& client,
     t.activation_checkpointing = config::read_bool(*v);
   else
     ctx.add_default("training.activation_checkpointing", bool_text(t.activation_checkpointing), why_native(""));
+  // Twin-Flow's own optimisation, not a training setting: its default (auto) is in settings_report, not
+  // among the recorded defaults
+  if (const Node* v = m.find("speculation")) t.speculation_bytes = read_speculation(*v);
   m.fail_unknown();
   if (has_ds) return;  // read_ds_config takes the rest
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/optim/grad_stats.h"
+#include "core/strings.h"
 
 namespace tf::core {
 
@@ -43,13 +44,21 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   RunSettings s;
   s.model = describe_model(sc.model);
   s.world = o.world.value_or(sc.cluster.world_size());
-  if (s.world < 1) throw InputError("world must be >= 1, got " + std::to_string(s.world));
+  if (s.world < 1 || s.world > kMaxWorld)
+    throw InputError(o.world_from + " " + std::to_string(s.world) + ": ranks must be in [1, " +
+                     std::to_string(kMaxWorld) + "]");
   const int grad_accum = o.grad_accum.value_or(int(sc.training.grad_accum));
-  if (grad_accum < 1) throw InputError("grad_accum must be >= 1, got " + std::to_string(grad_accum));
+  if (grad_accum < 1 || grad_accum > kMaxBatch)
+    throw InputError(o.grad_accum_from + " " + std::to_string(grad_accum) + ": micro-batches per step must be in [1, " +
+                     std::to_string(kMaxBatch) + "]");
   s.partition = {sc.zero.stage, s.world, int64_t(kStatsTile)};
   const DType grad = grad_dtype_of(sc.training.precision);
   s.policy = make_step_policy(sc.optimizer.kind, sc.optimizer.hp, sc.training.gradient_clipping, grad);
-  s.step = make_step_config(s.policy, grad, sc.training.micro_batch, grad_accum, sc.training.activation_checkpointing);
+  const int64_t speculation = o.speculation_bytes.value_or(sc.training.speculation_bytes.value_or(kSpeculationAuto));
+  if (speculation < 0 && speculation != kSpeculationAuto)
+    throw InputError("speculation must be auto or >= 0 bytes, got " + std::to_string(speculation));
+  s.step = make_step_config(s.policy, grad, sc.training.micro_batch, grad_accum, sc.training.activation_checkpointing,
+                            speculation);
   s.loss_scaler = loss_scaler_of(sc.training);
   s.workload = workload_of(sc, o);
   s.seed = sc.workload.seed;
@@ -57,6 +66,20 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   s.init_from = sc.init.from;
   s.cpu_threads = sc.cluster.cpu_cores_per_gpu;
   return s;
+}
+
+void check_simulation_size(const Scenario& sc, const SettingsOverrides& o) {
+  const int64_t world = o.world.value_or(sc.cluster.world_size());
+  const int64_t grad_accum = o.grad_accum.value_or(sc.training.grad_accum);
+  const std::optional<std::string> issue = simulation_size_issue(sc, world, grad_accum);
+  if (!issue) return;
+  const std::string world_key = o.world ? o.world_from : "cluster.nodes x gpus_per_node";
+  const std::string accum_key = o.grad_accum ? o.grad_accum_from : "training.grad_accum";
+  const std::string first = o.world           ? o.world_from + " " + std::to_string(world)
+                            : o.grad_accum    ? o.grad_accum_from + " " + std::to_string(grad_accum)
+                            : sc.file.empty() ? std::string("the scenario")
+                                              : printable(sc.file.string());
+  throw InputError(first + ": " + *issue + "; reduce " + world_key + " or " + accum_key);
 }
 
 }  // namespace tf::core

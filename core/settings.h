@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <string>
 
 #include "core/alloc_plan.h"
 #include "core/model.h"
@@ -22,6 +23,11 @@ struct SettingsOverrides {
   std::optional<int> world = {};              // ranks: as launched (run), simulated (simulate --world)
   std::optional<int> grad_accum = {};         // micro-batches per rank per step (run --grad-accum, a measured sweep)
   std::optional<WorkloadType> workload = {};  // what `run` trains (run --workload)
+  // What set world and grad_accum, as errors name it: "--world", "WORLD_SIZE", "run.json: grad_accum".
+  std::string world_from = "the world override";
+  std::string grad_accum_from = "the grad_accum override";
+  // training.speculation (run/simulate --speculation): bytes, or kSpeculationAuto
+  std::optional<int64_t> speculation_bytes = {};
 };
 
 struct RunSettings {
@@ -45,9 +51,15 @@ struct RunSettings {
   }
 };
 
-// Throws core::InputError for an override out of range (world or grad_accum below 1, an MLP workload
-// for a decoder, a decoder workload for an MLP).
+// Throws core::InputError for an override out of range (world outside [1, kMaxWorld], grad_accum
+// outside [1, kMaxBatch]), naming what set it, and for an MLP workload for a decoder or a decoder
+// workload for an MLP.
 RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& overrides = {});
+
+// Throws core::InputError when simulating every rank of `sc` with `overrides` is too large
+// (core::simulation_size_issue), naming what set the sizes: the overrides (world_from, grad_accum_from)
+// or the scenario's keys. The simulators call it; `run` plans one rank and does not.
+void check_simulation_size(const Scenario& sc, const SettingsOverrides& overrides);
 
 // The dtype of the gradients a precision trains with.
 DType grad_dtype_of(Precision p);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/local_kernels.h"
+#include "core/speculation.h"
 
 namespace tf::core {
 
@@ -34,6 +35,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::kGpuOptimizer: return "gpu_optimizer";
     case OpKind::kCpuOptimizer: return "cpu_optimizer";
     case OpKind::kH2DParam: return "h2d";
+    case OpKind::kCpuCommit: return "cpu_commit";
   }
   return "?";
 }
@@ -47,7 +49,7 @@ std::string Op::label() const {
 }
 
 StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t micro_batch, int grad_accum,
-                            bool checkpointing) {
+                            bool checkpointing, int64_t speculation_bytes) {
   StepConfig c;
   c.micro_batch = micro_batch;
   c.grad_accum = grad_accum;
@@ -57,6 +59,7 @@ StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t 
   c.checkpointing = checkpointing;
   c.clip_gradients = policy.clip > 0;
   c.loss_scaling = policy.skip_nonfinite;
+  c.speculation_bytes = speculation_bytes;
   return c;
 }
 
@@ -77,6 +80,8 @@ class Planner {
     if (cfg.prefetch_layers < 1 || cfg.prefetch_layers > 127) throw InputError("prefetch_layers must be in [1, 127]");
     cpu_elems_.assign(size_t(L_), 0);  // the CPU segment is the shard's tail: the last layers
     for (const ShardPiece& p : split.cpu) cpu_elems_[p.layer] += p.count;
+    speculated_.assign(size_t(L_), false);
+    for (int32_t l : speculated_layers(split, cfg)) speculated_[size_t(l)] = true;
     fwd_.assign(size_t(L_), 0);
     bwd_.assign(size_t(L_), 0);
     red_.assign(size_t(L_), 0);
@@ -179,8 +184,8 @@ class Planner {
     }
   }
 
-  // The layer's reduction, then (last micro-batch) the D2H of its CPU part and, without a norm wait,
-  // its CPU update, which starts while backward runs on earlier layers.
+  // The layer's reduction, then (last micro-batch) the D2H of its CPU part and, without a norm wait or
+  // when the layer speculates, its CPU update, which starts while backward runs on earlier layers.
   void reduce(int l, int mb, int8_t slot) {
     red_[size_t(l)] =
         add(stage() == 1 ? OpKind::kAllReduce : OpKind::kReduceScatter, Queue::kComm, l, mb, {bwd_[size_t(l)]});
@@ -193,15 +198,29 @@ class Planner {
     plan_.pcie_d2h_bytes += last().bytes;
     d2h_[l] = id;
     if (!wait_for_norm()) cpu_update(l, {id});
+    if (wait_for_norm() && speculated_[size_t(l)]) speculative_update(l, id);
   }
 
-  void cpu_update(int l, std::vector<uint32_t> deps) {
-    const uint32_t id = add(OpKind::kCpuOptimizer, Queue::kCpu, l, -1, std::move(deps));
-    last().elems = cpu_elems_[size_t(l)];
-    last().bytes = last().elems * optimizer_bytes_per_element();
+  // The layer's fused CPU pass (in place, or the commit of a speculated layer), then the H2D of its copy.
+  void cpu_update(int l, std::vector<uint32_t> deps, OpKind kind = OpKind::kCpuOptimizer) {
+    const uint32_t id = add(kind, Queue::kCpu, l, -1, std::move(deps));
+    cpu_pass(l);
+    if (kind == OpKind::kCpuCommit) last().state_slot = 1;
     add(OpKind::kH2DParam, Queue::kH2D, l, -1, {id});
     last().bytes = cpu_elems_[size_t(l)] * int64_t(dtype_bytes(cfg_.param_dtype));
     plan_.pcie_h2d_bytes += last().bytes;
+  }
+
+  // A speculated layer's update as soon as its gradient landed, into its spare state slot (the commit's
+  // redo, when the speculation fails, is the same pass: its elems and bytes are the commit's too).
+  void speculative_update(int l, uint32_t d2h) {
+    add(OpKind::kCpuOptimizer, Queue::kCpu, l, -1, {d2h});
+    cpu_pass(l);
+    last().state_slot = 1;
+  }
+  void cpu_pass(int l) {
+    last().elems = cpu_elems_[size_t(l)];
+    last().bytes = last().elems * optimizer_bytes_per_element();
   }
 
   int64_t optimizer_bytes_per_element() const {
@@ -211,8 +230,8 @@ class Planner {
   // One statistics pass over the whole shard's reduced gradients, on the GPU: the CPU segment's part
   // is still there before (and while) its D2H runs, so the CPU never reads its gradients twice and the
   // norm does not wait for the copies. Then the norm all-reduce, and the CPU updates after it in
-  // backward order (the layers whose gradients landed first are updated first). Returns the GPU
-  // optimizer's dependencies.
+  // backward order (the layers whose gradients landed first are updated first); a speculated layer's
+  // is its commit. Returns the GPU optimizer's dependencies.
   std::vector<uint32_t> norm_then_cpu_updates() {
     const uint32_t last_reduce = red_[0];
     const uint32_t stats = add(OpKind::kGradStats, Queue::kCompute, -1, -1, {last_reduce});
@@ -223,7 +242,9 @@ class Planner {
     // whatever the world size) + the non-finite count; then folded on the device to one number
     last().elems = stats_table_tiles(part_);
     last().bytes = norm_table_bytes(last().elems);
-    for (auto it = d2h_.rbegin(); it != d2h_.rend(); ++it) cpu_update(it->first, {norm, it->second});
+    for (auto it = d2h_.rbegin(); it != d2h_.rend(); ++it)
+      cpu_update(it->first, {norm, it->second},
+                 speculated_[size_t(it->first)] ? OpKind::kCpuCommit : OpKind::kCpuOptimizer);
     return {norm};
   }
 
@@ -256,6 +277,7 @@ class Planner {
   const StepConfig& cfg_;
   const int L_;
   std::vector<int64_t> cpu_elems_;            // (L) CPU-segment elements of each layer
+  std::vector<bool> speculated_;              // (L) core::speculated_layers
   std::vector<uint32_t> fwd_, bwd_, red_;     // (L) the latest forward / backward / reduction of each layer
   std::map<int, uint32_t> d2h_;               // layer -> D2H op (last micro-batch)
   std::map<int8_t, uint32_t> gather_reader_;  // prefetch buffer -> the last op that read it

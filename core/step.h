@@ -31,10 +31,13 @@ enum class OpKind : uint8_t {
   kGradStats,      // compute: canonical tile sums of squares + non-finite count of the shard's reduced grads
   kNormAllReduce,  // comm: global norm partials and the overflow flag (8 B x 2)
   kGpuOptimizer,   // compute: the fused multi-tensor kernel over the GPU segment
-  kCpuOptimizer,   // cpu: the fused SIMD pass over the CPU part of one layer
+  kCpuOptimizer,   // cpu: the fused SIMD pass over the CPU part of one layer (Op::state_slot 1: speculative,
+                   // into the layer's spare state slot before the norm is known; core/speculation.h)
   kH2DParam,       // h2d: the updated bf16 copy of the CPU part of one layer
+  kCpuCommit,      // cpu: a speculated layer once the step is decided: adopt the spare slot when the step's
+                   // scalars are the speculated ones, else update the current slot (the redo), or nothing (skip)
 };
-constexpr int kOpKindCount = 11;
+constexpr int kOpKindCount = 12;
 const char* op_kind_name(OpKind k);
 
 struct Op {
@@ -59,6 +62,10 @@ struct Op {
   // its bytes counted in `bytes`), which the layer's forward and backward read; with stages 1/2 they
   // read it in the replicated model.
   int32_t shared_layer = -1;
+  // The CPU optimizer's state slot a speculated layer's op writes (core/speculation.h): 1, the layer's
+  // spare slot (kCpuOptimizer: the speculative update reads the current slot and writes the spare one;
+  // kCpuCommit: the spare slot it adopts). -1: the layer's one current slot, updated in place.
+  int8_t state_slot = -1;
   std::string label() const;
   bool operator==(const Op&) const = default;
 };
@@ -76,14 +83,23 @@ struct StepConfig {
   bool clip_gradients = false;  // global-norm clipping: optimizers wait for the norm all-reduce
   bool loss_scaling = false;    // fp16 dynamic loss scaling: optimizers wait for the overflow flag
   int prefetch_layers = 2;      // ZeRO-3 all-gathers in flight ahead of compute
+  // Speculative CPU updates (core/speculation.h, docs/ARCHITECTURE.md "Speculation"): with clipping or
+  // loss scaling, the CPU layers whose gradients land first update into a second state slot before the
+  // norm is known, and a commit adopts or redoes them after it. The host bytes those second slots may
+  // take: 0 turns speculation off; kSpeculationAuto is what the host has beyond the plan without them
+  // (core::resolve_speculation_bytes), every eligible layer where the host's memory is not known.
+  int64_t speculation_bytes = 0;
   bool operator==(const StepConfig&) const = default;
 };
 
+inline constexpr int64_t kSpeculationAuto = -1;
+
 // The step configuration of a policy: the optimizer, clipping and loss scaling it implies, gradients
-// of `grad_dtype` (bf16/fp16 gradients with bf16 parameters; fp32 both), and the batch shape. The one
-// derivation shared by the settings resolver (core/settings.h) and the functional simulator.
+// of `grad_dtype` (bf16/fp16 gradients with bf16 parameters; fp32 both), the batch shape and the
+// speculation budget. The one derivation shared by the settings resolver (core/settings.h) and the
+// functional simulator.
 StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t micro_batch, int grad_accum,
-                            bool checkpointing);
+                            bool checkpointing, int64_t speculation_bytes = kSpeculationAuto);
 
 // The ops of one step of one rank, in issue order; deps only point backwards, and ops on one queue
 // run in issue order (so same-queue deps are implicit and not listed). Every rank issues the same
@@ -101,7 +117,8 @@ struct StepPlan {
 // Every dependency is listed, buffer reuse included: backward k writes the layer-gradient buffer that
 // reduction k-2 read, so it waits for that reduction; a ZeRO-3 gather waits for the last reader of its
 // prefetch buffer (and of the shared buffer when it fills that too). core/plan_hazards.h checks that
-// nothing is left implicit.
+// nothing is left implicit. A speculated layer (core::speculated_layers) gets its speculative CPU update
+// right after its D2H (depending on it alone) and, after the norm, a commit that its H2D waits for.
 StepPlan plan_step(const ModelDesc& model, const Partition& part, const TwinFlowSplit& split, const StepConfig& cfg);
 
 // Op ids per queue (core::Queue order), in the order each queue issues and runs them: the plan's order.

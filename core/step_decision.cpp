@@ -26,7 +26,8 @@ StepDecision decide_step(const StepPolicy& p, int step, double sumsq, uint64_t n
     d.norm = std::numeric_limits<double>::infinity();
     return d;
   }
-  const double coef = p.clip > 0 && d.norm > p.clip ? p.clip / (d.norm + 1e-6) : 1.0;
+  d.clipped = p.clip > 0 && d.norm > p.clip;
+  const double coef = d.clipped ? p.clip / (d.norm + 1e-6) : 1.0;
   d.scalars = make_step_scalars(p.kind, p.hp, opt_step, coef / loss_scale);
   return d;
 }

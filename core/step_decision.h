@@ -23,7 +23,8 @@ StepPolicy make_step_policy(OptimizerKind kind, const HyperParams& hp, double cl
 
 struct StepDecision {
   bool skip = false;
-  double norm = 0;  // global L2 norm of the unscaled gradient (inf when skipped)
+  bool clipped = false;  // the clip coefficient was below 1 (the norm exceeded the clip)
+  double norm = 0;       // global L2 norm of the unscaled gradient (inf when skipped)
   StepScalars scalars;
 };
 

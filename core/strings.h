@@ -19,13 +19,15 @@ inline std::string ascii_lower(std::string_view s) {
 }
 
 // The one escaping helper for text that reaches a terminal or a log from user input (file names, keys,
-// values): at most max_bytes of s, control bytes (C0 and DEL) written as \xHH, "..." when cut.
-inline std::string printable(std::string_view s, size_t max_bytes = 4096) {
+// values): at most max_bytes of s, control bytes (C0 and DEL) written as \xHH, "..." when cut. With
+// keep_newlines, '\n' stays (a whole message printed as lines: apps/twinflow/cli.h, print_message).
+// Escaping is idempotent: escaped text holds no control byte.
+inline std::string printable(std::string_view s, size_t max_bytes = 4096, bool keep_newlines = false) {
   std::string out;
   out.reserve(std::min(s.size(), max_bytes) + 3);
   for (size_t i = 0; i < s.size() && i < max_bytes; ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
+    if ((c < 0x20 && !(keep_newlines && c == '\n')) || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
       out += buf;

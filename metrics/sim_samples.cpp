@@ -24,7 +24,8 @@ std::optional<Phase> phase_of(const core::Op& op) {
     case OpKind::kD2HGrad: return Phase::kD2H;
     case OpKind::kH2DParam: return Phase::kH2D;
     case OpKind::kGpuOptimizer: return Phase::kGpuOptimizer;
-    case OpKind::kCpuOptimizer: return Phase::kCpuOptimizer;
+    case OpKind::kCpuOptimizer:
+    case OpKind::kCpuCommit: return Phase::kCpuOptimizer;
     case OpKind::kGradStats: return op.queue == core::Queue::kCpu ? Phase::kCpuOptimizer : Phase::kGpuOptimizer;
     case OpKind::kNormAllReduce: return std::nullopt;
   }

@@ -170,6 +170,14 @@ void publish(Registry& reg, const StepSample& s, const RunLabels& labels) {
   reg.counter("twinflow_skipped_steps_total", "Optimizer steps skipped because of non-finite gradients.", kRs)
       .with(rs)
       .inc(s.skipped ? 1 : 0);
+  reg.counter("twinflow_speculated_steps_total",
+              "Steps whose CPU optimizer updated speculatively during backward (clipping or loss scaling on).", kRs)
+      .with(rs)
+      .inc(s.speculated ? 1 : 0);
+  reg.counter("twinflow_failed_speculations_total",
+              "Speculated steps that clipped or were skipped, so the speculative CPU updates were redone.", kRs)
+      .with(rs)
+      .inc(s.speculation_failed ? 1 : 0);
   reg.counter("twinflow_tokens_total", "Tokens the rank processed.", kRs).with(rs).inc(double(s.tokens));
 }
 

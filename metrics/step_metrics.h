@@ -43,6 +43,8 @@
 //   twinflow_loss                                  gauge: last loss (NaN when the backend has none)
 //   twinflow_loss_scale                            gauge: loss scale of the last step (1 without scaling)
 //   twinflow_skipped_steps_total                   counter: steps skipped (fp16 overflow)
+//   twinflow_speculated_steps_total                counter: steps whose CPU optimizer speculated
+//   twinflow_failed_speculations_total             counter: ... whose speculation did not hold
 //   twinflow_tokens_total                          counter: tokens this rank processed
 #pragma once
 
@@ -114,7 +116,9 @@ struct StepSample {
   double loss = kNotMeasured;  // published as NaN when not measured (Grafana draws a gap)
   double loss_scale = 1;       // fp16 dynamic loss scale used in this step; 1 without loss scaling
   bool skipped = false;        // the optimizer step was skipped (overflow)
-  int64_t tokens = 0;          // tokens this rank processed in this step
+  bool speculated = false;     // the CPU optimizer's speculative updates ran (docs/ARCHITECTURE.md, "Speculation")
+  bool speculation_failed = false;  // ... and did not hold (the step clipped or was skipped: redone)
+  int64_t tokens = 0;               // tokens this rank processed in this step
 
   double& phase(Phase p) { return phase_seconds[size_t(p)]; }
   double phase(Phase p) const { return phase_seconds[size_t(p)]; }

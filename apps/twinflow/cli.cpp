@@ -3,13 +3,25 @@
 
 #include <unistd.h>
 
+#include <boost/system/system_error.hpp>
+#include <charconv>
+#include <cmath>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
+#include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
+#include <stdexcept>
+#include <system_error>
 
+#include "apps/twinflow/commands.h"
 #include "core/error.h"
+#include "core/output_file.h"
+#include "core/step.h"
+#include "core/strings.h"
 
 namespace tf::app {
 
@@ -35,6 +47,45 @@ std::optional<po::variables_map> parse_command(const std::vector<std::string>& a
   return parse_command(args, options.desc, &options.pos, epilog);
 }
 
+// ---- integer options ------------------------------------------------------------------------------------
+
+namespace {
+std::string range_text(int64_t min, int64_t max) {
+  return "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+}
+}  // namespace
+
+void add_int_option(po::options_description& desc, const IntOption& o) {
+  // Read as text and converted by checked_int: boost's unsigned conversion would take "-1" as 2^64 - 1.
+  auto* value = po::value<std::string>();
+  if (o.fallback) value->default_value(std::to_string(*o.fallback));
+  const std::string help = std::string(o.help) + " (an integer in " + range_text(o.min, o.max) + ")";
+  desc.add_options()(o.name, value, help.c_str());
+}
+
+int64_t checked_int(std::string_view text, const std::string& what, int64_t min, int64_t max) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto r = std::from_chars(text.data(), end, v);
+  if (text.empty() || r.ec != std::errc() || r.ptr != end || v < min || v > max)
+    throw core::InputError(what + " '" + core::printable(text, 64) + "': expected an integer in " +
+                           range_text(min, max));
+  return v;
+}
+
+std::optional<int64_t> optional_int_option(const po::variables_map& vm, const IntOption& o) {
+  if (!vm.count(o.name)) return std::nullopt;
+  return checked_int(vm[o.name].as<std::string>(), std::string("--") + o.name, o.min, o.max);
+}
+
+int64_t int_option(const po::variables_map& vm, const IntOption& o) {
+  const std::optional<int64_t> v = optional_int_option(vm, o);
+  if (!v) throw std::logic_error(std::string("int_option: --") + o.name + " has no default; use optional_int_option");
+  return *v;
+}
+
+// ---- the scenario ---------------------------------------------------------------------------------------
+
 void add_scenario_option(po::options_description& desc, po::positional_options_description& pos, const char* help) {
   desc.add_options()("scenario", po::value<std::string>(), help);
   pos.add("scenario", 1);
@@ -48,9 +99,34 @@ std::string scenario_arg(const po::variables_map& vm) {
 
 core::Scenario load_scenario_option(const po::variables_map& vm) {
   const core::Scenario sc = has_scenario(vm) ? core::load_scenario(scenario_arg(vm)) : core::load_default_scenario();
-  for (const std::string& w : sc.warnings) std::cerr << "warning: " << w << "\n";
+  for (const std::string& w : sc.warnings) warn(w);
+  std::set<std::string> printed;
+  for (const core::AppliedDefault& d : sc.applied_defaults)
+    if (printed.insert(d.key).second) print_message(std::cerr, "default", d.key + " = " + d.value + " (" + d.why + ")");
   return sc;
 }
+
+void add_scenario_record(nlohmann::json& doc, const core::Scenario& sc) {
+  nlohmann::json settings = nlohmann::json::object();
+  for (const core::ReportedSetting& r : core::settings_report(sc)) {
+    if (!r.number) {
+      settings[r.key] = r.value;
+      continue;
+    }
+    int64_t i = 0;  // a whole number stays an integer in JSON ("8", not 8.0)
+    const char* end = r.value.data() + r.value.size();
+    const auto [ptr, ec] = std::from_chars(r.value.data(), end, i);
+    settings[r.key] = ec == std::errc() && ptr == end ? nlohmann::json(i) : nlohmann::json(std::stod(r.value));
+  }
+  nlohmann::json defaults = nlohmann::json::array();
+  for (const core::AppliedDefault& d : sc.applied_defaults)
+    defaults.push_back({{"key", d.key}, {"value", d.value}, {"why", d.why}});
+  doc["settings"] = std::move(settings);
+  doc["defaults"] = std::move(defaults);
+  doc["warnings"] = warnings_given();
+}
+
+// ---- output files ---------------------------------------------------------------------------------------
 
 void add_output_options(po::options_description& desc, const OutputHelp& help) {
   auto add = desc.add_options();
@@ -68,28 +144,59 @@ OutputFiles read_output_options(const po::variables_map& vm) {
   return {get("csv"), get("json"), get("svg"), get("trace")};
 }
 
-void write_json_file(const nlohmann::json& doc, const std::string& path, int indent) {
-  std::ofstream out(path);
-  if (!(out << doc.dump(indent) << "\n")) throw core::InputError("--json " + path + ": cannot write");
+void write_json_file(const nlohmann::json& doc, const std::string& path, int indent, const std::string& option) {
+  core::write_output_file(path, doc.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", option);
+}
+
+// ---- Prometheus metrics ---------------------------------------------------------------------------------
+
+namespace {
+const IntOption kMetricsPort{"metrics-port", 0, 65535, std::nullopt, ""};
 }
 
 void add_metrics_options(po::options_description& desc, const char* port_help, const char* addr_help,
                          const char* linger_help) {
+  IntOption port = kMetricsPort;
+  port.help = port_help;
+  add_int_option(desc, port);
   auto add = desc.add_options();
-  add("metrics-port", po::value<int>(), port_help);
   add("metrics-addr", po::value<std::string>()->default_value("127.0.0.1"), addr_help);
   add("metrics-linger", po::value<double>()->default_value(0.0), linger_help);
 }
 
 MetricsOptions read_metrics_options(const po::variables_map& vm) {
   MetricsOptions m;
-  if (vm.count("metrics-port")) m.port = vm["metrics-port"].as<int>();
+  if (const std::optional<int64_t> port = optional_int_option(vm, kMetricsPort)) m.port = int(*port);
   m.address = vm["metrics-addr"].as<std::string>();
   m.linger_s = vm["metrics-linger"].as<double>();
   m.address_given = !vm["metrics-addr"].defaulted();
   m.linger_given = !vm["metrics-linger"].defaulted();
+  // checked before it becomes a std::chrono duration, which 1e10 s would overflow
+  if (!(m.linger_s == -1 || (m.linger_s >= 0 && m.linger_s <= kMaxLingerSeconds)))
+    throw core::InputError("--metrics-linger " + core::number_text(m.linger_s) +
+                           ": allowed -1 (serve until interrupted) or [0, " + core::number_text(kMaxLingerSeconds) +
+                           "] seconds");
   return m;
 }
+
+metrics::RunConfig metrics_run_config(const core::Scenario& sc, const core::RunSettings& rs, double ratio) {
+  metrics::RunConfig c;
+  c.world_size = rs.world;
+  c.zero_stage = rs.partition.stage;
+  c.micro_batch = rs.step.micro_batch;
+  c.grad_accum = rs.step.grad_accum;
+  c.offload_ratio = ratio;
+  c.precision = std::string(core::precision_name(sc.training.precision));
+  c.optimizer = std::string(core::optimizer_name(sc.optimizer.kind));
+  c.offload_device = std::string(core::offload_device_name(sc.zero.offload_optimizer.device));
+  return c;
+}
+
+void warn_if_exposed(const metrics::ServerOptions& options, uint16_t bound_port) {
+  if (const std::optional<std::string> w = metrics::exposure_warning(options.address, bound_port)) warn(*w);
+}
+
+// ---- ratios ---------------------------------------------------------------------------------------------
 
 std::vector<double> parse_ratio_list(const std::string& text, const std::string& option) {
   std::vector<double> out;
@@ -113,7 +220,7 @@ std::optional<double> ratio_option(const po::variables_map& vm, const core::Scen
   char* end = nullptr;
   const double r = std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || !(r >= 0 && r <= 1))
-    throw core::InputError("--ratio '" + text + "': expected a number in [0, 1] or auto");
+    throw core::InputError("--ratio '" + core::printable(text, 40) + "': expected a number in [0, 1] or auto");
   return r;
 }
 
@@ -127,11 +234,92 @@ void apply_profile_option(const po::variables_map& vm, core::Scenario& sc) {
   sc.cluster.hardware = core::find_hardware_profile(sc.cluster.profile);
 }
 
+void add_speculation_option(po::options_description& desc) {
+  desc.add_options()("speculation", po::value<std::string>(),
+                     "host bytes per rank for the speculated CPU layers' second state slot: auto (what the host "
+                     "has beyond the plan), 0 (off) or a number (default: the scenario's training.speculation)");
+}
+
+std::optional<int64_t> read_speculation_option(const po::variables_map& vm) {
+  if (!vm.count("speculation")) return std::nullopt;
+  const std::string v = vm["speculation"].as<std::string>();
+  if (core::ascii_lower(v) == "auto") return core::kSpeculationAuto;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE || n < 0)
+    throw core::InputError("--speculation '" + core::printable(v, 40) +
+                           "': expected auto or a number of bytes >= 0 (0 turns speculation off)");
+  return int64_t(n);
+}
+
 std::string self_executable(const std::string& who) {
   char self[4096];
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) throw core::RuntimeFailure(who + ": cannot find this executable (/proc/self/exe)");
   return std::string(self, size_t(len));
+}
+
+// ---- messages for people and exit codes -----------------------------------------------------------------
+
+namespace {
+struct Warnings {
+  std::mutex mu;
+  std::set<std::string> seen;
+  std::vector<std::string> given;
+};
+Warnings& warnings() {
+  static Warnings w;
+  return w;
+}
+}  // namespace
+
+void print_message(std::ostream& os, std::string_view prefix, std::string_view message) {
+  constexpr size_t kMaxMessageBytes = 64 * 1024;  // a message built from hostile input stays readable
+  os << core::printable(prefix, kMaxMessageBytes) << ": " << core::printable(message, kMaxMessageBytes, true)
+     << std::endl;
+}
+
+void warn(std::string_view text) {
+  Warnings& w = warnings();
+  {
+    std::lock_guard lk(w.mu);
+    if (!w.seen.insert(std::string(text)).second) return;
+    w.given.emplace_back(text);
+  }
+  print_message(std::cerr, "warning", text);
+}
+
+std::vector<std::string> warnings_given() {
+  Warnings& w = warnings();
+  std::lock_guard lk(w.mu);
+  return w.given;
+}
+
+Failure classify_current_exception(std::string_view command) {
+  const std::string internal_hint =
+      " (an internal error of twinflow: please report it with the command line and its input files)";
+  try {
+    throw;
+  } catch (const po::error& e) {
+    return {kExitBadInput, "error", std::string(e.what()) + " (see `twinflow " + std::string(command) + " --help`)"};
+  } catch (const core::InputError& e) {
+    return {kExitBadInput, "error", e.what()};
+  } catch (const core::RuntimeFailure& e) {
+    return {kExitRuntime, "failure", e.what()};
+  } catch (const std::bad_alloc&) {
+    return {kExitRuntime, "failure",
+            "out of memory (std::bad_alloc): the machine could not give this much memory; use a smaller input or a "
+            "larger machine"};
+  } catch (const std::system_error& e) {  // std::filesystem::filesystem_error, std::ios_base::failure
+    return {kExitRuntime, "failure", e.what()};
+  } catch (const boost::system::system_error& e) {  // Boost.Asio
+    return {kExitRuntime, "failure", e.what()};
+  } catch (const std::exception& e) {  // std::logic_error (a broken invariant), or a type nobody classified
+    return {kExitInternal, "internal error", std::string(e.what()) + internal_hint};
+  } catch (...) {
+    return {kExitInternal, "internal error", "an exception that is not a std::exception" + internal_hint};
+  }
 }
 
 }  // namespace tf::app

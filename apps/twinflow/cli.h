@@ -1,14 +1,22 @@
-// Command-line helpers shared by the twinflow subcommands: parsing with --help, and the option groups
-// several commands offer (the scenario, output files, Prometheus metrics, ratios).
+// Command-line helpers shared by the twinflow subcommands: parsing with --help, range-checked integer
+// options, the option groups several commands offer (the scenario, output files, Prometheus metrics,
+// ratios), the messages printed to people (errors, warnings, defaults: escaped) and the exit code of
+// each kind of failure.
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <cstdint>
+#include <iosfwd>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/scenario.h"
+#include "core/settings.h"
+#include "metrics/http_server.h"
+#include "metrics/step_metrics.h"
 
 namespace tf::app {
 
@@ -30,13 +38,32 @@ struct CommandOptions {
 std::optional<po::variables_map> parse_command(const std::vector<std::string>& args, const CommandOptions& options,
                                                const std::string& epilog);
 
+// ---- integer options: read as int64 and range-checked, so that "-1" never wraps -----------------------
+struct IntOption {
+  const char* name;                 // "n" for --n
+  int64_t min, max;                 // the range allowed, inclusive
+  std::optional<int64_t> fallback;  // the default; none: the option is optional
+  const char* help;                 // the range is appended to it
+};
+void add_int_option(po::options_description& desc, const IntOption& o);
+// The value given, else the default: core::InputError "--n '-1': expected an integer in [1, 2147483648]"
+// for text that is not a whole number in range (exit 2).
+int64_t int_option(const po::variables_map& vm, const IntOption& o);
+std::optional<int64_t> optional_int_option(const po::variables_map& vm, const IntOption& o);
+// The same check for a value read another way (`what`: "--n"); the value when it is in [min, max].
+int64_t checked_int(std::string_view text, const std::string& what, int64_t min, int64_t max);
+
 // ---- the scenario: the first positional argument or --scenario ----------------------------------------
 void add_scenario_option(po::options_description& desc, po::positional_options_description& pos, const char* help);
 bool has_scenario(const po::variables_map& vm);
 std::string scenario_arg(const po::variables_map& vm);  // "" when none was given
 // The scenario named, else the embedded default one (core::load_default_scenario); its warnings go to
-// stderr.
+// stderr through warn(), and each default it applied as "default: KEY = VALUE (WHY)".
 core::Scenario load_scenario_option(const po::variables_map& vm);
+// What a scenario resolved to, added to a command's --json document: "settings" (core::settings_report;
+// numbers as JSON numbers), "defaults" ([{key, value, why}]: Scenario::applied_defaults) and "warnings"
+// (every warning this process printed, the scenario's among them).
+void add_scenario_record(nlohmann::json& doc, const core::Scenario& sc);
 
 // ---- output files ----------------------------------------------------------------------------------
 // A command offers the files whose help it gives (null: not offered).
@@ -51,19 +78,28 @@ struct OutputFiles {
 };
 void add_output_options(po::options_description& desc, const OutputHelp& help);
 OutputFiles read_output_options(const po::variables_map& vm);
-// Writes `doc` indented by `indent` to `path`; core::InputError "--json PATH: cannot write" on failure.
-void write_json_file(const nlohmann::json& doc, const std::string& path, int indent);
+// Writes `doc` indented by `indent` to `path` through core::write_output_file (whole or not at all;
+// core::RuntimeFailure naming `option` and the file otherwise). Invalid UTF-8 in strings is replaced.
+void write_json_file(const nlohmann::json& doc, const std::string& path, int indent,
+                     const std::string& option = "--json");
 
 // ---- Prometheus metrics (--metrics-port, --metrics-addr, --metrics-linger) --------------------------
+inline constexpr double kMaxLingerSeconds = 1e6;  // --metrics-linger: -1 or [0, this]
 struct MetricsOptions {
-  std::optional<int> port;                           // none: no endpoint
+  std::optional<int> port;                           // none: no endpoint; else in [0, 65535]
   std::string address;                               // --metrics-addr (default 127.0.0.1)
-  double linger_s = 0;                               // --metrics-linger
+  double linger_s = 0;                               // --metrics-linger: -1 (until interrupted) or [0, 1e6]
   bool address_given = false, linger_given = false;  // given on the command line (not the defaults)
 };
 void add_metrics_options(po::options_description& desc, const char* port_help, const char* addr_help,
                          const char* linger_help);
+// core::InputError for a port outside [0, 65535] or a linger that is not -1 or in [0, kMaxLingerSeconds].
 MetricsOptions read_metrics_options(const po::variables_map& vm);
+// What a run is set up to do, as /metrics publishes it before the first step (metrics::publish_run_config).
+metrics::RunConfig metrics_run_config(const core::Scenario& sc, const core::RunSettings& rs, double ratio);
+// After binding: metrics::exposure_warning's message, through warn(), when the address is reachable
+// beyond this machine.
+void warn_if_exposed(const metrics::ServerOptions& options, uint16_t bound_port);
 
 // ---- ratios -----------------------------------------------------------------------------------------
 // "0,0.3,1" -> {0, 0.3, 1}; core::InputError naming `option` unless every item is a number in [0, 1].
@@ -82,8 +118,34 @@ void add_profile_option(po::options_description& desc, const char* help);
 // With --profile P (a built-in name or a .yaml path): sc's cluster.profile and cluster.hardware become P's.
 void apply_profile_option(const po::variables_map& vm, core::Scenario& sc);
 
+// ---- speculation (--speculation auto|BYTES) ----------------------------------------------------------
+// The speculated CPU layers' host budget (docs/ARCHITECTURE.md, "Speculation"): overrides the scenario's
+// training.speculation. `auto` gives core::kSpeculationAuto, 0 turns it off; none: not given.
+void add_speculation_option(po::options_description& desc);
+std::optional<int64_t> read_speculation_option(const po::variables_map& vm);
+
 // This executable's path (/proc/self/exe), to run another twinflow subcommand; core::RuntimeFailure
 // naming `who` when it cannot be read.
 std::string self_executable(const std::string& who);
+
+// ---- messages for people and exit codes ---------------------------------------------------------------
+// The one place text reaches the terminal as a diagnostic: "PREFIX: MESSAGE\n" with control characters
+// escaped (core::printable; newlines kept, so a message may span lines).
+void print_message(std::ostream& os, std::string_view prefix, std::string_view message);
+// "warning: TEXT" on stderr, once per distinct text; recorded for --json (warnings_given).
+void warn(std::string_view text);
+std::vector<std::string> warnings_given();
+
+// What an exception that escaped a command means (README "Exit codes").
+struct Failure {
+  int exit_code;        // 2 bad input or usage, 3 the machine or I/O (bad_alloc included), 4 internal
+  std::string kind;     // "error", "failure", "internal error"
+  std::string message;  // what() and, for an internal error, what to do
+};
+// Call inside a catch block: classifies the exception in flight. boost::program_options errors and
+// core::InputError: 2; core::RuntimeFailure, std::bad_alloc and system errors (std::system_error,
+// std::filesystem::filesystem_error, boost::system::system_error): 3; std::logic_error and anything else: 4.
+// `command` names the subcommand in a usage error's hint.
+Failure classify_current_exception(std::string_view command);
 
 }  // namespace tf::app

@@ -1,7 +1,6 @@
 // `twinflow bench`: optimizer throughput against the memory bound measured in the same run, and
 // against peers (a naive in-process loop; torch's fused AdamW when its figures are given).
 #include <boost/program_options.hpp>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -15,8 +14,10 @@
 #include "apps/twinflow/measure.h"
 #include "apps/twinflow/table.h"
 #include "backends/cpu/host_topology.h"
+#include "core/config_node.h"
 #include "core/error.h"
 #include "core/hardware.h"
+#include "core/strings.h"
 #if defined(TWINFLOW_HAVE_CUDA)
 #include "backends/cuda/cuda_backend.h"
 #endif
@@ -67,13 +68,18 @@ struct BenchOptions {
   std::optional<RanksBenchOptions> ranks;  // --cpu-ranks: the node table instead
 };
 
+const IntOption kCpuN{"n", 1, int64_t(1) << 32, int64_t(1) << 25, "elements per CPU measurement"};
+const IntOption kGpuN{"gpu-n", 1, int64_t(1) << 32, int64_t(1) << 28, "elements per GPU measurement"};
+const IntOption kIters{"iters", 1, 100000, 10, "timed repetitions (median reported)"};
+const IntOption kLayers{"layers", 1, 100000, 32, "with --cpu-ranks and no scenario: CPU ops per rank"};
+const IntOption kPrefetch{"prefetch", 0, int64_t(1) << 20, backend::cpu::CpuOptions{}.tuning.prefetch_elems,
+                          "CPU software prefetch distance in elements (0: off)"};
+
 po::options_description bench_description() {
   po::options_description desc("twinflow bench: optimizer kernels vs the memory bound and peers");
   auto add = desc.add_options();
   add("help,h", "show this help");
-  add("n", po::value<size_t>()->default_value(size_t(1) << 25), "elements per CPU measurement");
-  add("gpu-n", po::value<size_t>()->default_value(size_t(1) << 28), "elements per GPU measurement");
-  add("iters", po::value<int>()->default_value(10), "timed repetitions (median reported)");
+  for (const IntOption* io : {&kCpuN, &kGpuN, &kIters}) add_int_option(desc, *io);
   add("optimizers", po::value<std::string>()->default_value("adamw,adam,adagrad,lion"), "comma list");
   add("grads", po::value<std::string>()->default_value("bf16,fp32"),
       "gradient dtypes; bf16/fp16 grads write a copy of the same dtype, fp32 grads write none (torch's setting)");
@@ -82,8 +88,7 @@ po::options_description bench_description() {
       "cores)");
   add("pin", po::bool_switch(), "pin CPU threads to cores (--cpu-ranks always pins)");
   add("isa", po::value<std::string>(), "force a SIMD path: scalar|avx2|avx512");
-  add("prefetch", po::value<uint32_t>()->default_value(backend::cpu::CpuOptions{}.tuning.prefetch_elems),
-      "CPU software prefetch distance in elements (0: off)");
+  add_int_option(desc, kPrefetch);
   add("stream-copy", po::value<bool>()->default_value(backend::cpu::CpuOptions{}.tuning.stream_copy),
       "CPU non-temporal stores for the bf16/fp16 copy (true|false)");
   add("cpu-variants", po::bool_switch(), "also time AdamW under each CPU tuning variant (pin, prefetch, streaming)");
@@ -92,7 +97,7 @@ po::options_description bench_description() {
       "share of the cores (the elements are --n over all ranks, or --scenario's CPU segments at world k)");
   add("scenario", po::value<std::string>(), "with --cpu-ranks: each rank's CPU layers from this scenario");
   add("ratio", po::value<double>(), "with --scenario: the CPU share (default: the scenario's)");
-  add("layers", po::value<int>()->default_value(32), "with --cpu-ranks and no scenario: CPU ops per rank");
+  add_int_option(desc, kLayers);
   add("blocks", po::value<std::string>(), "with --cpu-ranks: AdamW variants, work-stealing blocks in tiles (0: off)");
   add("prefetches", po::value<std::string>(), "with --cpu-ranks: AdamW variants, prefetch distances in elements");
   add("dma", po::value<std::string>()->default_value("off"),
@@ -115,33 +120,21 @@ const char kBenchEpilog[] =
     "% bound = GB/s over the bound row measured in the same run; vs peer = time ratio.\n";
 
 nlohmann::json read_peer_json(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw core::InputError("--peer-json: cannot read '" + path + "'");
+  // a regular file of bounded size (never /dev/zero or a FIFO)
+  const std::string text = core::config::read_document(path, "--peer-json");
   try {
-    return nlohmann::json::parse(f);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw core::InputError("--peer-json '" + path + "': " + e.what());
+    throw core::InputError("--peer-json '" + core::printable(path) + "': " + e.what());
   }
 }
 
-// A comma list of integers in [lo, hi] for `option`.
+// A comma list of integers in [lo, hi] for `option` (each checked as cli's integer options are).
 template <class T>
-std::vector<T> int_list(const po::variables_map& vm, const char* option, long long lo, long long hi) {
+std::vector<T> int_list(const po::variables_map& vm, const char* option, int64_t lo, int64_t hi) {
   std::vector<T> out;
-  for (const std::string& x : split_list(vm[option].as<std::string>())) {
-    long long v = 0;
-    try {
-      size_t used = 0;
-      v = std::stoll(x, &used);
-      if (used != x.size()) throw std::invalid_argument(x);
-    } catch (const std::exception&) {
-      throw core::InputError(std::string("--") + option + ": '" + x + "' is not an integer");
-    }
-    if (v < lo || v > hi)
-      throw core::InputError(std::string("--") + option + " " + x + ": expected [" + std::to_string(lo) + ", " +
-                             std::to_string(hi) + "]");
-    out.push_back(T(v));
-  }
+  for (const std::string& x : split_list(vm[option].as<std::string>()))
+    out.push_back(T(checked_int(x, std::string("--") + option, lo, hi)));
   if (out.empty()) throw core::InputError(std::string("--") + option + ": an empty list");
   return out;
 }
@@ -156,8 +149,7 @@ RanksBenchOptions ranks_options(const po::variables_map& vm, const BenchOptions&
     r.ratio = vm["ratio"].as<double>();
     if (!(r.ratio >= 0 && r.ratio <= 1)) throw core::InputError("--ratio must be in [0, 1]");
   }
-  r.layers = vm["layers"].as<int>();
-  if (r.layers < 1 || r.layers > 100000) throw core::InputError("--layers must be in [1, 100000]");
+  r.layers = int(int_option(vm, kLayers));
   r.threads = b.cpu.threads;
   r.iters = b.iters;
   r.kinds = b.kinds;
@@ -187,10 +179,9 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   if (!parsed) return std::nullopt;
   const po::variables_map& vm = *parsed;
   BenchOptions o;
-  o.n = vm["n"].as<size_t>();
-  o.gpu_n = vm["gpu-n"].as<size_t>();
-  o.iters = vm["iters"].as<int>();
-  if (o.n == 0 || o.gpu_n == 0 || o.iters < 1) throw core::InputError("--n, --gpu-n and --iters must be >= 1");
+  o.n = size_t(int_option(vm, kCpuN));
+  o.gpu_n = size_t(int_option(vm, kGpuN));
+  o.iters = int(int_option(vm, kIters));
   for (const auto& s : split_list(vm["optimizers"].as<std::string>())) o.kinds.push_back(core::parse_optimizer(s));
   for (const auto& s : split_list(vm["grads"].as<std::string>())) {
     const core::DType d = core::parse_dtype(s, "--grads");
@@ -206,7 +197,7 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
                                                        backend::cpu::host_topology().physical_cores(), "--threads");
   o.cpu.pin_threads = vm["pin"].as<bool>();
   if (vm.count("isa")) o.cpu.isa = int(backend::cpu::parse_isa(vm["isa"].as<std::string>()));
-  o.cpu.tuning.prefetch_elems = vm["prefetch"].as<uint32_t>();
+  o.cpu.tuning.prefetch_elems = uint32_t(int_option(vm, kPrefetch));
   o.cpu.tuning.stream_copy = vm["stream-copy"].as<bool>();
   o.cpu_variants = vm["cpu-variants"].as<bool>();
   o.out = read_output_options(vm);

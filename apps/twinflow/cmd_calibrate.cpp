@@ -27,6 +27,7 @@
 #include "core/gemm.h"
 #include "core/hardware.h"
 #include "core/model.h"
+#include "core/output_file.h"
 #include "core/scenario.h"
 #if defined(TWINFLOW_HAVE_CUDA)
 #include "backends/cuda/calibrate.h"
@@ -760,19 +761,7 @@ class Calibrator {
                                "median).\n"
                                "GB = 1e9 B, TFLOP = 1e12 FLOP. The GPU figures are device 0's.";
     const std::string text = core::format_hardware_profile(p_, header);
-    const fs::path tmp = o_.out.string() + ".tmp." + std::to_string(::getpid());
-    {
-      std::ofstream f(tmp, std::ios::binary);
-      f << text;
-      f.close();
-      if (!f) throw core::RuntimeFailure("cannot write " + tmp.string());
-    }
-    std::error_code ec;
-    fs::rename(tmp, o_.out, ec);
-    if (ec) {
-      fs::remove(tmp, ec);
-      throw core::RuntimeFailure("cannot move the profile into place at " + o_.out.string());
-    }
+    core::write_output_file(o_.out, text, "--out");  // whole or not at all
     // Round trip: the file must read back to exactly what was measured.
     core::HardwareProfile back = core::load_hardware_profile(o_.out);
     back.file.clear();

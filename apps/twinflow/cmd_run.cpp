@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -19,9 +18,13 @@
 #include <thread>
 
 #include "apps/twinflow/auto_ratio_report.h"
+#include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/master_weights.h"
 #include "apps/twinflow/run_decoder.h"
+#include "apps/twinflow/run_overlap.h"
+#include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/table.h"
 #include "backends/cpu/host_topology.h"
 #include "backends/launch/rank_env.h"
@@ -31,10 +34,12 @@
 #include "core/error.h"
 #include "core/scenario.h"
 #include "core/settings.h"
+#include "core/speculation.h"
 #include "metrics/http_server.h"
 #include "metrics/sim_samples.h"
 #include "metrics/step_metrics.h"
 #ifdef TWINFLOW_HAVE_CUDA
+#include "apps/twinflow/run_checkpoint.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/engine.h"
 #endif
@@ -85,7 +90,21 @@ struct RunOptions {
   int inject_inf_at = -1;
   int timeout_s = 120;
   MetricsOptions metrics;
+  std::optional<int64_t> speculation;           // --speculation: the scenario's training.speculation otherwise
+  int ranks_per_host = 1;                       // LOCAL_WORLD_SIZE: the ranks sharing this host's memory bandwidth
+  std::optional<std::filesystem::path> resume;  // --resume's checkpoint
+  bool checkpoints() const { return !sc.checkpoint.dir.empty() || resume; }
 };
+
+// The rendezvous's all_ok channels (docs/ARCHITECTURE.md, "Checkpoints"): the stop vote after each step
+// on the training thread, the checkpoint writer's phases on its own thread, --save-master's shared file
+// (core::write_shared_output_file) after training.
+constexpr uint32_t kStopChannel = 1;
+constexpr uint32_t kCheckpointChannel = 2;
+constexpr uint32_t kSaveMasterChannel = 3;
+// A shared write's phases (a checkpoint, --save-master) wait for the slowest rank's writing: longer than
+// a rendezvous timeout.
+constexpr std::chrono::milliseconds kFileBarrierTimeout = std::chrono::minutes(30);
 
 CommandOptions run_options() {
   CommandOptions o(
@@ -122,8 +141,10 @@ CommandOptions run_options() {
   add("dump-batches", po::value<std::string>(),
       "decoder: write every step's global batch to FILE (for `hf_decoder.py train`)");
   add("no-pin", po::bool_switch(), "leave the CPU segment in pageable memory (to measure what pinning buys)");
+  add_speculation_option(o.desc);
   add("inject-inf-at-step", po::value<int>(), "synthetic workload: make one gradient +Inf at this step (fault test)");
   add("timeout", po::value<int>()->default_value(120), "rendezvous timeout in seconds (multi-rank)");
+  add_resume_option(o.desc);
   add_metrics_options(o.desc, "serve Prometheus metrics on this port (0: a free port; rank r uses PORT + r)",
                       "address the metrics endpoint binds", "keep serving metrics this many seconds after the run");
   return o;
@@ -133,7 +154,11 @@ const char kRunEpilog[] =
     "\nColumns (ms unless stated): step = wall time of the step; fwd/bwd/gpu_opt/cpu_opt/d2h/h2d/ag/rs =\n"
     "summed durations of those ops (measured with CUDA events on the streams, host clocks on the CPU\n"
     "optimizer's queue); opt_phase = from the end of the last backward to the end of the step;\n"
-    "exp_xfer = time when only PCIe copies or the CPU optimizer ran (compute and comm idle).\n";
+    "exp_xfer = time when only PCIe copies or the CPU optimizer ran (compute and comm idle);\n"
+    "spec = the CPU optimizer's speculation (held: its updates during backward stood; failed: the step\n"
+    "clipped or was skipped, so they were redone; off: the step after such a step does not speculate;\n"
+    "-: none planned); cpu_hid = share of the CPU optimizer's busy time during which the compute stream\n"
+    "was busy too; bound = max(compute stream busy, the CPU pass at the profile's host memory bandwidth).\n";
 
 core::WorkloadType workload_option(const po::variables_map& vm, const core::Scenario& sc) {
   if (!vm.count("workload")) return sc.workload.resolved(sc.model.type);
@@ -149,9 +174,6 @@ core::WorkloadType workload_option(const po::variables_map& vm, const core::Scen
 // What the real backend can train, and the options that need the synthetic workload.
 void check_run_options(const RunOptions& o) {
   if (o.steps < 1 || o.steps > 1000000) throw core::InputError("--steps must be in [1, 1000000]");
-  if (o.sc.zero.stage != 3)
-    throw core::InputError(o.sc.file.string() + ": zero.stage is " + std::to_string(o.sc.zero.stage) +
-                           "; the real backend runs ZeRO stage 3 (stages 1/2 run in `twinflow simulate`)");
   if (o.sc.training.precision == core::Precision::kFP32)
     throw core::InputError(
         o.sc.file.string() +
@@ -169,6 +191,11 @@ void check_run_options(const RunOptions& o) {
     if (!(r >= 0 && r <= 1)) throw core::InputError("--ratio must be in [0, 1]");
   if (o.grad_accum && (*o.grad_accum < 1 || *o.grad_accum > 4096))
     throw core::InputError("--grad-accum must be in [1, 4096]");
+  if (o.checkpoints() && o.ratios.size() > 1)
+    throw core::InputError(
+        "checkpoints (checkpoint.dir, --resume) follow one training run: give --ratio, not --ratios");
+  if (o.resume && (o.dump_step || o.dump_batches))
+    throw core::InputError("--dump-step and --dump-batches write the batches from step 1: drop --resume");
 }
 
 std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args) {
@@ -201,6 +228,8 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   o.no_pin = vm["no-pin"].as<bool>();
   o.timeout_s = vm["timeout"].as<int>();
   o.metrics = read_metrics_options(vm);
+  o.speculation = read_speculation_option(vm);
+  o.resume = resume_option(vm, o.sc);
   check_run_options(o);
   return o;
 }
@@ -215,6 +244,7 @@ void choose_auto_ratio(RunOptions& o, const backend::launch::RankEnv& env) {
   ao.sim.overrides.world = env.world_size;
   ao.sim.overrides.grad_accum = o.grad_accum;
   ao.sim.overrides.workload = o.workload;
+  ao.sim.overrides.speculation_bytes = o.speculation;  // the spare slots' host bytes change what fits
   std::ostringstream quiet;
   o.auto_ratio = resolve_auto_ratio(o.sc, ao, Calibration::kRequired, env.rank == 0 ? std::cout : quiet);
   o.sc = backend::sim::with_ratio(o.sc, o.auto_ratio->ratio);
@@ -281,8 +311,11 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
                              const backend::cpu::CpuShare& share) {
   core::SettingsOverrides overrides;
   overrides.world = env.world_size;
+  overrides.world_from = "the launched world (WORLD_SIZE)";
   overrides.grad_accum = o.grad_accum;
+  overrides.grad_accum_from = "--grad-accum";
   overrides.workload = o.workload;
+  overrides.speculation_bytes = o.speculation;
   cu::EngineConfig base;
   base.settings = core::resolve_settings(o.sc, overrides);
   base.rank = env.rank;
@@ -317,18 +350,28 @@ void print_banner(const RunOptions& o, const cu::EngineConfig& base, const std::
 class RunMetrics {
  public:
   // tokens_per_step: this rank's tokens in one step (micro-batch x tokens per sample x accumulation).
-  RunMetrics(const MetricsOptions& m, const core::Scenario& sc, int rank, int world, int64_t tokens_per_step)
+  RunMetrics(const MetricsOptions& m, const core::Scenario& sc, const core::RunSettings& rs, int rank,
+             int64_t tokens_per_step)
       : job_(sc.name.empty() ? sc.file.stem().string() : sc.name), rank_(rank), tokens_per_step_(tokens_per_step) {
     if (!m.port) return;
-    if (*m.port < 0 || *m.port + world - 1 > 65535)
-      throw core::InputError("--metrics-port must be in [0, 65535 - ranks + 1]");
+    if (*m.port + rs.world - 1 > 65535) throw core::InputError("--metrics-port must be in [0, 65535 - ranks + 1]");
+    config_ = metrics_run_config(sc, rs, sc.cpu_ratio());
+    metrics::publish_run_config(registry_, {rank_, job_, "cuda"}, config_);  // before the first step
     metrics::ServerOptions so;
     so.address = m.address;
     so.port = uint16_t(*m.port == 0 ? 0 : *m.port + rank);
     server_ = std::make_unique<metrics::MetricsServer>(registry_, so);
     std::cerr << "rank " << rank << ": metrics on http://" << so.address << ":" << server_->port() << "/metrics\n";
+    warn_if_exposed(so, server_->port());
   }
   bool serving() const { return server_ != nullptr; }
+
+  // A sweep's next ratio: the configuration gauges say which runs.
+  void set_ratio(double ratio) {
+    if (!server_) return;
+    config_.offload_ratio = ratio;
+    metrics::publish_run_config(registry_, {rank_, job_, "cuda"}, config_);
+  }
 
   void publish(const cu::StepReport& r, const cu::Engine& eng) {
     if (!server_) return;
@@ -342,6 +385,8 @@ class RunMetrics {
     smp.loss = r.loss;
     smp.loss_scale = r.loss_scale;
     smp.skipped = r.skipped;
+    smp.speculated = r.speculated;
+    smp.speculation_failed = r.speculated && !r.speculation_held;
     smp.tokens = tokens_per_step_;
     metrics::publish(registry_, smp, {rank_, job_, "cuda"});
   }
@@ -350,6 +395,7 @@ class RunMetrics {
   std::string job_;
   int rank_;
   int64_t tokens_per_step_;
+  metrics::RunConfig config_;
   metrics::Registry registry_;
   std::unique_ptr<metrics::MetricsServer> server_;
 };
@@ -359,7 +405,11 @@ class RunMetrics {
 struct RunPoint {
   double requested = 0, actual = 0;
   std::vector<cu::StepReport> steps;
-  std::vector<Throughput> throughput;       // decoder: per step
+  std::vector<Throughput> throughput;   // decoder: per step
+  std::vector<OverlapFigures> overlap;  // per step
+  int64_t speculation_bytes = 0;        // the budget the plan resolved to (core::resolve_speculation_bytes)
+  size_t speculated_layers = 0;         // the CPU layers that speculate (core::speculated_layers)
+  int64_t speculated_steps = 0, failed_speculations = 0;
   std::optional<MemoryCheck> memory_check;  // after step 1
   cu::EngineMemory memory;
   int64_t gpu_elems = 0, cpu_elems = 0;
@@ -377,7 +427,7 @@ double median(std::vector<double> v) {
 double steady_median(const RunPoint& p, const std::function<double(const cu::StepReport&)>& f) {
   std::vector<double> v;
   for (const cu::StepReport& r : p.steps)
-    if (r.step > 1 || p.steps.size() == 1) v.push_back(f(r));
+    if (r.step > p.steps.front().step || p.steps.size() == 1) v.push_back(f(r));
   return median(v);
 }
 
@@ -408,15 +458,6 @@ std::string check_parity(const cu::EngineConfig& ec, int steps, const std::vecto
   return os.str();
 }
 
-void save_master(const std::string& path, int64_t total, const std::vector<std::pair<int64_t, float> >& mine) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
-  if (fd < 0) throw core::InputError("--save-master " + path + ": cannot open: " + std::strerror(errno));
-  bool good = ::ftruncate(fd, total * 4) == 0;
-  for (const auto& [idx, v] : mine) good = good && ::pwrite(fd, &v, 4, off_t(idx) * 4) == 4;
-  ::close(fd);
-  if (!good) throw core::RuntimeFailure("--save-master " + path + ": write failed: " + std::strerror(errno));
-}
-
 // The last step's timeline as a Chrome trace (rank 0), through the simulator's trace writer.
 void write_trace(const RunPoint& pt, const cu::Engine& eng, int world, std::filesystem::path path, bool sweep) {
   backend::sim::SimPoint sp;
@@ -442,22 +483,45 @@ void after_first_step(cu::Engine& eng, const RunOptions& o, const cu::EngineConf
   if (ec.settings.world != 1)
     throw core::InputError("--dump-step writes the whole model's gradients: run it on one rank (world " +
                            std::to_string(ec.settings.world) + ")");
-  write_batch_file(*o.dump_step, ec.settings, 1, 1);
+  write_batch_file(*o.dump_step, ec.settings, 1, 1, "--dump-step");
   write_gradients(*o.dump_step + ".grads.safetensors", ec.settings.model, eng.last_gradients());
   std::cerr << "dump: step 1's batch in " << *o.dump_step << ", its gradients in " << *o.dump_step
             << ".grads.safetensors (loss " << num(pt.steps.front().loss, 6) << ")\n";
 }
 
+// The allocation plan's second state slots (the speculated layers', core/speculation.h).
+int64_t spare_bytes(const core::AllocPlan& p) {
+  namespace buf = core::buf;
+  int64_t n = 0;
+  for (std::string_view name : {buf::kHostMasterSpare, buf::kHostState1Spare, buf::kHostState2Spare})
+    if (p.has(name)) n += p.at(name).bytes;
+  return n;
+}
+
+// What the step's CPU speculation did: "held", "failed", "off" (planned, not run), "-" (none planned).
+std::string speculation_text(const cu::StepReport& r, bool planned) {
+  if (!planned) return "-";
+  if (!r.speculated) return "off";
+  return r.speculation_held ? "held" : "failed";
+}
+
 // The steps of one ratio, with the per-step table (rank 0) and metrics.
-void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics, RunPoint& pt) {
+void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics, RunPoint& pt,
+           RunCheckpoints* ck) {
   const bool decoder = ec.settings.workload == core::WorkloadType::kDecoder;
-  std::vector<std::string> head = {"step", "loss", "grad_norm", "scale",   "step", "fwd",       "bwd",     "ag",
-                                   "rs",   "d2h",  "cpu_opt",   "gpu_opt", "h2d",  "opt_phase", "exp_xfer"};
+  const bool planned = pt.speculated_layers > 0;
+  std::vector<std::string> head = {"step", "loss",      "grad_norm", "scale", "step",    "fwd",
+                                   "bwd",  "ag",        "rs",        "d2h",   "cpu_opt", "gpu_opt",
+                                   "h2d",  "opt_phase", "exp_xfer",  "spec",  "cpu_hid", "bound"};
   if (decoder) head.insert(head.end(), {"tok/s", "MFU"});
   Table t(head);
-  for (int s = 1; s <= o.steps; ++s) {
+  const int first = ck ? int(ck->first_step()) : 1;
+  for (int s = first; s <= o.steps; ++s) {
     cu::StepReport r = eng.step();
     const backend::StepTimeline& tl = r.timeline;
+    const OverlapFigures ov =
+        overlap_figures(tl, ec.settings.step, pt.cpu_elems, o.sc.cluster.hardware.cpu, o.ranks_per_host);
+    pt.overlap.push_back(ov);
     std::vector<std::string> row = {std::to_string(r.step) + (r.skipped ? " skip" : ""),
                                     num(r.loss, 5),
                                     num(r.grad_norm, 4),
@@ -472,7 +536,10 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
                                     num(kind_ms(tl, core::OpKind::kGpuOptimizer)),
                                     num(kind_ms(tl, core::OpKind::kH2DParam)),
                                     num(ms(tl.optimizer_phase_ns)),
-                                    num(ms(tl.exposed_transfer_ns))};
+                                    num(ms(tl.exposed_transfer_ns)),
+                                    speculation_text(r, planned),
+                                    num(ov.overlap_fraction, 3),
+                                    num(ov.bound_ms)};
     std::string rate;
     if (decoder) {
       const Throughput th = throughput(ec.settings, o.sc.training.precision, o.sc.cluster.hardware.gpu, tl.step_ns);
@@ -484,10 +551,13 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
     if (ec.rank == 0)
       std::cerr << "  step " << r.step << "/" << o.steps << ": " << num(ms(tl.step_ns)) << " ms"
                 << (std::isnan(r.loss) ? "" : ", loss " + num(r.loss, 5)) << rate
-                << (r.skipped ? " (skipped: overflow)" : "") << "\n";
+                << (r.skipped ? " (skipped: overflow)" : "")
+                << (planned ? ", speculation " + speculation_text(r, planned) : "") << ", CPU pass "
+                << num(100 * ov.overlap_fraction, 0) << "% hidden\n";
     metrics.publish(r, eng);
     pt.steps.push_back(std::move(r));
-    if (s == 1) after_first_step(eng, o, ec, pt);
+    if (s == first) after_first_step(eng, o, ec, pt);
+    if (ck && ck->after_step(s)) break;  // a stop signal: saved, the run ends here
   }
   if (ec.rank == 0) {
     std::cout << "\nratio " << num(pt.requested, 3) << " (actual " << num(pt.actual, 4) << ")\n";
@@ -503,32 +573,65 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
   }
 }
 
-// One ratio from scratch: the engine, its steps, then the checks and files that need its state.
-RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics) {
+// The checkpoints of one run (docs/ARCHITECTURE.md, "Checkpoints"): the scenario's, a resume, and with
+// several ranks the rendezvous's votes.
+std::unique_ptr<RunCheckpoints> make_checkpoints(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec,
+                                                 backend::launch::Rendezvous* rdv, const StopSignals* signals) {
+  if (!o.checkpoints()) return nullptr;
+  RunCheckpointOptions co;
+  co.config = o.sc.checkpoint;
+  co.resume = o.resume;
+  co.texts = scenario_texts(o.sc);
+  co.total_steps = o.steps;
+  co.rank = ec.rank;
+  co.ratio = ec.ratio;
+  co.signals = signals;
+  if (rdv) {
+    co.barrier = backend::launch::rank_barrier(*rdv, kCheckpointChannel, kFileBarrierTimeout);
+    co.continue_vote = [rdv](bool go_on) { return rdv->all_ok(go_on, kStopChannel); };
+  }
+  return std::make_unique<RunCheckpoints>(eng, ec.settings, std::move(co));
+}
+
+// One ratio from scratch (or from --resume's checkpoint): the engine, its steps, then the checks and
+// files that need its state.
+RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics,
+                   backend::launch::Rendezvous* rdv, const StopSignals* signals) {
   const int rank = ec.rank;
   const std::unique_ptr<cu::Engine> eng = cu::Engine::create(ec);
+  const std::unique_ptr<RunCheckpoints> ck = make_checkpoints(*eng, o, ec, rdv, signals);
   RunPoint pt;
   pt.requested = ec.ratio;
   pt.actual = eng->split().actual_ratio;
   pt.memory = eng->memory();
   pt.gpu_elems = eng->split().gpu_elems;
   pt.cpu_elems = eng->split().cpu_elems;
+  pt.speculation_bytes = eng->plan().config.speculation_bytes;
+  pt.speculated_layers = core::speculated_layers(eng->split(), eng->plan().config).size();
   if (rank == 0)
     std::cerr << "ratio " << num(ec.ratio, 3) << " (actual " << num(pt.actual, 4) << "): GPU segment " << pt.gpu_elems
               << ", CPU segment " << pt.cpu_elems << " elements; GPU " << core::format_gb(pt.memory.gpu_used_by_process)
               << " in use (model " << core::format_gb(pt.memory.planned.gpu_total) << "), host pinned "
               << core::format_gb(pt.memory.host_pinned) << "\n";
-  train(*eng, o, ec, metrics, pt);
+  if (rank == 0 && pt.speculated_layers > 0)
+    std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "
+              << core::format_gb(spare_bytes(pt.memory.plan)) << " of host memory for their second state slot\n";
+  train(*eng, o, ec, metrics, pt, ck.get());
+  pt.speculated_steps = eng->speculated_steps();
+  pt.failed_speculations = eng->failed_speculations();
   // (index, value) pairs of every owned weight: 16 B each, so only when asked for
   const bool need_master = o.verify || o.save_master;
   const auto mine = need_master ? eng->master_weights() : std::vector<std::pair<int64_t, float> >{};
   if (o.verify) {
-    pt.parity = check_parity(ec, o.steps, mine, pt.parity_ok);
+    pt.parity = check_parity(ec, pt.steps.back().step, mine, pt.parity_ok);  // the last step reached
     std::cout << "rank " << rank << ": parity at ratio " << num(pt.requested, 3) << ": " << pt.parity << "\n";
   }
-  if (o.save_master)
-    save_master(*o.save_master + (o.ratios.size() > 1 ? ".r" + num(pt.requested, 3) : ""),
-                ec.settings.model.total_params, mine);
+  if (o.save_master) {  // the ranks write one file together (nothing to wait for with one rank)
+    const core::RankBarrier barrier =
+        rdv ? backend::launch::rank_barrier(*rdv, kSaveMasterChannel, kFileBarrierTimeout) : core::RankBarrier{};
+    write_master_weights(*o.save_master + (o.ratios.size() > 1 ? ".r" + num(pt.requested, 3) : ""),
+                         ec.settings.model.total_params, mine, rank, ec.settings.world, barrier);
+  }
   if (o.out.trace && rank == 0) write_trace(pt, *eng, ec.settings.world, *o.out.trace, o.ratios.size() > 1);
   return pt;
 }
@@ -537,9 +640,10 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
 
 // Over steady steps (all but the first), rank 0.
 void print_summary(const std::vector<RunPoint>& points, int steps) {
-  Table s({"ratio", "actual", "step_ms", "fwd_ms", "bwd_ms", "opt_phase_ms", "exp_xfer_ms", "exp_cpu_opt_ms",
-           "exp_copies_ms", "cpu_opt_ms", "gpu_opt_ms", "busy_compute", "busy_cpu", "gpu_GB", "host_pinned_GB", "tok/s",
-           "MFU", "x_vs_r1"});
+  Table s(
+      {"ratio",          "actual",        "step_ms",    "fwd_ms",         "bwd_ms",       "opt_phase_ms", "exp_xfer_ms",
+       "exp_cpu_opt_ms", "exp_copies_ms", "cpu_opt_ms", "gpu_opt_ms",     "busy_compute", "busy_cpu",     "cpu_hid",
+       "bound_ms",       "spec_held",     "gpu_GB",     "host_pinned_GB", "tok/s",        "MFU",          "x_vs_r1"});
   const auto step_ms = [](const cu::StepReport& r) { return ms(r.timeline.step_ns); };
   double r1 = std::nan("");
   for (const RunPoint& p : points)
@@ -559,18 +663,41 @@ void print_summary(const std::vector<RunPoint>& points, int steps) {
     };
     auto rate = [&](double Throughput::*f) {  // a decoder's, per step
       if (p.throughput.size() != p.steps.size()) return std::nan("");
-      return steady_median(p, [&](const cu::StepReport& r) { return p.throughput[size_t(r.step - 1)].*f; });
+      return steady_median(
+          p, [&](const cu::StepReport& r) { return p.throughput[size_t(r.step - p.steps.front().step)].*f; });
     };
     const double tok_s = rate(&Throughput::tokens_per_s), mfu = rate(&Throughput::mfu);
-    s.add({num(p.requested, 3), num(p.actual, 4), num(step), kind(core::OpKind::kForward),
-           kind(core::OpKind::kBackward), field(&backend::StepTimeline::optimizer_phase_ns),
-           field(&backend::StepTimeline::exposed_transfer_ns), field(&backend::StepTimeline::exposed_cpu_optimizer_ns),
-           field(&backend::StepTimeline::exposed_copies_ns), kind(core::OpKind::kCpuOptimizer),
-           kind(core::OpKind::kGpuOptimizer), num(busy(core::Queue::kCompute), 3), num(busy(core::Queue::kCpu), 3),
-           num(double(p.memory.gpu_used_by_process) / 1e9), num(double(p.memory.host_pinned) / 1e9), num(tok_s, 0),
-           num(mfu, 3), num(r1 / step, 2)});
+    auto overlap = [&](double OverlapFigures::*f) {
+      return steady_median(
+          p, [&](const cu::StepReport& r) { return p.overlap[size_t(r.step - p.steps.front().step)].*f; });
+    };
+    const std::string held = p.speculated_layers == 0 ? "-"
+                                                      : std::to_string(p.speculated_steps - p.failed_speculations) +
+                                                            "/" + std::to_string(p.steps.size());
+    s.add({num(p.requested, 3),
+           num(p.actual, 4),
+           num(step),
+           kind(core::OpKind::kForward),
+           kind(core::OpKind::kBackward),
+           field(&backend::StepTimeline::optimizer_phase_ns),
+           field(&backend::StepTimeline::exposed_transfer_ns),
+           field(&backend::StepTimeline::exposed_cpu_optimizer_ns),
+           field(&backend::StepTimeline::exposed_copies_ns),
+           kind(core::OpKind::kCpuOptimizer),
+           kind(core::OpKind::kGpuOptimizer),
+           num(busy(core::Queue::kCompute), 3),
+           num(busy(core::Queue::kCpu), 3),
+           num(overlap(&OverlapFigures::overlap_fraction), 3),
+           num(overlap(&OverlapFigures::bound_ms)),
+           held,
+           num(double(p.memory.gpu_used_by_process) / 1e9),
+           num(double(p.memory.host_pinned) / 1e9),
+           num(tok_s, 0),
+           num(mfu, 3),
+           num(r1 / step, 2)});
   }
-  std::cout << "\nsummary (median of steps 2.." << steps << ", rank 0)\n";
+  std::cout << "\nsummary (median of steps 2.." << steps
+            << ", rank 0; spec_held: steps whose speculation held of all steps)\n";
   s.print(std::cout);
 }
 
@@ -581,6 +708,9 @@ nlohmann::json step_json(const cu::StepReport& r) {
   js["grad_norm"] = std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json();
   js["loss_scale"] = r.loss_scale;
   js["skipped"] = r.skipped;
+  js["speculated"] = r.speculated;
+  js["speculation_held"] = r.speculation_held;
+  js["cpu_overlapped_ns"] = r.timeline.cpu_overlapped_ns;
   js["step_ns"] = r.timeline.step_ns;
   js["optimizer_phase_ns"] = r.timeline.optimizer_phase_ns;
   js["exposed_ns"] = r.timeline.exposed_ns;
@@ -639,8 +769,19 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
           {"host_pinned_measured", p.memory_check->host_measured},
           {"host_diff_percent", percent_diff(p.memory_check->host_predicted, p.memory_check->host_measured)}};
     if (!p.parity.empty()) jp["parity"] = {{"ok", p.parity_ok}, {"detail", p.parity}};
+    // the budget the plan resolved to: what `validate` simulates this point with
+    jp["speculation_bytes"] = p.speculation_bytes;
+    jp["speculated_layers"] = p.speculated_layers;
+    jp["spare_slot_bytes"] = spare_bytes(p.memory.plan);
+    jp["speculated_steps"] = p.speculated_steps;
+    jp["failed_speculations"] = p.failed_speculations;
     for (size_t i = 0; i < p.steps.size(); ++i) {
       nlohmann::json js = step_json(p.steps[i]);
+      if (i < p.overlap.size())
+        js["overlap"] = {{"cpu_overlap_fraction", p.overlap[i].overlap_fraction},
+                         {"gpu_work_ms", p.overlap[i].gpu_work_ms},
+                         {"cpu_pass_bound_ms", p.overlap[i].cpu_pass_bound_ms},
+                         {"bound_ms", p.overlap[i].bound_ms}};
       if (i < p.throughput.size()) {
         js["tokens_per_s"] = p.throughput[i].tokens_per_s;
         js["model_tflops"] = p.throughput[i].tflops;
@@ -650,17 +791,19 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     }
     doc["points"].push_back(jp);
   }
+  add_scenario_record(doc, o.sc);
   write_json_file(doc, *o.out.json + (base.rank > 0 ? ".rank" + std::to_string(base.rank) : ""), 1);
 }
 
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& args) {
-  const std::optional<RunOptions> parsed = parse_run_options(args);
+  std::optional<RunOptions> parsed = parse_run_options(args);
   if (!parsed) return kExitOk;
-  RunOptions o = *parsed;
   const backend::launch::RankEnv env = backend::launch::rank_env_from_process();
-  if (o.ratio_auto) choose_auto_ratio(o, env);
+  parsed->ranks_per_host = env.local_world_size;
+  if (parsed->ratio_auto) choose_auto_ratio(*parsed, env);
+  const RunOptions& o = *parsed;
   const backend::cpu::CpuShare share = take_cpu_share(env);
   std::string why;
   if (!cu::cuda_available(&why))
@@ -676,8 +819,11 @@ int cmd_run(const std::vector<std::string>& args) {
   const std::string gpu = cu::gpu_info(env.local_rank).name;
   if (env.rank == 0) print_banner(o, base, gpu, threads, share);
   const core::StepConfig& step = base.settings.step;
-  RunMetrics metrics(o.metrics, o.sc, env.rank, env.world_size,
+  RunMetrics metrics(o.metrics, o.sc, base.settings, env.rank,
                      step.micro_batch * base.settings.model.tokens_per_sample() * step.grad_accum);
+
+  std::optional<StopSignals> signals;  // with checkpoints: SIGTERM/SIGINT end the run after a step, saved
+  if (o.checkpoints()) signals.emplace();
 
   std::vector<RunPoint> points;
   bool all_ok = true;
@@ -685,12 +831,13 @@ int cmd_run(const std::vector<std::string>& args) {
     cu::EngineConfig ec = base;
     ec.ratio = o.ratios[i];
     ec.nccl_id = ids[i];
-    points.push_back(run_ratio(o, ec, metrics));
+    metrics.set_ratio(ec.ratio);
+    points.push_back(run_ratio(o, ec, metrics, rdv.get(), signals ? &*signals : nullptr));
     all_ok = all_ok && points.back().parity_ok;
   }
   if (env.rank == 0) print_summary(points, o.steps);
   if (o.dump_batches && env.rank == 0) {
-    write_batch_file(*o.dump_batches, base.settings, 1, o.steps);
+    write_batch_file(*o.dump_batches, base.settings, 1, o.steps, "--dump-batches");
     std::cerr << "dump: " << o.steps << " steps' batches in " << *o.dump_batches << "\n";
   }
   if (o.out.json) write_run_json(o, base, gpu, threads, points);

@@ -5,17 +5,17 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "apps/twinflow/auto_ratio_report.h"
+#include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/svg_plot.h"
 #include "apps/twinflow/table.h"
 #include "backends/sim/functional.h"
@@ -53,42 +53,22 @@ double ms(int64_t ns) { return double(ns) / 1e6; }
 // ---- --metrics-port: the simulated steps replayed as Prometheus metrics ----
 struct ReplayOptions {
   metrics::ServerOptions server;
-  double pace = 1;      // wall seconds per simulated second
-  double linger_s = 0;  // serve this long after the replay; < 0: until SIGINT/SIGTERM
-  int64_t steps = 1;    // per replayed ratio
-  int ranks = 8;        // ranks published
+  core::SettingsOverrides overrides;  // --world
+  double pace = 1;                    // wall seconds per simulated second
+  double linger_s = 0;                // serve this long after the replay; < 0: until SIGINT/SIGTERM
+  int64_t steps = 1;                  // per replayed ratio
+  int ranks = 8;                      // ranks published
 };
 
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-// SIGINT/SIGTERM end the replay (and the linger) cleanly while it lives; the previous handlers come back after.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    old_int_ = std::signal(SIGINT, on_stop_signal);
-    old_term_ = std::signal(SIGTERM, on_stop_signal);
-  }
-  ~StopSignals() {
-    std::signal(SIGINT, old_int_);
-    std::signal(SIGTERM, old_term_);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  void (*old_int_)(int) = SIG_DFL;
-  void (*old_term_)(int) = SIG_DFL;
-};
-
-// Sleeps `seconds` of wall time (forever if negative); false when a stop signal arrived.
-bool sleep_unless_stopped(double seconds) {
+// Sleeps `seconds` of wall time (forever if negative); false when a stop signal arrived. A pace times a
+// long simulated step can exceed what a clock duration holds (~292 years in ns): beyond 1e9 s (~32
+// years) it sleeps until stopped.
+bool sleep_unless_stopped(double seconds, const StopSignals& signals) {
   using Clock = std::chrono::steady_clock;
-  const bool forever = seconds < 0;
+  const bool forever = seconds < 0 || !(seconds <= 1e9);
   const auto end = Clock::now() +
                    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(forever ? 0.0 : seconds));
-  while (!g_stop_signal) {
+  while (!signals.requested()) {
     const auto now = Clock::now();
     if (!forever && now >= end) return true;
     std::this_thread::sleep_for(forever ? std::chrono::milliseconds(50)
@@ -104,19 +84,29 @@ void replay_metrics(const core::Scenario& sc, const std::vector<backend::sim::Si
   if (feasible.empty())
     throw core::InputError("--metrics-port: no simulated ratio fits in memory, so there is no step to replay");
   metrics::Registry registry;
-  StopSignals signals;
+  const core::RunSettings rs = core::resolve_settings(sc, ro.overrides);
+  // build info and the configuration before the first step (and again for each replayed ratio)
+  const auto publish_config = [&](double ratio, size_t ranks) {
+    for (size_t r = 0; r < ranks; ++r)
+      metrics::publish_run_config(registry, {int(r), sc.name, "sim"}, metrics_run_config(sc, rs, ratio));
+  };
+  publish_config(feasible.front()->requested_ratio, metrics::sim_step_samples(*feasible.front(), sc, ro.ranks).size());
+  // SIGINT/SIGTERM end the replay (and the linger) cleanly
+  const StopSignals signals("\nmetrics: stopping (signal again to exit at once)\n");
   metrics::MetricsServer server(registry, ro.server);
   std::cout << "metrics: serving " << server.url() << " (health: /healthz)" << std::endl;
+  warn_if_exposed(ro.server, server.port());
   int64_t step = 0;
   bool stopped = false;
   for (const backend::sim::SimPoint* p : feasible) {
     const std::vector<metrics::StepSample> samples = metrics::sim_step_samples(*p, sc, ro.ranks);
+    publish_config(p->requested_ratio, samples.size());
     const double step_s = double(p->step_ns) * 1e-9;
     std::cout << "metrics: replaying " << ro.steps << " step(s) at ratio " << fmt(p->ratio, 3) << " for "
               << samples.size() << " rank(s): " << fmt(step_s * 1e3, 1) << " ms simulated, "
               << fmt(step_s * ro.pace * 1e3, 1) << " ms wall per step (pace " << ro.pace << ")" << std::endl;
     for (int64_t i = 0; i < ro.steps && !stopped; ++i) {
-      stopped = !sleep_unless_stopped(step_s * ro.pace);  // the step runs, then its metrics appear
+      stopped = !sleep_unless_stopped(step_s * ro.pace, signals);  // the step runs, then its metrics appear
       if (stopped) break;
       ++step;
       for (size_t r = 0; r < samples.size(); ++r) {
@@ -132,10 +122,10 @@ void replay_metrics(const core::Scenario& sc, const std::vector<backend::sim::Si
               << (ro.linger_s < 0 ? std::string("serving until interrupted (Ctrl-C)")
                                   : "serving for " + fmt(ro.linger_s, 1) + " s more")
               << std::endl;
-    stopped = !sleep_unless_stopped(ro.linger_s);
+    stopped = !sleep_unless_stopped(ro.linger_s, signals);
   }
   if (stopped)
-    std::cout << "metrics: stopped by signal " << int(g_stop_signal) << " after " << step << " steps" << std::endl;
+    std::cout << "metrics: stopped by signal " << signals.signal() << " after " << step << " steps" << std::endl;
   const metrics::ServerStats st = server.stats();
   server.stop();
   std::cout << "metrics: served " << st.scrapes << " scrape(s)" << std::endl;
@@ -152,11 +142,19 @@ struct SimulateOptions {
   bool functional = false;
   std::optional<int> steps;
   std::optional<ReplayOptions> replay;                // --metrics-port
+  std::optional<std::filesystem::path> resume;        // --functional --resume: the checkpoint to continue from
   std::optional<backend::sim::AutoRatio> auto_ratio;  // the ratio was auto: how it was chosen
   bool fit = false;                                   // --fit: the memory model's verdict only
   std::optional<std::string> largest_preset;          // --largest-preset PREFIX
   std::optional<double> at_ratio;                     // --at-ratio: the ratio a preset must fit at
 };
+
+const IntOption kWorld{"world", 1, core::kMaxWorld, std::nullopt,
+                       "simulated ranks (default: the scenario's nodes x GPUs per node)"};
+const IntOption kSteps{"steps", 1, 1000000, std::nullopt,
+                       "functional mode: training steps (default: the scenario's, at most 20); with --metrics-port: "
+                       "steps replayed per ratio (default: the scenario's training.steps)"};
+const IntOption kMetricsRanks{"metrics-ranks", 1, core::kMaxWorld, 8, "publish ranks 0..N-1 of the simulated ranks"};
 
 CommandOptions simulate_options() {
   CommandOptions o("twinflow simulate [SCENARIO] [options]: a ZeRO + Twin-Flow step on the simulator");
@@ -173,7 +171,11 @@ CommandOptions simulate_options() {
       "scenario's training shape and machine, and name the first that fits by the memory model");
   add("at-ratio", po::value<double>(), "with --largest-preset: the preset must fit at this ratio (e.g. 1)");
   add("sweep", po::value<std::string>(), "START:STOP:STEP ratios, e.g. 0:1:0.05");
-  add("world", po::value<int>(), "simulated ranks (default: the scenario's nodes x GPUs per node)");
+  add_int_option(o.desc, kWorld);
+  add_speculation_option(o.desc);
+  add("previous-step-clipped", po::bool_switch(),
+      "cost-only: simulate a step after a clipped or skipped one, which does not speculate (every speculated "
+      "layer's commit redoes its update after the norm); without it the speculation is assumed to hold");
   add_output_options(o.desc, {.csv = "write the table as CSV",
                               .json = "write points, best ratio and assumptions as JSON",
                               .svg = "plot step time and GPU memory against the ratio",
@@ -181,9 +183,8 @@ CommandOptions simulate_options() {
   add("functional", po::bool_switch(),
       "run the math for real on the simulated ranks (small models) and check the final fp32 master weights "
       "bit for bit against a plain single-process training loop, for each ratio");
-  add("steps", po::value<int>(),
-      "functional mode: training steps (default: the scenario's, at most 20); with --metrics-port: steps "
-      "replayed per ratio (default: the scenario's training.steps)");
+  add_int_option(o.desc, kSteps);
+  add_resume_option(o.desc);
   add_metrics_options(o.desc,
                       "serve Prometheus metrics on this port (0: a free one, printed) and replay the simulated steps "
                       "in simulated time",
@@ -191,15 +192,19 @@ CommandOptions simulate_options() {
                       "seconds to keep serving after the replay, so a scraper gets the last step (-1: until Ctrl-C)");
   add("pace", po::value<double>()->default_value(1.0),
       "replay pace: wall seconds per simulated second (1: real time, 10: ten times slower, 0: at once)");
-  add("metrics-ranks", po::value<int>()->default_value(8), "publish ranks 0..N-1 of the simulated ranks");
+  add_int_option(o.desc, kMetricsRanks);
   return o;
 }
 
 const char kSimulateEpilog[] =
     "\nColumns: step = the slowest rank's step; compute/comm/d2h/h2d/cpu = busy time of each queue\n"
-    "(rank 0); exposed = step time with the GPU compute queue idle; optim = from the last backward op\n"
+    "(rank 0); cpu hid = share of the cpu queue's busy time during which compute is busy too; exposed =\n"
+    "step time with the GPU compute queue idle; optim = from the last backward op\n"
     "to the end of the step; GPU/host GB = memory per rank (largest shard); fits = memory fits the\n"
-    "profile (OOM otherwise, still simulated); x vs r=1 = step time at ratio 1 over this step time.\n";
+    "profile (OOM otherwise, still simulated); x vs r=1 = step time at ratio 1 over this step time.\n"
+    "With clipping or loss scaling, the CPU layers that speculate (training.speculation, --speculation) update\n"
+    "during backward and the simulator assumes their speculation holds (each commit costs only its wait for\n"
+    "the norm); --previous-step-clipped simulates the step after a clipped or skipped one instead.\n";
 
 // --metrics-port and the options that need it.
 std::optional<ReplayOptions> replay_options(const po::variables_map& vm) {
@@ -210,7 +215,6 @@ std::optional<ReplayOptions> replay_options(const po::variables_map& vm) {
         throw core::InputError(std::string("--") + o + " needs --metrics-port (e.g. --metrics-port 9464, or 0)");
     return std::nullopt;
   }
-  if (*m.port < 0 || *m.port > 65535) throw core::InputError("--metrics-port must be in [0, 65535] (0: a free port)");
   if (vm["functional"].as<bool>())
     throw core::InputError("--metrics-port replays the cost-only simulation; drop --functional");
   ReplayOptions replay;
@@ -219,11 +223,8 @@ std::optional<ReplayOptions> replay_options(const po::variables_map& vm) {
   replay.pace = vm["pace"].as<double>();
   if (!(replay.pace >= 0 && std::isfinite(replay.pace)))
     throw core::InputError("--pace must be a finite number >= 0 (wall seconds per simulated second)");
-  replay.linger_s = m.linger_s;
-  if (!(replay.linger_s >= 0 || replay.linger_s == -1) || !std::isfinite(replay.linger_s))
-    throw core::InputError("--metrics-linger must be >= 0 seconds, or -1 to serve until interrupted");
-  replay.ranks = vm["metrics-ranks"].as<int>();
-  if (replay.ranks < 1) throw core::InputError("--metrics-ranks must be >= 1");
+  replay.linger_s = m.linger_s;  // -1 or [0, kMaxLingerSeconds]: read_metrics_options checked it
+  replay.ranks = int(int_option(vm, kMetricsRanks));
   return replay;
 }
 
@@ -236,19 +237,27 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
   o.replay = replay_options(vm);
   o.sc = load_scenario_option(vm);
   apply_profile_option(vm, o.sc);
-  if (vm.count("world")) {
-    o.sim.overrides.world = vm["world"].as<int>();
-    if (*o.sim.overrides.world < 1) throw core::InputError("--world must be >= 1");
+  if (const std::optional<int64_t> world = optional_int_option(vm, kWorld)) {
+    o.sim.overrides.world = int(*world);
+    o.sim.overrides.world_from = "--world";
   }
-  if (vm.count("steps")) o.steps = vm["steps"].as<int>();
+  core::check_simulation_size(o.sc, o.sim.overrides);  // before anything is simulated
+  if (const std::optional<int64_t> steps = optional_int_option(vm, kSteps)) o.steps = int(*steps);
+  o.sim.overrides.speculation_bytes = read_speculation_option(vm);
+  if (vm["previous-step-clipped"].as<bool>()) o.sim.speculation = backend::sim::SpeculationCase::kNotSpeculating;
   if (o.replay) {
     o.sim.record_ops = o.sim.keep_plans = true;  // per-op timings give the phase durations
     o.replay->steps = o.steps ? *o.steps : o.sc.training.steps;
-    if (o.replay->steps < 1) throw core::InputError("--steps must be >= 1");
+    o.replay->overrides = o.sim.overrides;
   }
   o.sweep = vm.count("sweep") > 0;
   o.out = read_output_options(vm);
   o.functional = vm["functional"].as<bool>();
+  if (vm.count("resume") && !o.functional)
+    throw core::InputError(
+        "--resume continues a training run: it needs --functional (the cost-only simulator "
+        "keeps no state)");
+  o.resume = resume_option(vm, o.sc);
   o.fit = vm["fit"].as<bool>();
   if (vm.count("largest-preset")) o.largest_preset = vm["largest-preset"].as<std::string>();
   if (vm.count("at-ratio")) {
@@ -274,6 +283,68 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
 
 // ---- --functional: the math for real, against the plain loop --------------------------------------------
 
+// Elements of the run's master weights whose bits differ from the plain loop's.
+size_t differing(const backend::sim::FunctionalResult& got, const backend::sim::FunctionalResult& ref) {
+  size_t diff = 0;
+  for (size_t i = 0; i < got.master.size(); ++i) diff += std::memcmp(&got.master[i], &ref.master[i], 4) != 0;
+  return diff + (got.master.size() != ref.master.size() ? 1 : 0);
+}
+
+Table functional_table() {
+  return Table({"ratio", "world", "stage", "steps", "skipped", "last grad norm", "last loss", "PCIe MB each way",
+                "master vs loop"});
+}
+void add_functional_row(Table& t, double ratio, const backend::sim::FunctionalConfig& fc,
+                        const backend::sim::FunctionalResult& got, size_t diff) {
+  t.add({fmt(ratio, 3), std::to_string(fc.world), std::to_string(fc.stage),
+         std::to_string(got.first_step) + ".." + std::to_string(got.last_step),
+         std::to_string(got.skipped_steps.size()), fmt(got.grad_norms.back(), 6),
+         got.losses.empty() ? "-" : fmt(got.losses.back(), 5), fmt(double(got.d2h_bytes) / 1e6, 2),
+         diff ? std::to_string(diff) + " differ" : "bit-identical"});
+}
+
+// With checkpoints (the scenario's checkpoint.dir, or --resume): one ratio, saved as `run` saves
+// (docs/ARCHITECTURE.md, "Checkpoints"); SIGTERM/SIGINT finish the step, save and exit 0; the weights
+// reached are held to the plain loop trained from step 1 to the same step.
+int functional_with_checkpoints(const SimulateOptions& o, const core::ModelDesc& model,
+                                backend::sim::FunctionalConfig fc) {
+  if (o.sweep)
+    throw core::InputError(
+        "--functional with checkpoints (checkpoint.dir or --resume) trains one ratio: "
+        "give --ratio, not --sweep");
+  const core::CheckpointConfig& cc = o.sc.checkpoint;
+  backend::sim::FunctionalCheckpoints& ck = fc.checkpoints;
+  ck.dir = cc.dir;
+  ck.every_steps = cc.every_steps;
+  ck.keep = cc.keep;
+  if (o.resume) ck.resume = *o.resume;
+  const ScenarioTexts texts = scenario_texts(o.sc);
+  ck.scenario_text = texts.scenario;
+  ck.ds_config_text = texts.ds_config;
+  std::optional<StopSignals> signals;
+  if (!ck.dir.empty()) {
+    signals.emplace();
+    ck.stop_requested = [&signals] { return signals->requested(); };
+  }
+  if (o.resume) std::cerr << "functional: resuming from " << o.resume->string() << "\n";
+  const backend::sim::FunctionalResult got = backend::sim::run_functional(model, fc);
+  for (const core::SaveStats& st : got.saves) std::cerr << save_summary(st, -1) << "\n";
+  if (got.stopped)
+    std::cout << "functional: stopped after step " << got.last_step << " (signal " << signals->signal()
+              << "); resume with --resume latest\n";
+  fc.steps = got.last_step;
+  std::cerr << "functional: reference loop, steps 1.." << fc.steps << "\n";
+  const size_t diff = differing(got, backend::sim::run_reference_loop(model, fc));
+  Table ft = functional_table();
+  add_functional_row(ft, fc.ratio, fc, got, diff);
+  ft.print(std::cout);
+  if (o.out.csv) ft.write_csv(*o.out.csv);
+  if (o.out.json) ft.write_json(*o.out.json);
+  std::cout << (diff == 0 ? "functional: bit-identical to the single-process loop\n"
+                          : "functional: MISMATCH against the single-process loop\n");
+  return diff == 0 ? kExitOk : kExitCheckFailed;
+}
+
 int simulate_functional(const SimulateOptions& o) {
   const core::RunSettings rs = core::resolve_settings(o.sc, o.sim.overrides);
   const core::ModelDesc& model = rs.model;
@@ -292,26 +363,30 @@ int simulate_functional(const SimulateOptions& o) {
       throw core::InputError("--functional trains the decoder with the CPU reference: " + fmt(flops / 1e12, 1) +
                              " TFLOP is too many (at most 1); use a smaller model, seq, micro_batch or --steps");
   }
+  if (!o.sc.checkpoint.dir.empty() || o.resume) return functional_with_checkpoints(o, model, fc);
   std::cerr << "functional: reference loop, " << fc.steps << " steps over " << model.total_params << " parameters"
             << (decoder ? " (decoder: the CPU reference decoder's gradients)" : "") << "\n";
   const auto ref = backend::sim::run_reference_loop(model, fc);
-  Table ft({"ratio", "world", "stage", "steps", "skipped", "last grad norm", "last loss", "PCIe MB each way",
-            "master vs loop"});
+  Table ft = functional_table();
   bool all_equal = true;
   for (double r : o.ratios) {
     fc.ratio = r;
     const auto got = backend::sim::run_functional(model, fc);
-    size_t diff = 0;
-    for (size_t i = 0; i < got.master.size(); ++i) diff += std::memcmp(&got.master[i], &ref.master[i], 4) != 0;
+    const size_t diff = differing(got, ref);
     all_equal = all_equal && diff == 0;
-    ft.add({fmt(r, 3), std::to_string(fc.world), std::to_string(fc.stage), std::to_string(fc.steps),
-            std::to_string(got.skipped_steps.size()), fmt(got.grad_norms.back(), 6),
-            got.losses.empty() ? "-" : fmt(got.losses.back(), 5), fmt(double(got.d2h_bytes) / 1e6, 2),
-            diff ? std::to_string(diff) + " differ" : "bit-identical"});
+    add_functional_row(ft, r, fc, got, diff);
   }
   ft.print(std::cout);
   if (o.out.csv) ft.write_csv(*o.out.csv);
-  if (o.out.json) ft.write_json(*o.out.json);
+  if (o.out.json) {
+    nlohmann::json j;
+    j["scenario"] = o.sc.name;
+    j["world"] = fc.world;
+    j["points"] = nlohmann::json::parse(ft.to_json());
+    j["all_bit_identical"] = all_equal;
+    add_scenario_record(j, o.sc);
+    write_json_file(j, *o.out.json, 2);
+  }
   std::cout << (all_equal ? "functional: every ratio bit-identical to the single-process loop\n"
                           : "functional: MISMATCH against the single-process loop\n");
   return all_equal ? kExitOk : kExitCheckFailed;
@@ -344,14 +419,20 @@ Sweep simulate_sweep(const SimulateOptions& o) {
   return w;
 }
 
+// The share of rank 0's CPU queue busy time that its compute queue hides ("-" without CPU work).
+std::string cpu_hidden(const backend::sim::SimPoint& p) {
+  const int64_t cpu = p.busy_ns[size_t(core::Queue::kCpu)];
+  return cpu > 0 ? fmt(double(p.cpu_overlapped_ns) / double(cpu), 2) : "-";
+}
+
 Table sweep_table(const Sweep& w) {
-  Table t({"ratio", "step ms", "compute", "comm", "d2h", "h2d", "cpu", "exposed", "optim", "GPU GB", "host GB", "fits",
-           "x vs r=1"});
+  Table t({"ratio", "step ms", "compute", "comm", "d2h", "h2d", "cpu", "cpu hid", "exposed", "optim", "GPU GB",
+           "host GB", "fits", "x vs r=1"});
   using core::Queue;
   for (const auto& p : w.pts) {
     auto q = [&](Queue x) { return fmt(ms(p.busy_ns[size_t(x)]), 1); };
     t.add({fmt(p.ratio, 3), fmt(ms(p.step_ns), 1), q(Queue::kCompute), q(Queue::kComm), q(Queue::kD2H), q(Queue::kH2D),
-           q(Queue::kCpu), fmt(ms(p.exposed_ns), 1), fmt(ms(p.optimizer_phase_ns), 1),
+           q(Queue::kCpu), cpu_hidden(p), fmt(ms(p.exposed_ns), 1), fmt(ms(p.optimizer_phase_ns), 1),
            fmt(double(p.memory.gpu_total) / 1e9, 1), fmt(double(p.memory.host_total) / 1e9, 1), p.oom ? "OOM" : "yes",
            fmt(double(w.full.step_ns) / double(p.step_ns), 2)});
   }
@@ -405,9 +486,8 @@ void write_sweep_json(const core::Scenario& sc, const Sweep& w, const Table& t, 
   if (sc.reference)
     j["published"] = {{"speedup_vs_full_offload", sc.reference->speedup_vs_full_offload},
                       {"source", sc.reference->source}};
-  std::ofstream f(path);
-  if (!f) throw core::RuntimeFailure("cannot write '" + path + "'");
-  f << j.dump(2) << "\n";
+  add_scenario_record(j, sc);
+  write_json_file(j, path, 2);
 }
 
 void write_sweep_svg(const core::Scenario& sc, const Sweep& w, const std::string& path) {
@@ -548,10 +628,7 @@ int cmd_simulate(const std::vector<std::string>& args) {
   if (o.out.svg && !o.auto_ratio) write_sweep_svg(o.sc, w, *o.out.svg);
   if (o.out.trace) write_sweep_trace(o, w, *o.out.trace);
   // One requested ratio that does not fit is refused (the table above shows what it would cost).
-  if (!o.sweep && w.pts.front().oom) {
-    std::cerr << "twinflow simulate: error: " << w.pts.front().oom_reason << "\n";
-    return kExitBadInput;
-  }
+  if (!o.sweep && w.pts.front().oom) throw core::InputError(w.pts.front().oom_reason);
   if (o.replay) replay_metrics(o.sc, w.pts, *o.replay);
   return kExitOk;
 }

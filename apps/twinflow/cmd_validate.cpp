@@ -72,6 +72,9 @@ struct ValidateOptions {
   double mape_goal = 5, max_goal = 10;
 };
 
+const IntOption kSteps{"steps", 2, 1000, 6, "steps per ratio when measuring (the first is not counted)"};
+const IntOption kNproc{"nproc", 1, 1024, std::nullopt, "ranks to measure on this node (default: the scenario's GPUs)"};
+
 CommandOptions validate_options() {
   CommandOptions o("twinflow validate SCENARIO --profile P [options]: a measured ratio sweep against the simulator");
   auto add = o.desc.add_options();
@@ -83,8 +86,8 @@ CommandOptions validate_options() {
       "compare this `twinflow run --json` file instead of measuring (no GPU needed)");
   add("ratios", po::value<std::string>(),
       "ratios to measure (default 0,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.8,1 less those the memory model rejects)");
-  add("steps", po::value<int>()->default_value(6), "steps per ratio when measuring (the first is not counted)");
-  add("nproc", po::value<int>(), "ranks to measure on this node (default: the scenario's GPUs)");
+  add_int_option(o.desc, kSteps);
+  add_int_option(o.desc, kNproc);
   add("run-json", po::value<std::string>()->default_value("validate-measured.json"),
       "where the measured sweep is kept when measuring");
   add_output_options(o.desc, {.csv = "write the table as CSV",
@@ -101,7 +104,7 @@ const char kValidateEpilog[] =
     "median of those. error = (simulated - measured) / measured. Phase columns (ms, measured/simulated):\n"
     "compute = forward + backward op time, opt = end of the last backward to the end of the step,\n"
     "cpu = CPU optimizer op time, d2h/h2d = copy op time.\n"
-    "Exit codes: 0 both goals met, 1 a goal missed, 2 bad input, 3 the measuring run failed.\n";
+    "Exit codes: 0 both goals met, 1 a goal missed, 2 bad input, 3 the measuring run failed, 4 internal error.\n";
 
 std::optional<ValidateOptions> parse_validate_options(const std::vector<std::string>& args) {
   const std::optional<po::variables_map> parsed = parse_command(args, validate_options(), kValidateEpilog);
@@ -116,6 +119,7 @@ std::optional<ValidateOptions> parse_validate_options(const std::vector<std::str
   o.profile = vm["profile"].as<std::string>();
   o.sc.cluster.hardware = core::find_hardware_profile(o.profile);
   o.sc.cluster.profile = o.profile;
+  for (const std::string& w : o.sc.cluster.hardware.warnings) warn(w);
   o.mape_goal = vm["mape-goal"].as<double>();
   o.max_goal = vm["max-goal"].as<double>();
   if (!(o.mape_goal > 0) || !(o.max_goal > 0)) throw core::InputError("--mape-goal and --max-goal must be > 0");
@@ -127,10 +131,8 @@ std::optional<ValidateOptions> parse_validate_options(const std::vector<std::str
     o.measured = vm["measured"].as<std::string>();
     return o;
   }
-  o.steps = vm["steps"].as<int>();
-  if (o.steps < 2 || o.steps > 1000) throw core::InputError("--steps must be in [2, 1000] (the first is not counted)");
-  if (vm.count("nproc")) o.nproc = vm["nproc"].as<int>();
-  if (o.nproc && (*o.nproc < 1 || *o.nproc > 1024)) throw core::InputError("--nproc must be in [1, 1024]");
+  o.steps = int(int_option(vm, kSteps));
+  if (const std::optional<int64_t> nproc = optional_int_option(vm, kNproc)) o.nproc = int(*nproc);
   if (vm.count("ratios")) o.ratios = vm["ratios"].as<std::string>();
   o.run_json = vm["run-json"].as<std::string>();
   return o;
@@ -141,10 +143,15 @@ std::optional<ValidateOptions> parse_validate_options(const std::vector<std::str
 // The default ratios less those the memory model rejects on `nproc` ranks of one node.
 std::vector<double> feasible_ratios(const core::Scenario& sc, int nproc) {
   core::Scenario probe = sc;
-  if (nproc != probe.cluster.world_size()) probe.cluster.nodes = 1, probe.cluster.gpus_per_node = nproc;
+  backend::sim::SimOptions opt;
+  if (nproc != probe.cluster.world_size()) {
+    probe.cluster.nodes = 1, probe.cluster.gpus_per_node = nproc;
+    opt.overrides.world = nproc;
+    opt.overrides.world_from = "--nproc";
+  }
   std::vector<double> ratios;
   for (double r : {0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0}) {
-    const backend::sim::SimPoint sp = backend::sim::simulate_step(probe, r);
+    const backend::sim::SimPoint sp = backend::sim::simulate_step(probe, r, opt);
     if (sp.oom)
       std::cout << "validate: ratio " << r << " left out: " << sp.oom_reason << "\n";
     else
@@ -172,7 +179,7 @@ std::optional<int> measure(const ValidateOptions& o) {
   std::cerr << "twinflow validate: the measuring run exited with " << rc
             << "; validate measures on a GPU machine (pass --measured FILE to compare an earlier "
                "`twinflow run --json` sweep without one)\n";
-  return rc == kExitBadInput ? kExitBadInput : kExitRuntime;
+  return rc == kExitBadInput || rc == kExitInternal ? rc : kExitRuntime;
 }
 
 // ---- the comparison --------------------------------------------------------------------------------------
@@ -216,6 +223,7 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
   doc["worst_pct"] = v.worst_pct;
   doc["worst_ratio"] = v.worst_ratio;
   doc["goals"] = {{"mape_pct", o.mape_goal}, {"worst_pct", o.max_goal}, {"met", verdict.mape_ok && verdict.max_ok}};
+  add_scenario_record(doc, o.sc);
   for (const ValidationRow& r : v.rows)
     doc["points"].push_back({{"ratio", r.ratio},
                              {"actual_ratio", r.actual_ratio},

@@ -1,6 +1,7 @@
 // `twinflow verify`: every available backend, bit for bit against the scalar path (the written
 // fp32 order) and within the stated tolerance of the double Eigen reference.
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -20,6 +21,10 @@ namespace po = boost::program_options;
 namespace tf::app {
 
 namespace {
+const IntOption kN{"n", 1, int64_t(1) << 31, 100003, "elements per problem (odd sizes test the tails)"};
+const IntOption kSteps{"steps", 1, 1000000, 100, "optimizer steps per problem"};
+const IntOption kSeed{"seed", 0, INT64_MAX, 1, "problem seed"};
+
 std::string sci(double v) {
   std::ostringstream os;
   os.precision(2);
@@ -30,11 +35,9 @@ std::string sci(double v) {
 
 int cmd_verify(const std::vector<std::string>& args) {
   po::options_description desc("twinflow verify: bitwise parity across backends, tolerance vs the reference");
-  desc.add_options()("help,h", "show this help")("n", po::value<size_t>()->default_value(100003),
-                                                 "elements per problem (odd sizes test the tails)")(
-      "steps", po::value<int>()->default_value(100), "optimizer steps per problem")(
-      "seed", po::value<uint64_t>()->default_value(1), "problem seed")("threads", po::value<size_t>()->default_value(0),
-                                                                       "CPU threads (0: all)");
+  desc.add_options()("help,h", "show this help");
+  for (const IntOption* io : {&kN, &kSteps, &kSeed}) add_int_option(desc, *io);
+  desc.add_options()("threads", po::value<size_t>()->default_value(0), "CPU threads (0: all)");
   add_output_options(desc, {.csv = "write the table as CSV", .json = "write the table as JSON"});
   const std::optional<po::variables_map> parsed =
       parse_command(args, desc, nullptr,
@@ -42,9 +45,9 @@ int cmd_verify(const std::vector<std::string>& args) {
                     "stats; max abs/rel: elementwise error against the double reference after --steps.\n");
   if (!parsed) return kExitOk;
   const po::variables_map& vm = *parsed;
-  const size_t n = vm["n"].as<size_t>();
-  const int steps = vm["steps"].as<int>();
-  if (n == 0 || steps < 1) throw core::InputError("--n and --steps must be >= 1");
+  const size_t n = size_t(int_option(vm, kN));
+  const int steps = int(int_option(vm, kSteps));
+  const uint64_t seed = uint64_t(int_option(vm, kSeed));
 
   struct Entry {
     std::string name;
@@ -85,7 +88,7 @@ int cmd_verify(const std::vector<std::string>& args) {
   for (auto k : kinds)
     for (auto g : dts) {
       const core::DType c = g == core::DType::kF32 ? core::DType::kBF16 : g;
-      harness::Problem p = harness::random_problem(vm["seed"].as<uint64_t>() * 100 + uint64_t(k), k, g, c, n);
+      harness::Problem p = harness::random_problem(seed * 100 + uint64_t(k), k, g, c, n);
       p.n = n;
       p.steps = steps;
       p.chunks = 3;

@@ -1,13 +1,12 @@
 // twinflow: the command-line entry point. `twinflow <command> --help` documents each command.
-#include <boost/program_options/errors.hpp>
 #include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
-#include "core/error.h"
 
 namespace {
 
@@ -25,6 +24,7 @@ const Command kCommands[] = {
     {"launch", "start N ranks of a command on this node (torchrun-style variables)", tf::app::cmd_launch},
     {"calibrate", "measure this GPU machine and write a hardware profile", tf::app::cmd_calibrate},
     {"validate", "a measured ratio sweep against the simulator, per point, with the MAPE", tf::app::cmd_validate},
+    {"export", "a checkpoint's weights as a Hugging Face safetensors file (GPT-2, OPT)", tf::app::cmd_export},
 };
 
 void usage(std::ostream& os) {
@@ -32,7 +32,8 @@ void usage(std::ostream& os) {
   for (const Command& c : kCommands)
     os << "  " << c.name << std::string(10 - std::strlen(c.name), ' ') << c.summary << "\n";
   os << "\n`twinflow <command> --help` lists a command's options.\n"
-        "exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 runtime failure\n";
+        "exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 runtime failure (the machine, a backend, "
+        "I/O, out of memory), 4 internal error, 128+N a second stop signal N (README \"Exit codes\")\n";
 }
 
 }  // namespace
@@ -63,18 +64,13 @@ int main(int argc, char** argv) {
     if (cmd != c.name) continue;
     try {
       return c.fn(args);
-    } catch (const boost::program_options::error& e) {
-      std::cerr << "twinflow " << cmd << ": " << e.what() << " (see `twinflow " << cmd << " --help`)\n";
-      return kExitBadInput;
-    } catch (const tf::core::InputError& e) {
-      std::cerr << "twinflow " << cmd << ": error: " << e.what() << "\n";
-      return kExitBadInput;
-    } catch (const std::exception& e) {
-      std::cerr << "twinflow " << cmd << ": failure: " << e.what() << "\n";
-      return kExitRuntime;
+    } catch (...) {  // the one place errors are printed: escaped, with their exit code (README "Exit codes")
+      const Failure f = classify_current_exception(cmd);
+      print_message(std::cerr, "twinflow " + cmd + ": " + f.kind, f.message);
+      return f.exit_code;
     }
   }
-  std::cerr << "twinflow: unknown command '" << cmd << "'\n\n";
+  print_message(std::cerr, "twinflow", "unknown command '" + cmd + "'\n");
   usage(std::cerr);
   return kExitBadInput;
 }

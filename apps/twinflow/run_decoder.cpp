@@ -1,15 +1,13 @@
 // `twinflow run` for language models: throughput, the oracle's batch and gradient files, memory checks.
 #include "apps/twinflow/run_decoder.h"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 
 #include "core/error.h"
 #include "core/hf_names.h"
 #include "core/memory.h"
+#include "core/output_file.h"
 #include "core/token_data.h"
 
 namespace tf::app {
@@ -32,26 +30,26 @@ Throughput throughput(const core::RunSettings& s, core::Precision precision, con
   return t;
 }
 
-void write_batch_file(const std::filesystem::path& path, const core::RunSettings& s, int first_step, int steps) {
+void write_batch_file(const std::filesystem::path& path, const core::RunSettings& s, int first_step, int steps,
+                      const std::string& option) {
   if (s.model.spec.type != core::ModelType::kDecoder)
-    throw core::InputError("batch file: the model is not a decoder, so it trains on no tokens");
+    throw core::InputError(option + ": the model is not a decoder, so it trains on no tokens");
   const core::DecoderShape& d = s.model.spec.decoder;
   const core::TokenSource source = core::open_token_source(s.data_train, d.vocab, d.seq);
   const int64_t shards = int64_t(s.step.grad_accum) * s.world, per_shard = s.step.micro_batch * d.seq;
   const int32_t header[4] = {kBatchFileMagic, steps, int32_t(s.step.micro_batch * shards), int32_t(d.seq)};
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(header), sizeof header);
+  core::OutputFile out(path, option);  // whole or not at all
+  out.write(header, sizeof header);
   std::vector<int32_t> tok(size_t(per_shard * shards)), tgt(tok.size());  // (B, s) int32 each
   for (int step = first_step; step < first_step + steps; ++step) {
     for (int64_t k = 0; k < shards; ++k)  // k = micro_step * world + rank: every rank's micro-batches
       source.micro_batch(s.seed, step, k, s.step.micro_batch,
                          std::span(tok).subspan(size_t(k * per_shard), size_t(per_shard)),
                          std::span(tgt).subspan(size_t(k * per_shard), size_t(per_shard)));
-    out.write(reinterpret_cast<const char*>(tok.data()), std::streamsize(tok.size() * 4));
-    out.write(reinterpret_cast<const char*>(tgt.data()), std::streamsize(tgt.size() * 4));
+    out.write(tok.data(), tok.size() * 4);
+    out.write(tgt.data(), tgt.size() * 4);
   }
-  out.close();
-  if (!out) throw core::InputError("batch file " + path.string() + ": cannot write: " + std::strerror(errno));
+  out.commit();
 }
 
 void write_gradients(const std::filesystem::path& path, const core::ModelDesc& model,

@@ -39,12 +39,15 @@ Throughput throughput(const core::RunSettings& s, core::Precision precision, con
 // int32 header (kBatchFileMagic, steps, B, s), then per step B x s int32 tokens and B x s int32
 // targets. Each step's batch is the global batch: micro-shards k = 0 .. grad_accum x world - 1 in
 // order (core::TokenSource at core::global_micro_shard, as every rank samples), B = micro_batch x
-// grad_accum x world samples. Throws core::InputError when the file cannot be written.
-void write_batch_file(const std::filesystem::path& path, const core::RunSettings& s, int first_step, int steps);
+// grad_accum x world samples. Written whole or not at all (core::OutputFile; `option` names the path's
+// origin in errors): core::RuntimeFailure when the file cannot be written.
+void write_batch_file(const std::filesystem::path& path, const core::RunSettings& s, int first_step, int steps,
+                      const std::string& option);
 
 // Writes a whole model's gradients, (model-order element, value) pairs covering every parameter, as a
-// Hugging Face safetensors file in fp32 (core::export_hf_weights). Throws core::InputError when the
-// pairs do not cover the model.
+// Hugging Face safetensors file in fp32 (core::export_hf_weights: whole or not at all). Throws
+// core::InputError when the pairs do not cover the model, core::RuntimeFailure when the file cannot be
+// written.
 void write_gradients(const std::filesystem::path& path, const core::ModelDesc& model,
                      const std::vector<std::pair<int64_t, float>>& grads);
 

@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
-#include "core/error.h"
+#include "core/output_file.h"
 
 namespace tf::app {
 
@@ -121,10 +120,8 @@ std::string render_svg(const PlotSpec& spec) {
   return o.str();
 }
 
-void write_svg(const PlotSpec& spec, const std::string& path) {
-  std::ofstream f(path);
-  if (!f) throw core::RuntimeFailure("cannot write '" + path + "': check the directory exists and is writable");
-  f << render_svg(spec);
+void write_svg(const PlotSpec& spec, const std::string& path, const std::string& option) {
+  core::write_output_file(path, render_svg(spec), option);
 }
 
 }  // namespace tf::app

@@ -21,6 +21,7 @@ struct PlotSpec {
 };
 
 std::string render_svg(const PlotSpec& spec);
-void write_svg(const PlotSpec& spec, const std::string& path);
+// Written whole or not at all (core::write_output_file; `option` names the path's origin in errors).
+void write_svg(const PlotSpec& spec, const std::string& path, const std::string& option = "--svg");
 
 }  // namespace tf::app

@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 
-#include "core/error.h"
+#include "core/output_file.h"
 
 namespace tf::app {
 
@@ -40,11 +39,6 @@ void Table::print(std::ostream& os) const {
 }
 
 namespace {
-std::ofstream open_out(const std::string& path) {
-  std::ofstream f(path);
-  if (!f) throw core::RuntimeFailure("cannot write '" + path + "': check the directory exists and is writable");
-  return f;
-}
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string out = "\"";
@@ -53,14 +47,19 @@ std::string csv_field(const std::string& s) {
 }
 }  // namespace
 
-void Table::write_csv(const std::string& path) const {
-  std::ofstream f = open_out(path);
+std::string Table::to_csv() const {
+  std::ostringstream f;
   for (size_t c = 0; c < cols_.size(); ++c) f << (c ? "," : "") << csv_field(cols_[c]);
   f << "\n";
   for (const auto& r : rows_) {
     for (size_t c = 0; c < r.size(); ++c) f << (c ? "," : "") << csv_field(r[c]);
     f << "\n";
   }
+  return f.str();
+}
+
+void Table::write_csv(const std::string& path, const std::string& option) const {
+  core::write_output_file(path, to_csv(), option);
 }
 
 std::string Table::to_json() const {
@@ -77,9 +76,11 @@ std::string Table::to_json() const {
     }
     arr.push_back(o);
   }
-  return arr.dump(2);
+  return arr.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);  // bad UTF-8 in a cell: replaced
 }
 
-void Table::write_json(const std::string& path) const { open_out(path) << to_json() << "\n"; }
+void Table::write_json(const std::string& path, const std::string& option) const {
+  core::write_output_file(path, to_json() + "\n", option);
+}
 
 }  // namespace tf::app

@@ -12,9 +12,12 @@ class Table {
   explicit Table(std::vector<std::string> columns) : cols_(std::move(columns)) {}
   void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
   void print(std::ostream& os) const;  // aligned, with a header rule
-  void write_csv(const std::string& path) const;
+  // The files are written whole or not at all (core::write_output_file; `option` names the path's
+  // origin in its errors).
+  std::string to_csv() const;
+  void write_csv(const std::string& path, const std::string& option = "--csv") const;
   std::string to_json() const;  // array of objects keyed by column; numbers stay numbers
-  void write_json(const std::string& path) const;
+  void write_json(const std::string& path, const std::string& option = "--json") const;
   const std::vector<std::vector<std::string>>& rows() const { return rows_; }
 
  private:

@@ -64,6 +64,14 @@ double num_field(const json& obj, const std::string& file, const std::string& pa
   return d;
 }
 
+// An optional boolean: false when absent (a run from before the field).
+bool bool_field(const json& obj, const std::string& file, const std::string& path, const char* key) {
+  if (!obj.is_object() || !obj.contains(key)) return false;
+  const json& v = obj[key];
+  if (!v.is_boolean()) bad(file, key_path(path, key), "must be true or false, got " + shown(v));
+  return v.get<bool>();
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;
@@ -107,6 +115,8 @@ MeasuredPoint::Step read_step(const json& j, const std::string& file, const std:
     const char* name = core::op_kind_name(core::OpKind(k));
     if (kinds.contains(name)) s.kind_ns[size_t(k)] = int_field(kinds, file, at + ".kind_ns", name, 0, INT64_MAX);
   }
+  s.speculated = bool_field(j, file, at, "speculated");
+  s.speculation_held = bool_field(j, file, at, "speculation_held");
   return s;
 }
 
@@ -114,6 +124,7 @@ MeasuredPoint read_point(const json& j, const std::string& file, const std::stri
   MeasuredPoint p;
   p.ratio = num_field(j, file, at, "ratio", 0, 1);
   p.actual_ratio = num_field(j, file, at, "actual_ratio", 0, 1);
+  if (j.contains("speculation_bytes")) p.speculation_bytes = int_field(j, file, at, "speculation_bytes", 0, INT64_MAX);
   const json& steps = field(j, file, at, "steps");
   if (!steps.is_array() || steps.empty()) bad(file, at + ".steps", "must be a non-empty list");
   for (size_t i = 0; i < steps.size(); ++i)
@@ -162,6 +173,20 @@ MeasuredSweep load_measured_sweep(const std::string& file) {
                               file);
 }
 
+backend::sim::SpeculationCase speculation_case(const MeasuredPoint& p) {
+  using C = backend::sim::SpeculationCase;
+  const std::vector<double> held =
+      steady_values(p, [](const MeasuredPoint::Step& s) { return s.speculated && s.speculation_held ? 1.0 : 0.0; });
+  const std::vector<double> failed =
+      steady_values(p, [](const MeasuredPoint::Step& s) { return s.speculated && !s.speculation_held ? 1.0 : 0.0; });
+  double h = 0, f = 0;
+  for (double x : held) h += x;
+  for (double x : failed) f += x;
+  const double off = double(held.size()) - h - f;
+  if (h >= f && h >= off) return C::kHolds;
+  return f >= off ? C::kFails : C::kNotSpeculating;
+}
+
 SteadyStat steady_step_ms(const MeasuredPoint& p) {
   const std::vector<double> v = steady_values(p, [](const MeasuredPoint::Step& s) { return ms(s.step_ns); });
   SteadyStat st;
@@ -175,17 +200,24 @@ SteadyStat steady_step_ms(const MeasuredPoint& p) {
 Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
   if (m.points.empty()) throw core::InputError(m.file + ": the measured sweep has no points");
   // Simulate what ran: the run's ranks on one node, its CPU threads and micro-batches.
+  backend::sim::SimOptions opt;
   if (m.world != sc.cluster.world_size()) {
     sc.cluster.nodes = 1;
     sc.cluster.gpus_per_node = m.world;
+    opt.overrides.world = m.world;
+    opt.overrides.world_from = core::printable(m.file) + ": world";
   }
   sc.cluster.cpu_cores_per_gpu = m.threads;
-  backend::sim::SimOptions opt;
-  if (m.grad_accum > 0) opt.overrides.grad_accum = m.grad_accum;
+  if (m.grad_accum > 0) {
+    opt.overrides.grad_accum = m.grad_accum;
+    opt.overrides.grad_accum_from = core::printable(m.file) + ": grad_accum";
+  }
 
   Validation v;
   double sum = 0;
   for (const MeasuredPoint& p : m.points) {
+    opt.overrides.speculation_bytes = p.speculation_bytes;
+    opt.speculation = speculation_case(p);
     const backend::sim::SimPoint sp = backend::sim::simulate_step(sc, p.ratio, opt);
     if (std::abs(sp.ratio - p.actual_ratio) > 1e-9)
       throw core::InputError(m.file + ": ratio " + std::to_string(p.ratio) + ": the engine split it to " +

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/sim/sim_backend.h"
 #include "core/scenario.h"
 #include "core/step.h"
 
@@ -21,8 +22,11 @@ struct MeasuredPoint {
     int64_t step_ns = 0;
     int64_t optimizer_phase_ns = 0;
     std::array<int64_t, core::kOpKindCount> kind_ns{};
+    bool speculated = false;        // the CPU optimizer speculated (false where the run predates speculation)
+    bool speculation_held = false;  // ... and the speculation held
   };
   std::vector<Step> steps;
+  int64_t speculation_bytes = 0;  // the budget the run planned with (0 where the run predates speculation)
 };
 
 struct MeasuredSweep {
@@ -52,6 +56,10 @@ struct SteadyStat {
 };
 SteadyStat steady_step_ms(const MeasuredPoint& p);
 
+// The speculation case most of a point's steady steps were in (ties: held, then failed). A run from before
+// speculation has speculation_bytes 0: its plan has no speculative ops, whatever the case.
+backend::sim::SpeculationCase speculation_case(const MeasuredPoint& p);
+
 // Per point: the measured median and the simulated step, and the same for the phases that explain a
 // difference: fwd+bwd (summed op time on the compute stream), the optimizer phase (end of the last
 // backward to the end of the step), and the CPU optimizer, D2H and H2D op time.
@@ -75,7 +83,8 @@ struct Validation {
 };
 
 // Simulates every measured point on `sc` (whose cluster.hardware is the profile to validate) with the
-// run's world size and CPU threads. Throws core::InputError when the sweep has no points, or when the
+// run's world size, CPU threads and speculation budget, in the speculation case most of its steady steps
+// were in (held, failed, or not speculating). Throws core::InputError when the sweep has no points, or when the
 // simulator's split of a ratio differs from the engine's (they would not be the same point).
 Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m);
 

@@ -68,4 +68,37 @@ GradStats CpuSegment::update_layer(size_t layer, const core::StepScalars& s) {
   return be_.step(kind_, std::span<const OptimChunk>(&c, 1), s);
 }
 
+OptimChunk CpuSegment::chunk_at(const SegmentRange& r, const LayerState& at) const {
+  OptimChunk c = chunk(r.begin, r.end);
+  const size_t n = c.param.count;
+  c.param = {at.master, n, core::DType::kF32};
+  c.state1 = {at.state1, n, core::DType::kF32};
+  c.state2 = at.state2 ? BufferView{at.state2, n, core::DType::kF32} : BufferView{};
+  return c;
+}
+
+GradStats CpuSegment::update_layer(size_t layer, const core::StepScalars& s, const LayerState& to,
+                                   const LayerState* from) {
+  const SegmentRange* r = find(layer);
+  if (!r || r->end <= r->begin) return {};
+  OptimChunk c = chunk_at(*r, to);
+  if (from) c.from = {from->master, from->state1, from->state2};
+  return be_.step(kind_, std::span<const OptimChunk>(&c, 1), s);
+}
+
+LayerState CpuSegment::layer_state(size_t layer) const {
+  const SegmentRange* r = find(layer);
+  if (!r || r->end <= r->begin) return {};
+  return {bufs_.master + r->begin, bufs_.state1 + r->begin, bufs_.state2 ? bufs_.state2 + r->begin : nullptr};
+}
+
+void CpuSegment::first_touch(size_t layer, const LayerState& at) {
+  const SegmentRange* r = find(layer);
+  if (!r || r->end <= r->begin) return;
+  OptimChunk c = chunk_at(*r, at);
+  c.grad = {};
+  c.param_copy = {};
+  be_.first_touch(std::span<const OptimChunk>(&c, 1));
+}
+
 }  // namespace tf::backend::cpu

@@ -25,6 +25,14 @@ struct SegmentBuffers {
   core::DType copy_dtype = core::DType::kBF16;
 };
 
+// The fp32 master and states of one layer's CPU part in one state slot (core/speculation.h): pointers
+// to the layer's first element, in the segment's own buffers or in a speculated layer's spare slot.
+struct LayerState {
+  float* master = nullptr;  // (layer's CPU elems) fp32
+  float* state1 = nullptr;  // (layer's CPU elems) fp32
+  float* state2 = nullptr;  // (layer's CPU elems) fp32; null for one-state optimizers
+};
+
 // One layer's CPU part: elements [begin, end) of the segment.
 struct SegmentRange {
   size_t layer = 0;
@@ -51,6 +59,17 @@ class CpuSegment {
   // One CPU optimizer op: the fused pass over the layer's range (nothing for a layer without a CPU
   // part). Returns the range's gradient statistics.
   GradStats update_layer(size_t layer, const core::StepScalars& s);
+  // The same pass on the master and states at `to`, read from `from` when given (out of place: a
+  // speculative update into the layer's spare slot), else in place. The gradient and the bf16 copy are
+  // the segment's.
+  GradStats update_layer(size_t layer, const core::StepScalars& s, const LayerState& to,
+                         const LayerState* from = nullptr);
+  // The layer's part of the segment's own master and states (slot 0); null pointers for a layer
+  // without a CPU part.
+  LayerState layer_state(size_t layer) const;
+  // Zeroes the layer's master and states at `at` (a spare slot) with the split its updates use, as
+  // first_touch does for the segment's own buffers.
+  void first_touch(size_t layer, const LayerState& at);
 
   // The chunk of elements [begin, end) of the segment.
   OptimChunk chunk(int64_t begin, int64_t end) const;
@@ -60,6 +79,8 @@ class CpuSegment {
 
  private:
   const SegmentRange* find(size_t layer) const;
+  // The layer's chunk with its master and states at `at`.
+  OptimChunk chunk_at(const SegmentRange& r, const LayerState& at) const;
 
   CpuBackend be_;
   core::OptimizerKind kind_;

@@ -16,6 +16,10 @@ struct KernelTuning {
   // 1024 elements ahead gave +10-20%; streaming the copy was within noise.
   uint32_t prefetch_elems = 1024;  // software-prefetch this many elements ahead on every stream (0: off)
   bool stream_copy = false;        // non-temporal stores for the write-only bf16/fp16 copy (no RFO read)
+  // Non-temporal stores for an out-of-place update's master and states (OptimChunk::from: a speculative
+  // update into the spare slot, which it only writes): without them each written line is read first
+  // (write-allocate), 12 more B/element for AdamW. Not yet measured against plain stores.
+  bool stream_out_of_place = true;
 };
 
 // Updates tiles [tile_begin, tile_end) of one chunk (grad_stats.h tiles of 2048 elements). Writes one

@@ -28,6 +28,12 @@ struct Avx2 {
   }
   static V loadf(const float* p) { return _mm256_loadu_ps(p); }
   static void storef(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void storef_nt(float* p, V v) {  // 32 bytes: streamed when 32-byte aligned
+    if ((reinterpret_cast<uintptr_t>(p) & 31u) == 0)
+      _mm256_stream_ps(p, v);
+    else
+      _mm256_storeu_ps(p, v);
+  }
   static V load_bf16(const uint16_t* p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));

@@ -28,6 +28,12 @@ struct Avx512 {
   }
   static V loadf(const float* p) { return _mm512_loadu_ps(p); }
   static void storef(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static void storef_nt(float* p, V v) {  // 64 bytes: streamed when 64-byte aligned
+    if ((reinterpret_cast<uintptr_t>(p) & 63u) == 0)
+      _mm512_stream_ps(p, v);
+    else
+      _mm512_storeu_ps(p, v);
+  }
   static V load_bf16(const uint16_t* p) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));

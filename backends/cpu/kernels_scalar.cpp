@@ -20,6 +20,7 @@ struct Scalar {
   static V sign(V a) { return a > 0.f ? 1.f : (a < 0.f ? -1.f : 0.f); }
   static V loadf(const float* p) { return *p; }
   static void storef(float* p, V v) { *p = v; }
+  static void storef_nt(float* p, V v) { *p = v; }
   static V load_bf16(const uint16_t* p) { return core::bf16_to_f32(*p); }
   static V load_f16(const uint16_t* p) { return core::f16_to_f32(*p); }
   static void store_bf16(uint16_t* p, V v, bool) { *p = core::f32_to_bf16(v); }

@@ -250,6 +250,9 @@ class CudaBackend final : public OptimizerBackend {
     descs.reserve(chunks.size());
     for (size_t i = 0; i < chunks.size(); ++i) {
       validate_chunk(k, chunks[i], kAlignment, "cuda step, chunk " + std::to_string(i));
+      if (chunks[i].from.param)  // the speculative update into a spare slot is the CPU segment's alone
+        throw core::InputError("cuda step, chunk " + std::to_string(i) +
+                               ": an out-of-place update (OptimChunk::from) runs on the CPU backend only");
       descs.push_back(to_desc(chunks[i]));
       types.emplace_back(chunks[i].grad.dtype, chunks[i].param_copy.dtype);
     }

@@ -899,7 +899,7 @@ void position_grad(const uint16_t* dx0, const EmbeddingDims& d, core::DType grad
 }
 int64_t position_grad_bytes(const EmbeddingDims& d) { return 2 * d.width * (d.rows() + d.pos_rows); }
 
-TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab) {
+TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab, int64_t pad_token) {
   constexpr const char* fn = "sort_token_rows";
   require(rows >= 0 && rows <= INT32_MAX, fn, "rows must be in [0, 2^31), got " + std::to_string(rows));
   require(vocab >= 1 && vocab < INT32_MAX, fn, "vocab must be in [1, 2^31 - 1), got " + std::to_string(vocab));
@@ -911,12 +911,13 @@ TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab) {
     require(id >= 0 && id < vocab, fn,
             "token id " + std::to_string(id) + " at row " + std::to_string(r) + " is outside [0, V = " +
                 std::to_string(vocab) + "); validate the data before it reaches the GPU (docs/decoder.md \"Data\")");
-    ++ix.starts[size_t(id) + 1];
+    if (id != pad_token) ++ix.starts[size_t(id) + 1];
   }
   for (int64_t v = 0; v < vocab; ++v) ix.starts[size_t(v) + 1] += ix.starts[size_t(v)];
   std::vector<int32_t> next(ix.starts.begin(), ix.starts.end() - 1);
-  ix.rows.resize(size_t(rows));
-  for (int64_t r = 0; r < rows; ++r) ix.rows[size_t(next[size_t(tok[r])]++)] = int32_t(r);  // ascending r
+  ix.rows.assign(size_t(rows), 0);  // the first starts[V] entries are used
+  for (int64_t r = 0; r < rows; ++r)
+    if (tok[r] != pad_token) ix.rows[size_t(next[size_t(tok[r])]++)] = int32_t(r);  // ascending r
   return ix;
 }
 

@@ -86,7 +86,9 @@ struct TokenRowIndex {
   std::vector<int32_t> starts;  // (V + 1)
   std::vector<int32_t> rows;    // (T)
 };
-TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab);
+// Rows of `pad_token` (OPT's padding_idx; -1: none) are left out: that token's row list is empty, so its
+// dE row is the head's part alone (core::DecoderShape::pad_token).
+TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab, int64_t pad_token = -1);
 
 // dE (V, e) in the grad dtype, written whole into a flat (V·e) buffer:
 //   dE[v] = round(dE_head[v] + S_v),  S_v = fp32 sum over the rows r of token v in ascending r of

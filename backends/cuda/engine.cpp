@@ -16,10 +16,12 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -42,6 +44,7 @@
 #include "core/optim/grad_stats.h"
 #include "core/plan_hazards.h"
 #include "core/rank_plan.h"
+#include "core/speculation.h"
 #include "core/synthetic_workload.h"
 
 namespace tf::backend::cuda {
@@ -160,6 +163,7 @@ class EngineImpl final : public Engine {
       comm_.emplace(s_.world, id, cfg_.rank);
     }
     init_weights_all();
+    fill_replica();
     size_t free_b = 0, total_b = 0;
     TF_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     mem_.gpu_used_by_process = int64_t(total_b - free_b);
@@ -182,7 +186,13 @@ class EngineImpl final : public Engine {
 
   StepReport step() override;
   std::vector<std::pair<int64_t, float>> master_weights() override;
+  cpu::LayerState cpu_layer_state(size_t layer) override { return state_in_slot(layer, spec_->slot(int32_t(layer))); }
+  int64_t speculated_steps() const override { return spec_->speculated_steps(); }
+  int64_t failed_speculations() const override { return spec_->failed_steps(); }
   std::vector<std::pair<int64_t, float>> last_gradients() override;
+  core::TrainingPosition position() const override { return {step_, opt_step_, scaler_}; }
+  void snapshot_optimizer(std::span<const std::span<float>> arrays) override;
+  void restore_optimizer(std::span<const std::vector<float>> arrays, const core::TrainingPosition& pos) override;
   int64_t gpu_bytes_in_use() override {
     DeviceGuard guard(cfg_.device);
     size_t free_b = 0, total_b = 0;
@@ -199,8 +209,6 @@ class EngineImpl final : public Engine {
                              std::to_string(s_.world));
     if (s_.partition.world != s_.world)
       throw core::InputError("engine: the partition's world does not match the settings' world");
-    if (s_.partition.stage != 3)
-      throw core::InputError("engine: the real backend runs ZeRO stage 3 (stages 1/2 run in `twinflow simulate`)");
     if (!(c.ratio >= 0 && c.ratio <= 1)) throw core::InputError("engine: ratio must be in [0, 1]");
     if (s_.step.grad_dtype != core::DType::kBF16 && s_.step.grad_dtype != core::DType::kF16)
       throw core::InputError("engine: gradients must be bf16 or fp16 (fp32 training runs in the simulator only)");
@@ -230,26 +238,34 @@ class EngineImpl final : public Engine {
     total_gpu_bytes_ = int64_t(prop.totalGlobalMem);
   }
 
-  // The rank's split, step plan and allocation plan: core::plan_rank, as the simulator builds its ranks.
+  // The rank's split, step plan and allocation plan: core::plan_rank, as the simulator builds its ranks
+  // (`speculation: auto` fills the host memory beyond the plan, up to the layers that gain from it).
   void plan_rank() {
     part_ = core::make_partition(s_.model, s_.partition);
     shard_ = part_.ranks[size_t(cfg_.rank)];
-    core::RankPlan rp = core::plan_rank(s_.model, part_, cfg_.rank, cfg_.ratio, s_.memory_options());
+    core::MemoryOptions mo = s_.memory_options();
+    mo.host_bytes_per_rank = host_limit();
+    core::RankPlan rp = core::plan_rank(s_.model, part_, cfg_.rank, cfg_.ratio, mo);
     split_ = std::move(rp.split);
     plan_ = std::move(rp.step);
     mem_.plan = std::move(rp.alloc);
     mem_.planned = core::sum_by_kind(mem_.plan);
+    spec_.emplace(plan_);
+    spare_ = core::spare_range(split_, spec_->layers());
     const std::vector<std::string> hazards = core::check_plan_hazards(plan_);
     if (!hazards.empty())
       throw std::logic_error("engine: the step plan leaves " + std::to_string(hazards.size()) +
                              " buffer reuse(s) unordered, e.g. " + hazards.front());
   }
 
+  int64_t host_limit() const {
+    if (cfg_.host_bytes_limit > 0) return cfg_.host_bytes_limit;
+    return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  }
+
   void check_memory() {
     const int64_t gpu_limit = cfg_.gpu_bytes_limit > 0 ? cfg_.gpu_bytes_limit : total_gpu_bytes_;
-    int64_t host_limit = cfg_.host_bytes_limit;
-    if (host_limit <= 0) host_limit = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
-    core::check_ratio_fits(s_.model, part_, s_.memory_options(), cfg_.ratio, gpu_limit, host_limit);
+    core::check_ratio_fits(s_.model, part_, s_.memory_options(), cfg_.ratio, gpu_limit, host_limit());
   }
 
   // A decoder's init.from, read and checked (names, shapes: core::load_hf_weights) before anything is
@@ -276,6 +292,7 @@ class EngineImpl final : public Engine {
       cpu_begin_[p.layer] = p.shard_offset;
       cpu_end_[p.layer] = p.shard_offset + p.count;
     }
+    replica_off_ = core::replica_layer_offsets(part_);
     queue_ops_ = core::plan_queue_order(plan_);
     for (const core::Op& op : plan_.ops)
       if (op.kind == core::OpKind::kNormAllReduce) norm_op_ = op.id;
@@ -299,6 +316,7 @@ class EngineImpl final : public Engine {
   void allocate_device() {
     const core::AllocPlan& ap = mem_.plan;
     d_lp_ = gpu_buffer(buf::kParams);
+    if (ap.has(buf::kReplica)) d_replica_ = gpu_buffer(buf::kReplica);
     d_master_ = gpu_buffer(buf::kGpuMaster);
     d_s1_ = gpu_buffer(buf::kGpuState1);
     if (ap.has(buf::kGpuState2)) d_s2_ = gpu_buffer(buf::kGpuState2);
@@ -376,13 +394,19 @@ class EngineImpl final : public Engine {
     h_grad_ = host_buffer(buf::kHostGrad);
     h_copy_ = host_buffer(buf::kHostCopy);
     h_norm_ = host_buffer(buf::kHostNorm);
+    if (mem_.plan.has(buf::kHostMasterSpare)) {
+      h_master_spare_ = host_buffer(buf::kHostMasterSpare);
+      h_s1_spare_ = host_buffer(buf::kHostState1Spare);
+      if (mem_.plan.has(buf::kHostState2Spare)) h_s2_spare_ = host_buffer(buf::kHostState2Spare);
+    }
   }
 
   // Page-locks the host buffers (after the first touch placed them), or warns once that they stay
   // pageable. Returns whether one moved (the cudaHostAlloc fallback).
   bool pin_host() {
     bool moved = false;
-    for (HostBuffer* h : {&h_master_, &h_s1_, &h_s2_, &h_grad_, &h_copy_, &h_norm_}) {
+    for (HostBuffer* h :
+         {&h_master_, &h_s1_, &h_s2_, &h_grad_, &h_copy_, &h_norm_, &h_master_spare_, &h_s1_spare_, &h_s2_spare_}) {
       const HostBuffer::Pinned p = cfg_.pin_memory ? h->pin() : HostBuffer::Pinned::kNo;
       moved = moved || p == HostBuffer::Pinned::kMoved;
       (h->pinned() ? mem_.host_pinned : mem_.host_pageable) += int64_t(h->bytes());
@@ -409,11 +433,11 @@ class EngineImpl final : public Engine {
     co.pin_threads = cfg_.pin_threads;
     co.cpus = cfg_.cpu_cpus;
     const auto segment = [&] {
-      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),  h_s2_.as<float>(),
-                                     h_grad_.as<void>(),    h_copy_.as<void>(), s_.step.grad_dtype,
-                                     core::DType::kBF16};
+      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),  h_s2_.as<float>(), h_grad_.as<void>(),
+                                     h_copy_.as<void>(),    s_.step.grad_dtype, core::DType::kBF16};
       cpu_ = std::make_unique<cpu::CpuSegment>(co, s_.policy.kind, bufs, cpu::segment_ranges(split_));
       cpu_->first_touch();
+      for (int32_t l : spec_->layers()) cpu_->first_touch(size_t(l), state_in_slot(size_t(l), 1));
     };
     segment();
     if (pin_host()) segment();  // a buffer moved to cudaHostAlloc memory: the segment's views follow
@@ -578,7 +602,7 @@ class EngineImpl final : public Engine {
     for (uint32_t id : queue_ops_[size_t(q)]) {
       const core::Op& op = plan_.ops[id];
       for (uint32_t dep : op.deps) wait_dep(q, dep);
-      if (needs_decision(op.kind)) decision();  // host data the op needs (scalars, skip)
+      if (needs_decision(op)) decision();  // host data the op needs (scalars, skip)
       if (on_gpu(q)) {
         const cudaStream_t s = stream_of(q);
         TF_CUDA_CHECK(cudaEventRecord(start_ev(id), s));
@@ -594,8 +618,11 @@ class EngineImpl final : public Engine {
     }
   }
 
-  static bool needs_decision(core::OpKind k) {
-    return k == core::OpKind::kGpuOptimizer || k == core::OpKind::kCpuOptimizer || k == core::OpKind::kH2DParam;
+  // Every optimizer-side op but a speculative update, which runs before the step is decided.
+  static bool needs_decision(const core::Op& op) {
+    const core::OpKind k = op.kind;
+    return k == core::OpKind::kGpuOptimizer || (k == core::OpKind::kCpuOptimizer && op.state_slot < 0) ||
+           k == core::OpKind::kCpuCommit || k == core::OpKind::kH2DParam;
   }
 
   int64_t host_now_ns() const {
@@ -603,33 +630,38 @@ class EngineImpl final : public Engine {
   }
 
   const core::ShardPiece& piece(size_t layer) const { return shard_.pieces[size_t(piece_of_layer_[layer])]; }
-  // The layer's parameters as forward/backward read them: one rank computes on its shard directly.
+  // The layer's parameters as forward/backward read them: one rank computes on its shard directly;
+  // stages 1/2 read the replicated model.
   const uint16_t* gathered(const core::Op& op) const {
     if (s_.world == 1) return d_lp_.as<uint16_t>() + piece(size_t(op.layer)).shard_offset;
+    if (d_replica_.get()) return d_replica_.as<uint16_t>() + replica_off_[size_t(op.layer)];
     return d_ag_.at(size_t(op.gather_slot)).as<uint16_t>();
   }
   // The layer the op's layer shares a tensor with (Op::shared_layer), as gathered for it; null if none.
   const uint16_t* shared(const core::Op& op) const {
     if (op.shared_layer < 0) return nullptr;
     if (s_.world == 1) return d_lp_.as<uint16_t>() + piece(size_t(op.shared_layer)).shard_offset;
+    if (d_replica_.get()) return d_replica_.as<uint16_t>() + replica_off_[size_t(op.shared_layer)];
     return d_ag_shared_.as<uint16_t>();
   }
 
   void execute_gpu(const core::Op& op, cudaStream_t s) {
     switch (op.kind) {
-      case core::OpKind::kAllGather: return all_gather(op, s);
+      case core::OpKind::kAllGather:
+        return op.micro_batch < 0 ? refresh_replica(size_t(op.layer), s) : all_gather(op, s);
       case core::OpKind::kForward: return workload_->forward(op.layer, op.micro_batch, {gathered(op), shared(op)}, s);
       case core::OpKind::kBackward:
         return workload_->backward(op.layer, op.micro_batch, {gathered(op), shared(op)},
                                    d_layer_grad_.at(size_t(op.grad_slot)).as<uint16_t>(), s);
       case core::OpKind::kReduceScatter: return reduce_scatter(op, s);
       case core::OpKind::kD2HGrad: return d2h(op, s);
+      case core::OpKind::kAllReduce: return all_reduce(op, s);
       case core::OpKind::kGradStats: return grad_stats(s);
       case core::OpKind::kNormAllReduce: return norm_all_reduce(s);
       case core::OpKind::kGpuOptimizer: return gpu_optimizer(s);
       case core::OpKind::kH2DParam: return h2d(op, s);
       case core::OpKind::kCpuOptimizer:
-      case core::OpKind::kAllReduce: break;
+      case core::OpKind::kCpuCommit: break;
     }
     throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on a GPU stream");
   }
@@ -666,6 +698,43 @@ class EngineImpl final : public Engine {
     const SliceReduce r{s_.world, part_.layer_slice[l], s_.step.grad_dtype,
                         core::slice_sum_io(s_.step.grad_accum, op.micro_batch)};
     reduce_scatter_slices(std::span<const SliceReduceRank>(&k, 1), r);
+  }
+
+  // ZeRO stages 1/2 (docs/ARCHITECTURE.md, "The real backend"): every rank's updated slice of layer l,
+  // from its shard into the replicated model (core::plan_step's all-gather after the optimizers).
+  // Nothing with one rank: its shard is the model.
+  void refresh_replica(size_t l, cudaStream_t s) {
+    if (!d_replica_.get()) return;
+    TF_NCCL_CHECK(ncclAllGather(d_lp_.as<uint16_t>() + piece(l).shard_offset,
+                                d_replica_.as<uint16_t>() + replica_off_[l], size_t(part_.layer_slice[l]), ncclBfloat16,
+                                comm_->get(), s));
+  }
+  // The replicated model from the initial shards, before the first step (on the comm stream).
+  void fill_replica() {
+    if (!d_replica_.get()) return;
+    for (size_t l = 0; l < s_.model.layers.size(); ++l) refresh_replica(l, stream_of(core::Queue::kComm));
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream_of(core::Queue::kComm)));
+  }
+
+  // ZeRO stage 1's all-reduce: the deterministic reduce-scatter (the same sums, in the same order, as
+  // stages 2/3), then on the last micro-batch every rank's reduced slice of the layer into the whole
+  // model's gradients (core::stage1_grad_block: this rank's shard is block 0, where the optimizers,
+  // the statistics and the D2H read it).
+  void all_reduce(const core::Op& op, cudaStream_t s) {
+    reduce_scatter(op, s);
+    if (s_.world == 1 || !core::slice_sum_io(s_.step.grad_accum, op.micro_batch).write_out) return;
+    const size_t l = size_t(op.layer);
+    const int64_t at = piece(l).shard_offset, n = part_.layer_slice[l];  // the same on every rank
+    const ncclDataType_t type = s_.step.grad_dtype == core::DType::kF16 ? ncclFloat16 : ncclBfloat16;
+    uint16_t* grads = d_grad_.as<uint16_t>();
+    TF_NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < s_.world; ++peer) {
+      if (peer == cfg_.rank) continue;
+      const int64_t block = core::stage1_grad_block(cfg_.rank, peer, s_.world) * shard_.elems;
+      TF_NCCL_CHECK(ncclSend(grads + at, size_t(n), type, peer, comm_->get(), s));
+      TF_NCCL_CHECK(ncclRecv(grads + block + at, size_t(n), type, peer, comm_->get(), s));
+    }
+    TF_NCCL_CHECK(ncclGroupEnd());
   }
 
   void d2h(const core::Op& op, cudaStream_t s) {
@@ -725,11 +794,36 @@ class EngineImpl final : public Engine {
     h2d_bytes_ += (e - b) * 2;
   }
 
+  // The CPU part of `layer` in state slot `slot` (0: the segment's own buffers; 1: the spare slot of a
+  // speculated layer, the tail of the CPU segment that core::spare_range gives).
+  cpu::LayerState state_in_slot(size_t layer, int slot) const {
+    if (slot == 0) return cpu_->layer_state(layer);
+    const int64_t o = cpu_begin_[layer] - split_.gpu_elems - spare_.begin;
+    return {h_master_spare_.as<float>() + o, h_s1_spare_.as<float>() + o,
+            h_s2_spare_.bytes() ? h_s2_spare_.as<float>() + o : nullptr};
+  }
+
+  // CPU optimizer ops: an update in place of the layer's current slot; a speculated layer's
+  // speculative update (out of place into its other slot, before the step is decided) and its commit
+  // (adopt the other slot, or update in place: core::Speculation).
   void execute_cpu(const core::Op& op) {
+    const auto l = size_t(op.layer);
+    if (op.kind == core::OpKind::kCpuOptimizer && op.state_slot == 1) {
+      if (!spec_->active()) return;
+      const int cur = spec_->slot(op.layer);
+      const cpu::LayerState from = state_in_slot(l, cur);
+      cpu_nonfinite_ += cpu_->update_layer(l, spec_->scalars(), state_in_slot(l, 1 - cur), &from).nonfinite;
+      return;
+    }
+    if (op.kind == core::OpKind::kCpuCommit) {
+      if (spec_->commit(op.layer, *decision_) == core::Speculation::Commit::kUpdate)
+        cpu_nonfinite_ += cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l)).nonfinite;
+      return;
+    }
     if (op.kind != core::OpKind::kCpuOptimizer)
       throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on the cpu queue");
     if (decision_->skip) return;
-    cpu_nonfinite_ += cpu_->update_layer(size_t(op.layer), decision_->scalars).nonfinite;
+    cpu_nonfinite_ += cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l)).nonfinite;
   }
 
   // The step decision: known up front without a norm wait; else once the norm all-reduce landed.
@@ -750,6 +844,15 @@ class EngineImpl final : public Engine {
     return *decision_;
   }
 
+  // Checkpoints: the optimizer's arrays as (GPU segment, CPU segment) pairs in core::checkpoint_arrays'
+  // order, and the checks and copies of snapshot_optimizer / restore_optimizer.
+  std::vector<std::pair<DeviceMemory*, HostBuffer*>> optimizer_segments();
+  void check_checkpoint_arrays(size_t count, const std::function<size_t(size_t)>& size_of);
+  // The CPU segment's array `a` (cpu_elems fp32), copied out by the optimizer's threads / copied in:
+  // the only places a checkpoint touches the host state.
+  void cpu_segment_to(size_t a, float* dst);
+  void cpu_segment_from(size_t a, const float* src);
+  void restore_bf16_copy(std::span<const float> master);
   void begin_step();
   void run_issuers();
   std::vector<std::pair<int64_t, float>> owned(const std::function<float(int64_t)>& value_of) const;
@@ -773,10 +876,13 @@ class EngineImpl final : public Engine {
   int64_t norm_op_ = -1;
 
   // The allocation plan's buffers (core/alloc_plan.h names their shapes and dtypes):
-  DeviceMemory d_lp_;                      // "params": (shard) bf16
-  DeviceMemory d_master_, d_s1_, d_s2_;    // "gpu_master", "gpu_state1/2": (gpu_elems) fp32
-  DeviceMemory d_grad_, d_acc_;            // "grads": (shard) grad dtype; "grad_accum": (shard) fp32
-  DeviceMemory d_tiles_, d_fold_;          // "stats_table": (tiles + 1) f64; "fold_scratch": f64 + the result
+  DeviceMemory d_lp_;                    // "params": (shard) bf16
+  DeviceMemory d_replica_;               // "replica": (world x shard) bf16, stages 1/2 with several ranks
+  std::vector<int64_t> replica_off_;     // (L + 1) element offset of each layer in "replica"
+  DeviceMemory d_master_, d_s1_, d_s2_;  // "gpu_master", "gpu_state1/2": (gpu_elems) fp32
+  DeviceMemory d_grad_, d_acc_;    // "grads": (shard) grad dtype (stage 1: (world x shard), this rank's shard first);
+                                   // "grad_accum": (shard) fp32
+  DeviceMemory d_tiles_, d_fold_;  // "stats_table": (tiles + 1) f64; "fold_scratch": f64 + the result
   DeviceMemory d_counters_, d_opt_tiles_;  // "counters": (2) u64; "optimizer_tile_sums": (gpu tiles) f64
   DeviceMemory d_descs_;                   // "descriptors": (1 + statistics ranges) ChunkDesc
   std::vector<DeviceMemory> d_ag_;         // "gather.i": (padded layer) bf16, by Op::gather_slot
@@ -788,6 +894,10 @@ class EngineImpl final : public Engine {
   HostBuffer h_master_, h_s1_, h_s2_;  // "host_master", "host_state1/2": (cpu_elems) fp32
   HostBuffer h_grad_, h_copy_;         // "host_grad": (cpu_elems) grad dtype; "host_copy": (cpu_elems) bf16
   HostBuffer h_norm_;                  // "host_norm": (2) f64, the folded norm and the non-finite count
+  // "host_master_spare", "host_state1/2_spare": (spare elems) fp32, the speculated layers' second slot
+  HostBuffer h_master_spare_, h_s1_spare_, h_s2_spare_;
+  core::SpareRange spare_;                 // where the spare slot sits in the CPU segment
+  std::optional<core::Speculation> spec_;  // the per-step rule and each layer's current slot
   std::unique_ptr<cpu::CpuSegment> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
   std::vector<cudaEvent_t> events_;
@@ -923,9 +1033,13 @@ StepReport EngineImpl::step() {
   const double scale = scaler_.scale;
   last_scale_ = scale;
   begin_step();
+  spec_->begin_step(s_.policy, step_, scale, opt_step_);
   run_issuers();
   for (auto& st : streams_) st->sync();
   StepReport rep = report(scale);
+  const core::Speculation::Outcome spec = spec_->end_step(decision());
+  rep.speculated = spec.speculated;
+  rep.speculation_held = spec.held;
   check_masked_nonfinite();
   scaler_.update(rep.skipped);
   if (!rep.skipped) ++opt_step_;
@@ -947,8 +1061,10 @@ std::vector<std::pair<int64_t, float>> EngineImpl::master_weights() {
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> gpu(size_t(split_.gpu_elems));
   if (!gpu.empty()) TF_CUDA_CHECK(cudaMemcpy(gpu.data(), d_master_.get(), gpu.size() * 4, cudaMemcpyDeviceToHost));
-  return owned(
-      [&](int64_t o) { return o < split_.gpu_elems ? gpu[size_t(o)] : h_master_.as<float>()[o - split_.gpu_elems]; });
+  std::vector<float> cpu(size_t(split_.cpu_elems));  // (cpu_elems) fp32: each layer's current slot
+  for (const core::ShardPiece& p : split_.cpu)
+    std::copy_n(cpu_layer_state(p.layer).master, p.count, cpu.begin() + (p.shard_offset - split_.gpu_elems));
+  return owned([&](int64_t o) { return o < split_.gpu_elems ? gpu[size_t(o)] : cpu[size_t(o - split_.gpu_elems)]; });
 }
 
 // "grads" holds the whole shard's reduced gradients (the CPU segment's part is copied from it), which
@@ -966,7 +1082,132 @@ std::vector<std::pair<int64_t, float>> EngineImpl::last_gradients() {
   });
 }
 
+// ---- checkpoints (docs/ARCHITECTURE.md, "Checkpoints") -------------------------------------------------
+
+std::vector<std::pair<DeviceMemory*, HostBuffer*>> EngineImpl::optimizer_segments() {
+  std::vector<std::pair<DeviceMemory*, HostBuffer*>> out = {{&d_master_, &h_master_}, {&d_s1_, &h_s1_}};
+  if (core::state_count(s_.policy.kind) == 2) out.push_back({&d_s2_, &h_s2_});
+  return out;
+}
+
+void EngineImpl::check_checkpoint_arrays(size_t count, const std::function<size_t(size_t)>& size_of) {
+  if (failed_) throw core::RuntimeFailure("engine: an earlier step failed; its state cannot be checkpointed");
+  const size_t want = optimizer_segments().size();
+  if (count != want)
+    throw core::InputError("engine checkpoint: " + std::to_string(count) + " arrays; " +
+                           std::string(core::optimizer_name(s_.policy.kind)) + " has " + std::to_string(want));
+  for (size_t a = 0; a < count; ++a)
+    if (size_of(a) != size_t(shard_.elems))
+      throw core::InputError("engine checkpoint: array " + std::to_string(a) + " has " + std::to_string(size_of(a)) +
+                             " elements; this rank's shard has " + std::to_string(shard_.elems));
+}
+
+// The GPU segment's arrays go home on the d2h stream while the CPU segment's are copied by the
+// optimizer's threads (memory-bound: the pool's split).
+void EngineImpl::snapshot_optimizer(std::span<const std::span<float>> arrays) {
+  check_checkpoint_arrays(arrays.size(), [&](size_t a) { return arrays[a].size(); });
+  DeviceGuard guard(cfg_.device);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());  // the last step's updates have landed
+  const size_t g = size_t(split_.gpu_elems), n = size_t(split_.cpu_elems);
+  const auto segs = optimizer_segments();
+  const cudaStream_t s = stream_of(core::Queue::kD2H);
+  for (size_t a = 0; a < segs.size() && g; ++a)
+    TF_CUDA_CHECK(cudaMemcpyAsync(arrays[a].data(), segs[a].first->get(), g * 4, cudaMemcpyDeviceToHost, s));
+  for (size_t a = 0; a < segs.size() && n; ++a) cpu_segment_to(a, arrays[a].data() + g);
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+// Array `a` (core::checkpoint_arrays' order) of a layer's CPU part in one state slot.
+float* array_of(const cpu::LayerState& st, size_t a) { return a == 0 ? st.master : a == 1 ? st.state1 : st.state2; }
+
+// Each worker copies its share [b, e) of the segment, layer by layer from the layer's current state
+// slot (cpu_layer_state: a speculated layer's may be the spare one).
+void EngineImpl::cpu_segment_to(size_t a, float* dst) {
+  cpu::ThreadPool& pool = cpu_->backend().pool();
+  pool.run(pool.size(), [&](size_t w) {
+    size_t b = 0, e = 0;
+    cpu::ThreadPool::split(size_t(split_.cpu_elems), pool.size(), w, b, e);
+    for (const cpu::SegmentRange& r : cpu_->ranges()) {
+      const int64_t lo = std::max(int64_t(b), r.begin), hi = std::min(int64_t(e), r.end);
+      if (lo < hi) std::memcpy(dst + lo, array_of(cpu_layer_state(r.layer), a) + (lo - r.begin), size_t(hi - lo) * 4);
+    }
+  });
+}
+
+// Into each layer's current slot: restore_optimizer resets the slots first, so the primary one.
+void EngineImpl::cpu_segment_from(size_t a, const float* src) {
+  for (const cpu::SegmentRange& r : cpu_->ranges())
+    if (r.begin < r.end) std::memcpy(array_of(cpu_layer_state(r.layer), a), src + r.begin, size_t(r.end - r.begin) * 4);
+}
+
+// The bf16 copy of the whole shard (both segments' parts live on the device), rounded from master on
+// the host a chunk at a time.
+void EngineImpl::restore_bf16_copy(std::span<const float> master) {
+  constexpr size_t kChunk = size_t(1) << 24;
+  std::vector<uint16_t> lp;  // (chunk) bf16
+  for (size_t c0 = 0; c0 < master.size(); c0 += kChunk) {
+    const size_t n = std::min(kChunk, master.size() - c0);
+    lp.resize(n);
+    for (size_t j = 0; j < n; ++j) lp[j] = core::f32_to_bf16(master[c0 + j]);
+    TF_CUDA_CHECK(cudaMemcpy(d_lp_.as<uint16_t>() + c0, lp.data(), n * 2, cudaMemcpyHostToDevice));
+  }
+}
+
+void EngineImpl::restore_optimizer(std::span<const std::vector<float>> arrays, const core::TrainingPosition& pos) {
+  check_checkpoint_arrays(arrays.size(), [&](size_t a) { return arrays[a].size(); });
+  DeviceGuard guard(cfg_.device);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> state1 = arrays[1];  // (shard) fp32: padding takes the optimizer's initial state
+  for (const core::ShardPiece& p : shard_.pieces)
+    std::fill(state1.begin() + p.shard_offset + p.real_count, state1.begin() + p.shard_offset + p.count,
+              initial_state1());
+  std::vector<std::span<const float>> whole(arrays.begin(), arrays.end());
+  whole[1] = state1;
+  const size_t g = size_t(split_.gpu_elems), n = size_t(split_.cpu_elems);
+  const auto segs = optimizer_segments();
+  spec_->reset_slots();  // every layer's state in its primary slot, where cpu_segment_from writes it
+  for (size_t a = 0; a < segs.size(); ++a) {
+    if (g) TF_CUDA_CHECK(cudaMemcpy(segs[a].first->get(), whole[a].data(), g * 4, cudaMemcpyHostToDevice));
+    if (n) cpu_segment_from(a, whole[a].data() + g);
+  }
+  restore_bf16_copy(arrays[0]);
+  fill_replica();  // stages 1/2: the replicated model from the restored shards
+  step_ = int(pos.step);
+  opt_step_ = pos.optimizer_step;
+  scaler_ = pos.loss_scaler;
+  last_scale_ = scaler_.scale;
+}
+
 }  // namespace
+
+core::HostAllocator pinned_host_allocator() {
+  // cudaHostAlloc where it succeeds, else page-aligned heap: `heap` remembers which pointers are which.
+  auto heap = std::make_shared<std::pair<std::mutex, std::vector<void*>>>();
+  core::HostAllocator a;
+  a.allocate = [heap](size_t bytes) -> void* {
+    void* p = nullptr;
+    if (bytes == 0) return nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) == cudaSuccess) return p;
+    (void)cudaGetLastError();
+    p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    std::lock_guard lk(heap->first);
+    heap->second.push_back(p);
+    return p;
+  };
+  a.release = [heap](void* p) {
+    {
+      std::lock_guard lk(heap->first);
+      auto it = std::find(heap->second.begin(), heap->second.end(), p);
+      if (it != heap->second.end()) {
+        heap->second.erase(it);
+        std::free(p);
+        return;
+      }
+    }
+    (void)cudaFreeHost(p);
+  };
+  return a;
+}
 
 std::unique_ptr<Engine> Engine::create(EngineConfig cfg) { return std::make_unique<EngineImpl>(std::move(cfg)); }
 

@@ -1,4 +1,4 @@
-// The real backend's engine: one rank of ZeRO-3 + Twin-Flow training on one GPU, executing the
+// The real backend's engine: one rank of ZeRO (stage 1, 2 or 3) + Twin-Flow training on one GPU, executing the
 // core's step plan on CUDA streams (compute, comm, d2h, h2d) and the CPU optimizer's threads (cpu),
 // with NCCL collectives and pinned host memory for the CPU segment. Public header: no CUDA include.
 #pragma once
@@ -7,17 +7,21 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_segment.h"
 #include "core/alloc_plan.h"
+#include "core/checkpoint.h"
 #include "core/memory.h"
 #include "core/model.h"
 #include "core/partition.h"
 #include "core/settings.h"
 #include "core/step.h"
 #include "core/step_decision.h"
+#include "core/training_checkpoint.h"
 #include "core/twinflow.h"
 
 namespace tf::backend::cuda {
@@ -27,8 +31,13 @@ using NcclId = std::array<char, 128>;
 // A fresh id (rank 0 calls this and shares it). Throws core::RuntimeFailure if NCCL fails.
 NcclId make_nccl_id();
 
+// Page-locked host memory (cudaHostAlloc) for a checkpoint's staging arrays, so the snapshot's
+// device-to-host copies run at PCIe speed; where pinning fails, page-aligned heap memory (slower
+// copies, nothing else changes).
+core::HostAllocator pinned_host_allocator();
+
 struct EngineConfig {
-  // What to train, as core::resolve_settings maps a scenario: the model, world, partition (ZeRO-3),
+  // What to train, as core::resolve_settings maps a scenario: the model, world, partition (ZeRO stage),
   // step configuration and policy, loss scaler, workload (synthetic, mlp or decoder), seed, and a
   // decoder's token file and initial weights.
   core::RunSettings settings;
@@ -53,6 +62,8 @@ struct StepReport {
   double grad_norm = 0;                  // global L2 norm of the unscaled gradient (inf on an fp16 overflow)
   double loss_scale = 1;                 // the scale this step used
   bool skipped = false;                  // fp16 overflow: nothing updated
+  bool speculated = false;               // the CPU optimizer's speculative updates ran (core/speculation.h)
+  bool speculation_held = false;         // ... and the decided scalars were the speculated ones
   StepTimeline timeline;                 // per-op intervals (ns from the step's start) and totals
   int64_t d2h_bytes = 0, h2d_bytes = 0;  // PCIe traffic of the step
   core::QueueOrder issued;               // op ids in the order each queue's issuer issued them
@@ -91,10 +102,29 @@ class Engine {
   // This rank's fp32 master weights: (model-order element index, value) for every real element the
   // rank owns, in shard order.
   virtual std::vector<std::pair<int64_t, float>> master_weights() = 0;
+  // The CPU segment's fp32 master and states of `layer` in the state slot that holds them now (a
+  // speculated layer has two and flips between them: docs/ARCHITECTURE.md, "Speculation"), pointers to
+  // the layer's first CPU element in pinned host memory (split().cpu gives its count): what a checkpoint
+  // reads, or restores into, between steps. Null pointers for a layer without a CPU part.
+  virtual cpu::LayerState cpu_layer_state(size_t layer) = 0;
+  // Steps that ran their speculative CPU updates, and those of them whose speculation did not hold.
+  virtual int64_t speculated_steps() const = 0;
+  virtual int64_t failed_speculations() const = 0;
   // This rank's reduced gradients of the last step as the optimizers read them (the grad dtype's
   // values), divided by the loss scale they carried: the same (element, value) pairs. Valid after
   // step() until the next step overwrites them.
   virtual std::vector<std::pair<int64_t, float>> last_gradients() = 0;
+  // ---- checkpoints (docs/ARCHITECTURE.md, "Checkpoints"); between steps only ---------------------
+  // Where training stands: steps done, updates applied, the loss scaler.
+  virtual core::TrainingPosition position() const = 0;
+  // Copies this rank's optimizer arrays (core::checkpoint_arrays' order: master, then the states) into
+  // `arrays`, each (shard elems) fp32 in shard order: the GPU segment's device-to-host copy into
+  // [0, gpu_elems), the CPU segment's memcpy into [gpu_elems, elems). Returns when all are copied.
+  virtual void snapshot_optimizer(std::span<const std::span<float>> arrays) = 0;
+  // The reverse, from a checkpoint read at this rank's layout: both segments' arrays (padding takes the
+  // optimizer's initial state), the bf16 copy rounded from master (as every update writes it), and the
+  // position: the next step() is position.step + 1.
+  virtual void restore_optimizer(std::span<const std::vector<float>> arrays, const core::TrainingPosition& pos) = 0;
   // GPU memory in use on this rank's device now (cudaMemGetInfo: total - free), the CUDA context,
   // NCCL's and cuBLAS's own allocations included: what the plan's total (with its context estimate)
   // predicts once a step has run.

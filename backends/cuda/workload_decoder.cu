@@ -279,7 +279,7 @@ void DecoderWorkload::begin_step(int step, double loss_scale) {
     int32_t* tgt = tok + T;
     const int64_t k = core::global_micro_shard(ctx_.rank, mb, ctx_.world);
     source_->micro_batch(ctx_.seed, step, k, ctx_.micro_batch, {tok, size_t(T)}, {tgt, size_t(T)});
-    const TokenRowIndex index = sort_token_rows(tok, T, V);
+    const TokenRowIndex index = sort_token_rows(tok, T, V, d_.pad_token);
     std::copy(index.rows.begin(), index.rows.end(), tgt + T);
     std::copy(index.starts.begin(), index.starts.end(), tgt + 2 * T);
   }

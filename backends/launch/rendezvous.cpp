@@ -9,11 +9,13 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <utility>  // before Boost 1.74 Asio, which uses std::exchange without it
@@ -32,19 +34,23 @@ namespace {
 
 // Wire format: a 12-byte header (magic, version, type, payload length; big-endian), then the payload.
 constexpr uint32_t kMagic = 0x54465256;  // "TFRV"
-constexpr uint16_t kVersion = 2;         // 2: the hello carries the rank's place (local rank, local world, host)
+constexpr uint16_t kVersion = 3;  // 2: the hello carries the rank's place; 3: votes on channels replace the barrier's
+                                  // arrive/release messages
 constexpr size_t kHeaderBytes = 12;
 constexpr uint32_t kMaxPayloadBytes = 16u << 20;
 constexpr auto kErrorNoticeMs = std::chrono::milliseconds(200);  // best effort to tell peers why
+// The longest a thread drives the connections before it lets another one (a vote, the watch) in.
+constexpr auto kPumpSliceMs = std::chrono::milliseconds(20);
 
-enum MsgType : uint16_t { kHello = 1, kBlob = 2, kArrive = 3, kRelease = 4, kError = 5 };
+// kVote: a rank's `ok` on a channel, to rank 0; kVerdict: the AND of a channel's votes, from rank 0.
+enum MsgType : uint16_t { kHello = 1, kBlob = 2, kVote = 3, kVerdict = 4, kError = 5 };
 
 const char* type_name(uint16_t t) {
   switch (t) {
     case kHello: return "hello";
     case kBlob: return "blob";
-    case kArrive: return "barrier-arrive";
-    case kRelease: return "barrier-release";
+    case kVote: return "vote";
+    case kVerdict: return "verdict";
     case kError: return "error";
   }
   return "unknown";
@@ -124,9 +130,22 @@ struct Rendezvous::Impl {
   std::vector<std::unique_ptr<tcp::socket>> sockets;  // rank 0: one per rank (index 0 unused); else [0] = rank 0
   std::vector<uint8_t> blob;
   std::optional<std::string> failure;  // set once a peer is lost; later calls rethrow it
-  std::vector<bool> arrived;           // rank 0: barrier arrivals read early by the liveness watch
   std::thread watcher;
   std::atomic<bool> stop_watching{false};
+
+  // After the handshake every message is read by pump(), by whichever thread holds io_mu (a vote, the
+  // watch): it keeps a header read armed on every connection and files votes and verdicts by channel,
+  // so threads voting on different channels and the watch share the connections.
+  std::mutex io_mu;                // io, the sockets and everything below
+  std::atomic<int> io_waiters{0};  // threads waiting for io_mu: a pump slice ends early for them
+  struct PendingRead {
+    std::array<uint8_t, kHeaderBytes> header{};
+    bool armed = false, done = false;
+    ErrorCode ec;
+  };
+  std::vector<PendingRead> reads;                 // (sockets) one header read each
+  std::map<uint32_t, std::vector<int8_t>> votes;  // rank 0: channel -> (world) -1 none, 0 false, 1 true
+  std::map<uint32_t, bool> verdicts;              // ranks > 0: channel -> the AND rank 0 sent
 
   std::string host;               // this rank's host (opt.host or host_identity())
   std::vector<RankPlace> places;  // rank 0: every rank's, for check_rank_places
@@ -260,7 +279,6 @@ struct Rendezvous::Impl {
     if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) fail("cannot listen on " + opt.master_addr + ":" + std::to_string(opt.master_port) + ": " + ec.message());
     sockets.resize(size_t(opt.world_size));
-    arrived.assign(size_t(opt.world_size), false);
     for (int joined = 1; joined < opt.world_size;) {
       auto s = std::make_unique<tcp::socket>(io);
       ec = run_until(
@@ -333,98 +351,166 @@ struct Rendezvous::Impl {
     blob = expect(*sockets[0], kBlob, d, "rank 0").payload;
   }
 
-  void barrier(Deadline d) {
-    if (failure) fail("earlier failure: " + *failure);
-    if (watcher.joinable()) throw std::logic_error("Rendezvous::barrier() while a background watch runs");
+  // ---- after the handshake: one pump for every reader ----
+
+  // io_mu, taken promptly: a thread pumping (the watch) ends its slice when someone waits.
+  std::unique_lock<std::mutex> lock_io() {
+    ++io_waiters;
+    asio::post(io, [] {});  // wakes a pump blocked in run_one_until
+    std::unique_lock<std::mutex> lk(io_mu);
+    --io_waiters;
+    return lk;
+  }
+  // Between slices: lets a waiting thread take io_mu. A vote comes back `urgent` (its return ends the
+  // watch's slice); the watch comes back behind the votes.
+  void yield_io(std::unique_lock<std::mutex>& lk, bool urgent) {
+    lk.unlock();
+    if (io_waiters > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    else
+      std::this_thread::yield();
+    if (urgent)
+      lk = lock_io();
+    else
+      lk.lock();
+  }
+
+  // Records the first failure; rank 0 tells every peer why. Holds io_mu.
+  void record_failure(const std::string& what) {
+    if (failure) return;
+    failure = what;
+    if (opt.rank == 0) abort_all(what);
+    close_all();
+  }
+
+  // Drives the connections until a message arrives or `until` (or another thread waits for io_mu),
+  // then files every message that arrived. Holds io_mu.
+  void pump(Deadline until) {
+    if (failure) return;
+    reads.resize(sockets.size());
+    for (size_t i = 0; i < sockets.size(); ++i) {
+      PendingRead& p = reads[i];
+      if (p.armed || !sockets[i] || !sockets[i]->is_open()) continue;
+      p.armed = true;
+      p.done = false;
+      asio::async_read(*sockets[i], asio::buffer(p.header), [pp = &p](const ErrorCode& ec, size_t) {
+        pp->ec = ec;
+        pp->done = true;
+      });
+    }
+    const auto any_done = [&] {
+      return std::any_of(reads.begin(), reads.end(), [](const PendingRead& p) { return p.armed && p.done; });
+    };
+    io.restart();
+    while (!any_done() && Clock::now() < until && io_waiters == 0)
+      if (io.run_one_until(until) == 0 && io.stopped()) io.restart();
+    for (size_t i = 0; i < reads.size() && !failure; ++i) {
+      PendingRead& p = reads[i];
+      if (!p.armed || !p.done) continue;
+      p.armed = false;
+      if (p.ec == asio::error::operation_aborted) continue;  // a send's timeout cancelled it: re-armed next time
+      const int peer = opt.rank == 0 ? int(i) : 0;
+      try {
+        check_read(p.ec, peer_name(peer), "a message (liveness watch or vote)");
+        file(peer, parse_rest(*sockets[i], p.header, Clock::now() + opt.timeout_ms, peer_name(peer), "a message"));
+      } catch (const core::RuntimeFailure& e) {
+        record_failure(e.what());
+      }
+    }
+  }
+
+  static std::vector<uint8_t> vote_payload(uint32_t channel, bool ok) {
+    std::vector<uint8_t> out(5);
+    put_u32(out.data(), channel);
+    out[4] = ok ? 1 : 0;
+    return out;
+  }
+
+  // A vote (rank 0) or a verdict (ranks > 0) into its channel's box.
+  void file(int peer, const Msg& m) {
+    const std::string who = peer_name(peer);
+    if ((m.type != kVote && m.type != kVerdict) || m.payload.size() != 5 || m.payload[4] > 1)
+      fail(who + " sent an unexpected " + type_name(m.type) + " message (" + std::to_string(m.payload.size()) +
+           " bytes)");
+    const uint32_t channel = get_u32(m.payload.data());
+    const bool ok = m.payload[4] == 1;
+    if (opt.rank == 0 && m.type == kVote) {
+      std::vector<int8_t>& box = votes[channel];
+      box.resize(size_t(opt.world_size), -1);
+      if (box[size_t(peer)] != -1)
+        fail(who + " voted twice on channel " + std::to_string(channel) +
+             " before the verdict (do all ranks run the "
+             "same command?)");
+      box[size_t(peer)] = ok ? 1 : 0;
+    } else if (opt.rank != 0 && m.type == kVerdict) {
+      if (!verdicts.emplace(channel, ok).second) fail("rank 0 sent two verdicts on channel " + std::to_string(channel));
+    } else {
+      fail(who + " sent a " + std::string(type_name(m.type)) + " message to rank " + std::to_string(opt.rank));
+    }
+  }
+
+  // Rank 0: the AND of every rank's vote on `channel` once all voted (sent to each), else nothing.
+  std::optional<bool> decide(uint32_t channel, bool own, Deadline d) {
+    std::vector<int8_t>& box = votes[channel];
+    box.resize(size_t(opt.world_size), -1);
+    bool all = own;
+    for (int r = 1; r < opt.world_size; ++r) {
+      if (box[size_t(r)] < 0) return std::nullopt;
+      all = all && box[size_t(r)] == 1;
+    }
+    votes.erase(channel);
+    for (int r = 1; r < opt.world_size; ++r)
+      send(*sockets[size_t(r)], kVerdict, vote_payload(channel, all), d, peer_name(r));
+    return all;
+  }
+
+  std::string missing_votes(uint32_t channel) {
+    std::string missing;
+    const std::vector<int8_t>& box = votes[channel];
+    for (int r = 1; r < opt.world_size; ++r)
+      if (size_t(r) >= box.size() || box[size_t(r)] < 0) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    return "ranks {" + missing + "}";
+  }
+
+  // Every rank's `ok` on `channel`, ANDed by rank 0; RuntimeFailure on a timeout or a lost peer.
+  bool vote(uint32_t channel, bool ok, Deadline d) {
+    std::unique_lock<std::mutex> lk = lock_io();
     try {
-      if (opt.rank == 0) {
-        for (int r = 1; r < opt.world_size; ++r)
-          if (!arrived[size_t(r)]) expect(*sockets[size_t(r)], kArrive, d, peer_name(r));
-        arrived.assign(size_t(opt.world_size), false);
-        for (int r = 1; r < opt.world_size; ++r) send(*sockets[size_t(r)], kRelease, {}, d, peer_name(r));
-      } else {
-        send(*sockets[0], kArrive, {}, d, "rank 0");
-        expect(*sockets[0], kRelease, d, "rank 0");
+      if (failure) fail("earlier failure: " + *failure);
+      if (opt.rank != 0) send(*sockets[0], kVote, vote_payload(channel, ok), d, "rank 0");
+      for (;;) {
+        if (failure) throw core::RuntimeFailure(*failure);
+        if (opt.rank == 0) {
+          if (const std::optional<bool> all = decide(channel, ok, d)) return *all;
+        } else if (auto it = verdicts.find(channel); it != verdicts.end()) {
+          const bool all = it->second;
+          verdicts.erase(it);
+          return all;
+        }
+        if (Clock::now() >= d)
+          fail("timed out after " + timeout_text() + " waiting for " +
+               (opt.rank == 0 ? missing_votes(channel) + " to vote" : std::string("rank 0's verdict")) +
+               " on channel " + std::to_string(channel));
+        pump(std::min(d, Clock::now() + kPumpSliceMs));
+        yield_io(lk, true);
       }
     } catch (const core::RuntimeFailure& e) {
-      failure = e.what();
-      if (opt.rank == 0) abort_all(e.what());
-      close_all();
+      record_failure(e.what());
       throw;
     }
   }
 
   std::optional<std::string> watch_for(std::chrono::milliseconds timeout_ms) {
-    if (failure) return failure;
-    struct Pending {
-      size_t index = 0;  // into sockets
-      std::array<uint8_t, kHeaderBytes> header{};
-      bool armed = false;
-      bool done = false;
-      ErrorCode ec;
-    };
-    std::vector<Pending> pending;
-    for (size_t i = 0; i < sockets.size(); ++i)
-      if (sockets[i] && sockets[i]->is_open()) pending.push_back({i, {}, false, false, {}});
-    if (pending.empty()) return std::nullopt;
-    auto arm = [&] {
-      for (Pending& p : pending) {
-        if (p.armed) continue;
-        p.armed = true;
-        p.done = false;
-        Pending* pp = &p;
-        asio::async_read(*sockets[p.index], asio::buffer(p.header), [pp](const ErrorCode& ec, size_t) {
-          pp->ec = ec;
-          pp->done = true;
-        });
-      }
-    };
-    auto count_done = [&] {
-      size_t n = 0;
-      for (const Pending& p : pending) n += p.armed && p.done;
-      return n;
-    };
-    auto cancel_and_drain = [&] {
-      for (Pending& p : pending)
-        if (p.armed && !p.done) sockets[p.index]->cancel();
-      io.restart();
-      for (int i = 0; i < 1000; ++i) {
-        size_t armed_not_done = 0;
-        for (const Pending& p : pending) armed_not_done += p.armed && !p.done;
-        if (armed_not_done == 0) break;
-        if (io.run_one_for(std::chrono::milliseconds(10)) == 0 && io.stopped()) io.restart();
-      }
-    };
     const Deadline d = Clock::now() + timeout_ms;
-    std::optional<std::string> what;
-    while (!what && Clock::now() < d) {
-      arm();
-      io.restart();
-      while (count_done() == 0 && Clock::now() < d)
-        if (io.run_one_until(d) == 0 && io.stopped()) io.restart();
-      for (Pending& p : pending) {
-        if (!p.armed || !p.done || what) continue;
-        p.armed = false;
-        const int peer = opt.rank == 0 ? int(p.index) : 0;
-        const std::string who = peer_name(peer);
-        try {
-          check_read(p.ec, who, "nothing (liveness watch)");
-          Msg m = parse_rest(*sockets[p.index], p.header, Clock::now() + kErrorNoticeMs, who, "the rest of a message");
-          if (opt.rank == 0 && m.type == kArrive && !arrived[size_t(peer)]) {
-            arrived[size_t(peer)] = true;  // an early barrier arrival: the barrier will count it
-            continue;
-          }
-          what = me() + ": " + who + " sent an unexpected " + type_name(m.type) + " message during the liveness watch";
-        } catch (const core::RuntimeFailure& e) {
-          what = e.what();
-        }
-      }
+    if (opt.world_size == 1) {  // nothing to watch
+      while (Clock::now() < d && !stop_watching) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return std::nullopt;
     }
-    cancel_and_drain();
-    if (!what) return std::nullopt;
-    failure = what;
-    if (opt.rank == 0) abort_all(*what);
-    close_all();
+    std::unique_lock<std::mutex> lk(io_mu);
+    while (!failure && Clock::now() < d && !stop_watching) {
+      pump(std::min(d, Clock::now() + kPumpSliceMs));
+      yield_io(lk, false);
+    }
     return failure;
   }
 };
@@ -462,7 +548,7 @@ Rendezvous::Rendezvous(const RendezvousOptions& options, std::vector<uint8_t> bl
     impl_->close_all();
     throw;
   }
-  impl_->barrier(d);
+  impl_->vote(kBarrierChannel, true, d);
 }
 
 Rendezvous::~Rendezvous() = default;
@@ -472,7 +558,16 @@ int Rendezvous::rank() const { return impl_->opt.rank; }
 int Rendezvous::world_size() const { return impl_->opt.world_size; }
 
 void Rendezvous::barrier() { barrier(impl_->opt.timeout_ms); }
-void Rendezvous::barrier(std::chrono::milliseconds timeout_ms) { impl_->barrier(Clock::now() + timeout_ms); }
+void Rendezvous::barrier(std::chrono::milliseconds timeout_ms) {
+  if (impl_->opt.world_size > 1) impl_->vote(kBarrierChannel, true, Clock::now() + timeout_ms);
+}
+
+bool Rendezvous::all_ok(bool ok, uint32_t channel) { return all_ok(ok, channel, impl_->opt.timeout_ms); }
+bool Rendezvous::all_ok(bool ok, uint32_t channel, std::chrono::milliseconds timeout_ms) {
+  if (channel == kBarrierChannel) throw std::logic_error("Rendezvous::all_ok: channel 0 is barrier()'s");
+  if (impl_->opt.world_size == 1) return ok;
+  return impl_->vote(channel, ok, Clock::now() + timeout_ms);
+}
 
 std::optional<std::string> Rendezvous::watch_for(std::chrono::milliseconds timeout_ms) {
   if (impl_->watcher.joinable()) throw std::logic_error("Rendezvous::watch_for() while a background watch runs");
@@ -532,6 +627,10 @@ std::string host_identity() {
   std::string boot;
   std::getline(f, boot);
   return std::string(name) + (boot.empty() ? "" : " (boot " + boot.substr(0, 8) + ")");
+}
+
+core::RankBarrier rank_barrier(Rendezvous& rdv, uint32_t channel, std::chrono::milliseconds timeout_ms) {
+  return [&rdv, channel, timeout_ms](bool ok) { return rdv.all_ok(ok, channel, timeout_ms); };
 }
 
 }  // namespace tf::backend::launch

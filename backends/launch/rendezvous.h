@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/io_hooks.h"
+
 namespace tf::backend::launch {
 
 struct RendezvousOptions {
@@ -44,10 +46,13 @@ std::string host_identity();
 // LOCAL_WORLD_SIZE or LOCAL_RANK disagree with the ranks that joined from their host. Rank 0 keeps a connection to
 // every other rank; the others keep one to rank 0. Every wait has a deadline: a rank that never shows up, dies or sends
 // garbage makes the others throw core::RuntimeFailure within the timeout. Rank 0 closes every connection when it fails
-// or sees a peer drop, so the failure reaches every rank. Calls are not thread-safe; while a background watch runs
-// (start_watch), barrier() is refused.
+// or sees a peer drop, so the failure reaches every rank. barrier() and all_ok() are thread-safe (and run while the
+// background watch does); the other calls are not.
 class Rendezvous {
  public:
+  // barrier()'s channel; all_ok() takes any other.
+  static constexpr uint32_t kBarrierChannel = 0;
+
   // Blocks until every rank holds rank 0's blob (and has passed one barrier), or throws
   // core::RuntimeFailure. `blob` is used on rank 0 only; core::InputError for bad options.
   Rendezvous(const RendezvousOptions& options, std::vector<uint8_t> blob);
@@ -63,6 +68,15 @@ class Rendezvous {
   void barrier();
   void barrier(std::chrono::milliseconds timeout_ms);
 
+  // An AND over ranks: every rank calls it with its own `ok` and gets true only when all passed true
+  // (core::RankBarrier's contract; rank 0 collects the votes and sends the verdict). Threads may
+  // vote on different channels at once (a checkpoint writer's thread beside the training loop's stop
+  // vote) and while the background watch runs; on one channel every rank must vote in the same
+  // sequence. core::RuntimeFailure on a timeout (the options' unless given) or a lost peer, after which
+  // every call fails. One rank: returns `ok`.
+  bool all_ok(bool ok, uint32_t channel = 1);
+  bool all_ok(bool ok, uint32_t channel, std::chrono::milliseconds timeout_ms);
+
   // Watches the connections for up to timeout_ms. Returns what went wrong when a peer's connection
   // dropped (rank 0 then closes every connection, so all other ranks learn it), nullopt when all stayed up.
   std::optional<std::string> watch_for(std::chrono::milliseconds timeout_ms);
@@ -75,5 +89,11 @@ class Rendezvous {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// A core::RankBarrier over `rdv` (a checkpoint's phases, --save-master's shared file: core/output_file.h):
+// all_ok on `channel`, which no other user of `rdv` votes on, so every rank learns a failed rank's
+// false. It runs beside the background watch; core::RuntimeFailure after `timeout_ms` or on a lost peer.
+// `rdv` must outlive the barrier.
+core::RankBarrier rank_barrier(Rendezvous& rdv, uint32_t channel, std::chrono::milliseconds timeout_ms);
 
 }  // namespace tf::backend::launch

@@ -246,7 +246,8 @@ void embed_backward(const Ctx<T>& c, std::span<const int32_t> tokens, const Forw
     round_all(dein, c.round);
   }
   auto dE = c.GW(c.ts.tokens);
-  for (int64_t r = 0; r < c.rows; ++r) dE.row(tokens[size_t(r)]) += dein.row(r);
+  for (int64_t r = 0; r < c.rows; ++r)
+    if (tokens[size_t(r)] != c.d.pad_token) dE.row(tokens[size_t(r)]) += dein.row(r);  // OPT's padding_idx
 }
 
 // z = LNf(x_L) (pre-LN) or x_L; z' = bf16(z W_out^T) when e != h; logits = bf16(z' H^T); the loss.

@@ -2,24 +2,30 @@
 // training loop it must match bit for bit.
 #include "backends/sim/functional.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/reference/decoder_ref.h"
+#include "core/and_barrier.h"
 #include "core/error.h"
 #include "core/init.h"
 #include "core/local_kernels.h"
 #include "core/optim/grad_stats.h"
 #include "core/partition.h"
+#include "core/speculation.h"
 #include "core/step.h"
 #include "core/step_decision.h"
 #include "core/synthetic_workload.h"
 #include "core/token_data.h"
+#include "core/training_checkpoint.h"
 #include "core/twinflow.h"
 
 namespace tf::backend::sim {
@@ -135,7 +141,35 @@ void check_config(const core::ModelDesc& m, const FunctionalConfig& c) {
     throw core::InputError("functional simulation: micro_batch must be >= 1");
   if (c.workload != core::WorkloadType::kSynthetic && !decoder_workload(c))
     throw core::InputError("functional simulation: the workload must be synthetic or decoder");
+  if (c.checkpoints.every_steps < 0)
+    throw core::InputError("functional simulation: checkpoint.every_steps must be >= 0");
   core::validate(c.kind, c.hp);
+}
+
+// The initial value of the optimizer's first state (Adagrad's sum starts at initial_accumulator_value).
+float initial_state1(const FunctionalConfig& c) {
+  return c.kind == core::OptimizerKind::kAdagrad ? float(c.hp.initial_accumulator_value) : 0.f;
+}
+
+// What every checkpoint of this run records besides its position.
+core::CheckpointRecord checkpoint_record(const FunctionalConfig& c) {
+  return {
+      c.seed, c.micro_shards, {c.world, c.stage, c.ratio}, c.checkpoints.scenario_text, c.checkpoints.ds_config_text};
+}
+
+// The first error of the ranks' saves, preferring a rank's own over "another rank failed".
+void rethrow_first(const std::vector<std::exception_ptr>& errors) {
+  std::exception_ptr first;
+  for (const std::exception_ptr& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      if (std::string(x.what()).find("another rank failed") == std::string::npos) std::rethrow_exception(e);
+    }
+    if (!first) first = e;
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 core::StepPolicy policy(const FunctionalConfig& c) {
@@ -159,7 +193,8 @@ class FunctionalRun {
         c_(c),
         W_(c.world),
         part_(core::make_partition(model, {c.stage, c.world, int64_t(core::kStatsTile)})),
-        step_cfg_(core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false)),
+        step_cfg_(
+            core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false, c.speculation_bytes)),
         two_(core::state_count(c.kind) == 2),
         initial_(initial_weights(model, c)),
         scaler_(c.loss_scaler) {
@@ -174,21 +209,31 @@ class FunctionalRun {
     for (const Rank& k : ranks_)
       if (k.plan.ops.size() != plan().ops.size())
         throw core::RuntimeFailure("functional simulation: ranks planned different steps");
+    if (!c.checkpoints.resume.empty()) resume(c.checkpoints.resume);
+    if (!c.checkpoints.dir.empty()) make_writers();
     res_.queue_order.assign(size_t(W_), QueueOrder{});
     full_.assign(size_t(model.total_params), 0);  // the model every rank starts from
     for (const Rank& k : ranks_) gather_into_full(k, nullptr);
   }
 
   FunctionalResult run() {
-    for (int step = 1; step <= c_.steps; ++step) run_step(step);
-    res_.master.assign(size_t(model_.total_params), 0.f);
-    for (const Rank& k : ranks_)
-      for (const core::ShardPiece& p : shard(k).pieces)
-        for (int64_t j = 0; j < p.real_count; ++j) {
-          const size_t o = size_t(p.shard_offset + j);
-          res_.master[size_t(layer_first_[p.layer] + p.layer_offset + j)] =
-              o < k.gp.size() ? k.gp[o] : k.cp[o - k.gp.size()];
-        }
+    res_.first_step = int(first_step_);
+    for (int step = int(first_step_); step <= c_.steps; ++step) {
+      run_step(step);
+      res_.last_step = step;
+      const FunctionalCheckpoints& ck = c_.checkpoints;
+      const bool stop = step < c_.steps && ck.stop_requested && ck.stop_requested();
+      if (!writers_.empty() && (stop || core::checkpoint_due(ck.every_steps, step, c_.steps))) save(step);
+      if (stop) {
+        res_.stopped = true;
+        break;
+      }
+    }
+    collect_saves();  // the last save is synchronous
+    res_.master = model_order(0);
+    for (size_t a = 1; a < gpu_segments(ranks_[0]).size(); ++a) res_.states.push_back(model_order(a));
+    res_.loss_scaler = scaler_;
+    res_.optimizer_step = opt_step_;
     return std::move(res_);
   }
 
@@ -198,11 +243,22 @@ class FunctionalRun {
     core::TwinFlowSplit split;
     core::StepPlan plan;
     std::vector<float> gp, gm, gv, cp, cm, cv;  // GPU / CPU segments: master, state1, state2
-    std::vector<uint16_t> bf16;                 // (shard) GPU-resident bf16 parameters
-    std::vector<float> acc;                     // (shard) fp32 gradient accumulation (reduce-scatter output)
-    std::vector<uint16_t> grad;                 // (shard) reduced gradient in the grad dtype, on the GPU
-    std::vector<uint16_t> cgrad, ccopy;         // host: the CPU segment's gradient (after D2H), bf16 staging
-    std::vector<std::vector<uint16_t>> local;   // (L) this micro-step's full-layer gradient from backward
+    // the speculated layers' spare slot (core::spare_range of the CPU segment): master, state1, state2
+    std::vector<float> sp, sm, sv;
+    core::SpareRange spare;
+    std::optional<core::Speculation> spec;     // the per-step rule and each layer's current slot
+    std::vector<uint16_t> bf16;                // (shard) GPU-resident bf16 parameters
+    std::vector<float> acc;                    // (shard) fp32 gradient accumulation (reduce-scatter output)
+    std::vector<uint16_t> grad;                // (shard) reduced gradient in the grad dtype, on the GPU
+    std::vector<uint16_t> cgrad, ccopy;        // host: the CPU segment's gradient (after D2H), bf16 staging
+    std::vector<std::vector<uint16_t>> local;  // (L) this micro-step's full-layer gradient from backward
+  };
+
+  // A layer's CPU part in one state slot.
+  struct SlotPtrs {
+    float* master;  // (layer's CPU elems) fp32
+    float* state1;  // (layer's CPU elems) fp32
+    float* state2;  // (layer's CPU elems) fp32; null for one-state optimizers
   };
 
   const core::StepPlan& plan() const { return ranks_[0].plan; }  // every rank issues the same op list
@@ -210,7 +266,7 @@ class FunctionalRun {
 
   Rank make_rank(int r) {
     const core::RankShard& s = part_.ranks[size_t(r)];
-    const float init1 = c_.kind == core::OptimizerKind::kAdagrad ? float(c_.hp.initial_accumulator_value) : 0.f;
+    const float init1 = initial_state1(c_);
     Rank k;
     k.rank = r;
     k.split = core::split_shard(s, c_.ratio, part_.opt.align_elems);
@@ -220,6 +276,10 @@ class FunctionalRun {
     k.cp.assign(n, 0.f), k.cm.assign(n, init1), k.cv.assign(two_ ? n : 0, 0.f);
     k.bf16.assign(size_t(s.elems), 0), k.acc.assign(size_t(s.elems), 0.f), k.grad.assign(size_t(s.elems), 0);
     k.cgrad.assign(n, 0), k.ccopy.assign(n, 0), k.local.resize(model_.layers.size());
+    k.spec.emplace(k.plan);
+    k.spare = core::spare_range(k.split, k.spec->layers());
+    const size_t sn = size_t(k.spare.elems);
+    k.sp.assign(sn, 0.f), k.sm.assign(sn, 0.f), k.sv.assign(two_ ? sn : 0, 0.f);
     for (const core::ShardPiece& p : s.pieces)
       for (int64_t j = 0; j < p.real_count; ++j) {
         const size_t o = size_t(p.shard_offset + j);
@@ -228,6 +288,128 @@ class FunctionalRun {
         k.bf16[o] = core::f32_to_bf16(w);
       }
     return k;
+  }
+
+  // Optimizer array `a` (core::checkpoint_arrays' order: master, then the states) of every rank in
+  // model order, real parameters only.
+  std::vector<float> model_order(size_t a) {
+    std::vector<float> out(size_t(model_.total_params), 0.f);
+    for (Rank& k : ranks_) {
+      const std::vector<float> whole = shard_array(k, a);
+      for (const core::ShardPiece& p : shard(k).pieces)
+        for (int64_t j = 0; j < p.real_count; ++j)
+          out[size_t(layer_first_[p.layer] + p.layer_offset + j)] = whole[size_t(p.shard_offset + j)];
+    }
+    return out;
+  }
+
+  // ---- checkpoints (docs/ARCHITECTURE.md, "Checkpoints") ------------------------------------------------
+
+  // A rank's GPU segment of each optimizer array as a checkpoint holds them (core::checkpoint_arrays'
+  // order); the CPU segment's follow each layer's current state slot (cpu_segment_to / _from).
+  std::vector<std::vector<float>*> gpu_segments(Rank& k) const {
+    std::vector<std::vector<float>*> out = {&k.gp, &k.gm};
+    if (two_) out.push_back(&k.gv);
+    return out;
+  }
+  // Array `a` of a layer's state slot.
+  static float* array_of(const SlotPtrs& st, size_t a) { return a == 0 ? st.master : a == 1 ? st.state1 : st.state2; }
+  // The CPU segment of array `a` (cpu_elems fp32), each layer from its current slot, into `dst` / from
+  // `src`: the only places a checkpoint touches the host state (as the engine's).
+  void cpu_segment_to(Rank& k, size_t a, float* dst) {
+    for (const core::ShardPiece& p : k.split.cpu)
+      if (p.count)
+        std::copy_n(array_of(current_state(k, p.layer), a), p.count, dst + (p.shard_offset - k.split.gpu_elems));
+  }
+  void cpu_segment_from(Rank& k, size_t a, const float* src) {
+    for (const core::ShardPiece& p : k.split.cpu)
+      if (p.count)
+        std::copy_n(src + (p.shard_offset - k.split.gpu_elems), p.count, array_of(current_state(k, p.layer), a));
+  }
+  // Rank k's array `a` in shard order (shard elems fp32): its GPU segment, then its CPU segment.
+  std::vector<float> shard_array(Rank& k, size_t a) {
+    const std::vector<float>& g = *gpu_segments(k)[a];
+    std::vector<float> out(g.size() + k.cp.size());
+    std::copy(g.begin(), g.end(), out.begin());
+    cpu_segment_to(k, a, out.data() + g.size());
+    return out;
+  }
+
+  // Every rank's shard from the checkpoint (any layout wrote it), its bf16 copy rounded from master,
+  // and the position, scaler and optimizer step to continue from.
+  void resume(const std::filesystem::path& dir) {
+    const core::CheckpointReader reader(dir);
+    const core::TrainingPosition pos =
+        core::check_resume(reader, {&model_, c_.kind, c_.seed, c_.micro_shards, c_.steps, c_.loss_scaler});
+    for (Rank& k : ranks_) {
+      const core::RankShard& s = shard(k);
+      std::vector<std::vector<float>> arrays =
+          reader.read(core::shard_spans(part_, s.pieces), s.elems, reader.arrays());
+      for (const core::ShardPiece& p : s.pieces)  // padding: the state's initial value, as at step 0
+        std::fill(arrays[1].begin() + p.shard_offset + p.real_count, arrays[1].begin() + p.shard_offset + p.count,
+                  initial_state1(c_));
+      const core::SegmentArrays seg = core::split_segments(arrays, k.split.gpu_elems);
+      k.spec->reset_slots();  // every layer's state in its primary slot, as at step 0
+      const auto gpu = gpu_segments(k);
+      for (size_t a = 0; a < gpu.size(); ++a) {
+        gpu[a]->assign(seg.gpu[a].begin(), seg.gpu[a].end());
+        cpu_segment_from(k, a, seg.cpu[a].data());
+      }
+      for (size_t o = 0; o < k.bf16.size(); ++o) k.bf16[o] = core::f32_to_bf16(arrays[0][o]);
+    }
+    first_step_ = pos.step + 1;
+    opt_step_ = pos.optimizer_step;
+    scaler_ = pos.loss_scaler;
+  }
+
+  void make_writers() {
+    const FunctionalCheckpoints& ck = c_.checkpoints;
+    barrier_ = std::make_unique<core::AndBarrier>(W_);
+    for (const Rank& k : ranks_) {
+      core::CheckpointWriterOptions o;
+      o.root = ck.dir;
+      o.keep = ck.keep;
+      o.rank = k.rank;
+      o.world = W_;
+      if (W_ > 1) o.barrier = barrier_->callback();
+      o.io_threads = 1;  // small shards, many ranks in one process
+      const core::RankShard& s = shard(k);
+      writers_.push_back(std::make_unique<core::CheckpointWriter>(model_, c_.kind, core::shard_spans(part_, s.pieces),
+                                                                  s.elems, std::move(o)));
+    }
+  }
+
+  // Every rank snapshots its arrays and starts writing on its writer's thread; the run goes on.
+  void save(int step) {
+    collect_saves();
+    const core::CheckpointMeta meta = core::checkpoint_meta({step, opt_step_, scaler_}, checkpoint_record(c_));
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const std::vector<std::span<float>> staging = writers_[r]->begin_snapshot();
+      Rank& k = ranks_[r];
+      const auto gpu = gpu_segments(k);
+      for (size_t a = 0; a < gpu.size(); ++a) {
+        std::copy(gpu[a]->begin(), gpu[a]->end(), staging[a].begin());
+        cpu_segment_to(k, a, staging[a].data() + gpu[a]->size());
+      }
+      writers_[r]->save_async(meta);
+    }
+    saving_ = true;
+  }
+
+  // Waits for every rank's save in flight; records rank 0's figures, or rethrows a rank's error.
+  void collect_saves() {
+    if (!saving_) return;
+    saving_ = false;
+    std::vector<std::exception_ptr> errors(writers_.size());
+    core::SaveStats first;
+    for (size_t r = 0; r < writers_.size(); ++r) try {
+        const core::SaveStats st = writers_[r]->wait();
+        if (r == 0) first = st;
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    rethrow_first(errors);
+    res_.saves.push_back(first);
   }
 
   const core::ShardPiece* piece_of(const Rank& k, size_t l) const {
@@ -241,6 +423,17 @@ class FunctionalRun {
     for (const core::ShardPiece& p : k.split.cpu)
       if (p.layer == l) b = p.shard_offset, e = p.shard_offset + p.count;
   }
+  // The CPU part of layer l in state slot `slot` (0: the segment's own buffers, 1: the spare slot).
+  SlotPtrs layer_state(Rank& k, size_t l, int slot) {
+    int64_t b, e;
+    cpu_range(k, l, b, e);
+    const size_t o = size_t(b - k.split.gpu_elems);
+    if (slot == 0) return {k.cp.data() + o, k.cm.data() + o, two_ ? k.cv.data() + o : nullptr};
+    const size_t so = o - size_t(k.spare.begin);
+    return {k.sp.data() + so, k.sm.data() + so, two_ ? k.sv.data() + so : nullptr};
+  }
+  // The layer's state as it stands (what a checkpoint saves): the slot the speculation made current.
+  SlotPtrs current_state(Rank& k, size_t l) { return layer_state(k, l, k.spec->slot(int32_t(l))); }
   // Rank k's slices of every layer (or of `layer`) into the all-gathered model.
   void gather_into_full(const Rank& k, const size_t* layer) {
     for (const core::ShardPiece& p : shard(k).pieces) {
@@ -261,6 +454,7 @@ class FunctionalRun {
     decoder_mb_.assign(size_t(W_), -1);
     if (!step_cfg_.clip_gradients && !step_cfg_.loss_scaling) decide(0.0, 0);  // known up front
     for (Rank& k : ranks_) std::fill(k.acc.begin(), k.acc.end(), 0.f);
+    for (Rank& k : ranks_) k.spec->begin_step(policy(c_), step, scaler_.scale, opt_step_);
     for (const core::Op& op : plan().ops) {
       for (int r = 0; r < W_; ++r) res_.queue_order[size_t(r)][size_t(op.queue)].push_back(op.id);
       execute(op);
@@ -271,6 +465,10 @@ class FunctionalRun {
     res_.grad_norms.push_back(decision_.norm);
     if (decoder_) res_.losses.push_back(loss_sum_ / c_.micro_shards);
     if (decision_.skip) res_.skipped_steps.push_back(step);
+    core::Speculation::Outcome spec;
+    for (Rank& k : ranks_) spec = k.spec->end_step(decision_);  // every rank's is the same
+    if (spec.speculated) res_.speculated_steps.push_back(step);
+    if (spec.speculated && !spec.held) res_.failed_speculations.push_back(step);
     if (!decision_.skip) ++opt_step_;
     scaler_.update(decision_.skip);  // as the engine runs it
   }
@@ -298,7 +496,8 @@ class FunctionalRun {
       case core::OpKind::kD2HGrad: return d2h(l);
       case core::OpKind::kGradStats: return grad_stats();
       case core::OpKind::kNormAllReduce: return decide(global_sumsq_of_tiles(), nonfinite_);
-      case core::OpKind::kCpuOptimizer: return cpu_optimizer(l);
+      case core::OpKind::kCpuOptimizer: return op.state_slot == 1 ? speculate(l) : cpu_optimizer(l);
+      case core::OpKind::kCpuCommit: return commit(l);
       case core::OpKind::kGpuOptimizer: return gpu_optimizer();
       case core::OpKind::kH2DParam: return h2d(l);
     }
@@ -386,22 +585,55 @@ class FunctionalRun {
 
   void cpu_optimizer(size_t l) {
     if (decision("CPU optimizer").skip) return;
+    for (Rank& k : ranks_) cpu_pass(k, l, decision_.scalars, current_state(k, l), nullptr);
+  }
+
+  // The fused pass over layer l's CPU part of rank k, on the master and states at `to`, read from `from`
+  // when given (out of place).
+  void cpu_pass(Rank& k, size_t l, const core::StepScalars& sc, const SlotPtrs& to, const SlotPtrs* from) {
+    int64_t b, e;
+    cpu_range(k, l, b, e);
+    const size_t o = size_t(b - k.split.gpu_elems), n = size_t(e - b);
+    const auto view = [n](float* p) { return p ? BufferView{p, n, core::DType::kF32} : BufferView{}; };
+    OptimChunk ch{view(to.master),
+                  view(to.state1),
+                  view(to.state2),
+                  lp(k.cgrad, o, n, c_.grad_dtype),
+                  lp(k.ccopy, o, n, core::DType::kBF16),
+                  {}};
+    if (from) ch.from = {from->master, from->state1, from->state2};
+    kernels().step(c_.kind, std::span<const OptimChunk>(&ch, 1), sc);
+  }
+
+  // A speculated layer as soon as its gradient landed: out of place from its current slot into the
+  // other one, with the step's speculative scalars (nothing when the step does not speculate).
+  void speculate(size_t l) {
     for (Rank& k : ranks_) {
-      int64_t b, e;
-      cpu_range(k, l, b, e);
-      const size_t o = size_t(b - k.split.gpu_elems), n = size_t(e - b);
-      const OptimChunk ch{f32(k.cp, o, n), f32(k.cm, o, n), two_ ? f32(k.cv, o, n) : BufferView{},
-                          lp(k.cgrad, o, n, c_.grad_dtype), lp(k.ccopy, o, n, core::DType::kBF16)};
-      kernels().step(c_.kind, std::span<const OptimChunk>(&ch, 1), decision_.scalars);
+      if (!k.spec->active()) continue;
+      const int cur = k.spec->slot(int32_t(l));
+      const SlotPtrs from = layer_state(k, l, cur);
+      cpu_pass(k, l, k.spec->scalars(), layer_state(k, l, 1 - cur), &from);
     }
+  }
+
+  // Once the step is decided: adopt the speculative slot, or update the current one in place.
+  void commit(size_t l) {
+    const core::StepDecision& d = decision("CPU commit");
+    for (Rank& k : ranks_)
+      if (k.spec->commit(int32_t(l), d) == core::Speculation::Commit::kUpdate)
+        cpu_pass(k, l, d.scalars, current_state(k, l), nullptr);
   }
 
   void gpu_optimizer() {
     if (decision("GPU optimizer").skip) return;
     for (Rank& k : ranks_) {
       const size_t g = size_t(k.split.gpu_elems);
-      const OptimChunk ch{f32(k.gp, 0, g), f32(k.gm, 0, g), two_ ? f32(k.gv, 0, g) : BufferView{},
-                          lp(k.grad, 0, g, c_.grad_dtype), lp(k.bf16, 0, g, core::DType::kBF16)};
+      const OptimChunk ch{f32(k.gp, 0, g),
+                          f32(k.gm, 0, g),
+                          two_ ? f32(k.gv, 0, g) : BufferView{},
+                          lp(k.grad, 0, g, c_.grad_dtype),
+                          lp(k.bf16, 0, g, core::DType::kBF16),
+                          {}};
       kernels().step(c_.kind, std::span<const OptimChunk>(&ch, 1), decision_.scalars);
     }
   }
@@ -433,6 +665,10 @@ class FunctionalRun {
   FunctionalResult res_;
   core::LossScaler scaler_;
   int64_t opt_step_ = 0;
+  int64_t first_step_ = 1;                                        // 1, or a resumed checkpoint's step + 1
+  std::unique_ptr<core::AndBarrier> barrier_;                     // the ranks' writers' phases
+  std::vector<std::unique_ptr<core::CheckpointWriter>> writers_;  // (world) when checkpoint.dir is set
+  bool saving_ = false;                                           // a save is in flight
   // per step
   int step_ = 0;
   std::map<int64_t, double> tiles_;  // table index (layer, tile) -> canonical tile sum
@@ -461,6 +697,7 @@ FunctionalConfig functional_config(const core::RunSettings& s, double ratio, int
   c.clip = s.policy.clip;
   c.loss_scaler = s.loss_scaler;
   c.seed = s.seed;
+  c.speculation_bytes = s.step.speculation_bytes;
   if (s.workload == core::WorkloadType::kDecoder ||
       (s.workload == core::WorkloadType::kAuto && s.model.spec.type == core::ModelType::kDecoder)) {
     c.workload = core::WorkloadType::kDecoder;
@@ -479,8 +716,7 @@ FunctionalResult run_reference_loop(const core::ModelDesc& model, const Function
   check_config(model, c);
   const bool two = core::state_count(c.kind) == 2;
   const size_t n = size_t(model.total_params);
-  std::vector<float> p(n), m(n, c.kind == core::OptimizerKind::kAdagrad ? float(c.hp.initial_accumulator_value) : 0.f),
-      v(two ? n : 0, 0.f);
+  std::vector<float> p(n), m(n, initial_state1(c)), v(two ? n : 0, 0.f);
   std::vector<uint16_t> w(n), g(n);
   p = initial_weights(model, c);
   for (size_t i = 0; i < n; ++i) w[i] = core::f32_to_bf16(p[i]);
@@ -514,11 +750,20 @@ FunctionalResult run_reference_loop(const core::ModelDesc& model, const Function
       continue;
     }
     ++opt_step;
-    const OptimChunk all{f32(p, 0, n), f32(m, 0, n), two ? f32(v, 0, n) : BufferView{}, lp(g, 0, n, c.grad_dtype),
-                         lp(w, 0, n, core::DType::kBF16)};
+    const OptimChunk all{f32(p, 0, n),
+                         f32(m, 0, n),
+                         two ? f32(v, 0, n) : BufferView{},
+                         lp(g, 0, n, c.grad_dtype),
+                         lp(w, 0, n, core::DType::kBF16),
+                         {}};
     kernels().step(c.kind, std::span<const OptimChunk>(&all, 1), d.scalars);
   }
   res.master = p;
+  res.states.push_back(m);
+  if (two) res.states.push_back(v);
+  res.loss_scaler = scaler;
+  res.optimizer_step = opt_step;
+  res.last_step = c.steps;
   return res;
 }
 

@@ -5,16 +5,33 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "backends/sim/sim_backend.h"
+#include "core/checkpoint.h"
 #include "core/model.h"
 #include "core/optim/dtype.h"
 #include "core/optim/optimizer.h"
 #include "core/settings.h"
+#include "core/step.h"
 #include "core/step_decision.h"
 
 namespace tf::backend::sim {
+
+// Checkpoints of a functional run (docs/ARCHITECTURE.md, "Checkpoints"): one core::CheckpointWriter per
+// simulated rank, each saving its whole shard on its own thread, the ranks joined by an AND barrier.
+struct FunctionalCheckpoints {
+  std::filesystem::path dir;     // where saves go (step-N/); empty: none
+  int64_t every_steps = 0;       // save after every N steps (core::checkpoint_due) and after the last one
+  int keep = 0;                  // complete checkpoints kept (0: every one)
+  std::filesystem::path resume;  // a checkpoint (core::resolve_checkpoint's) to continue from; empty: from step 1
+  std::string scenario_text, ds_config_text;  // recorded in every manifest
+  // Asked after every step but the last: true ends the run there, after a synchronous save when `dir`
+  // is set (what SIGTERM/SIGINT ask for).
+  std::function<bool()> stop_requested;
+};
 
 struct FunctionalConfig {
   int world = 1;
@@ -31,6 +48,9 @@ struct FunctionalConfig {
   // min_scale; doubled after `window` clean steps). bf16: 1, never updated (an overflow stops).
   core::LossScaler loss_scaler{1.0, 0, 1.0, 0};
   int overflow_at_step = -1;  // fp16: this step's gradient holds an Inf (1-based), -1: none
+  // Speculative CPU updates (core/speculation.h; StepConfig::speculation_bytes): 0 off; kSpeculationAuto
+  // every eligible layer (no host memory limit here). The bits do not depend on it.
+  int64_t speculation_bytes = core::kSpeculationAuto;
   uint64_t seed = 1;
   // Where the per-micro-shard gradients come from:
   //   kSynthetic: workload_gradient below (initial weights core::synthetic_initial_weight);
@@ -40,6 +60,10 @@ struct FunctionalConfig {
   core::WorkloadType workload = core::WorkloadType::kSynthetic;
   int64_t micro_batch = 1;     // kDecoder: samples per micro-shard
   std::filesystem::path data;  // kDecoder: the token file; empty: the built-in stream
+  // run_functional only: saves, and a resume (then `steps` is still the total: the run trains steps
+  // checkpoint + 1 .. steps). The checkpoint must be of this model and optimizer, with this seed and
+  // micro_shards (core::check_resume); any world, stage and ratio can load it.
+  FunctionalCheckpoints checkpoints;
 };
 
 // The functional configuration of a run's settings (core::resolve_settings): its world, stage,
@@ -49,11 +73,22 @@ struct FunctionalConfig {
 FunctionalConfig functional_config(const core::RunSettings& s, double ratio, int steps, int micro_shards);
 
 struct FunctionalResult {
-  std::vector<float> master;             // final fp32 master weights, model order, real parameters only
-  std::vector<double> grad_norms;        // per step (before clipping, unscaled; inf on overflow)
+  std::vector<float> master;  // final fp32 master weights, model order, real parameters only
+  // The optimizer's final states (core::checkpoint_arrays' order after "master"), model order.
+  std::vector<std::vector<float>> states;
+  core::LossScaler loss_scaler;        // after the last step
+  int64_t optimizer_step = 0;          // updates applied (skipped steps excluded)
+  int first_step = 1;                  // the first step trained (after a resume: the checkpoint's step + 1)
+  int last_step = 0;                   // the last (cfg.steps, or where a stop request ended the run)
+  bool stopped = false;                // a stop request ended the run before cfg.steps
+  std::vector<core::SaveStats> saves;  // rank 0's figures of every checkpoint written, in order
+  // Per step trained (first_step .. last_step):
+  std::vector<double> grad_norms;        // before clipping, unscaled; inf on overflow
   std::vector<int> skipped_steps;        // 1-based steps skipped on overflow
   std::vector<double> loss_scales;       // loss scale used at each step
   std::vector<double> losses;            // kDecoder: per step, the mean loss over the micro-shards (unscaled)
+  std::vector<int> speculated_steps;     // 1-based steps that ran their speculative CPU updates
+  std::vector<int> failed_speculations;  // ... of those, the steps whose speculation did not hold (redone or skipped)
   int64_t d2h_bytes = 0, h2d_bytes = 0;  // what crossed the simulated PCIe (whole run, all ranks)
   // The ops each queue executed in the last step, per rank (run_functional only): the same
   // vocabulary as the cost-only simulator's executed_queue_order().
@@ -69,10 +104,13 @@ float workload_gradient(uint64_t seed, int64_t element, int step, int micro_shar
 // micro-shard a rank owns): all-gather, backward (the workload's per-micro-shard gradients),
 // reduce-scatter (fp32 accumulation in micro-shard order k = micro_step * world + rank), D2H of the
 // CPU segment's gradients, canonical statistics folded over the global tile order, clipping, fp16
-// overflow skip, the fused optimizer on both segments, and H2D of the updated bf16 copies.
+// overflow skip, the fused optimizer on both segments (a speculated layer's speculative update into its
+// spare state slot and its commit: adopt or redo, core/speculation.h), and H2D of the updated bf16
+// copies.
 FunctionalResult run_functional(const core::ModelDesc& model, const FunctionalConfig& cfg);
 
-// The same training written as one loop over whole layers: no ranks, no split, no copies.
+// The same training written as one loop over whole layers: no ranks, no split, no copies. It always
+// trains steps 1..cfg.steps and ignores cfg.checkpoints (it is what a resumed run must equal).
 FunctionalResult run_reference_loop(const core::ModelDesc& model, const FunctionalConfig& cfg);
 
 }  // namespace tf::backend::sim

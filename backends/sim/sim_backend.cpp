@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -16,6 +15,7 @@
 #include "core/memory_fit.h"
 #include "core/model.h"
 #include "core/optim/optimizer.h"
+#include "core/output_file.h"
 #include "core/partition.h"
 #include "core/rank_plan.h"
 #include "core/twinflow.h"
@@ -57,6 +57,7 @@ struct CostSetup {
   // profile's gpu.compute_slowdown_*; 1: not measured)
   double compute_slowdown_collectives = 1;
   double compute_slowdown_dma = 1;
+  SpeculationCase speculation = SpeculationCase::kHolds;  // what the speculated CPU layers' ops cost
 };
 
 // ns of a layer's GEMMs. A batch of products runs at the rate of the one GEMM with the same tiles,
@@ -396,6 +397,16 @@ class Simulation {
     });
   }
 
+  // A fused CPU pass over op.elems on the rank's host pool, after its host wait.
+  tf::sim::Work host_pass(int r, const core::Op& op) {
+    return tf::sim::Work::async(
+        [this, r, id = op.id, elems = op.elems, wait = host_wait_ns(r, op)](tf::sim::Callback done) {
+          RankState& rs = ranks_[static_cast<size_t>(r)];
+          rs.start_ns[id] = queue_.now();
+          start_host_cpu(*rs.host, rs.host_rank, wait, elems, std::move(done));
+        });
+  }
+
   tf::sim::Work fixed(int r, uint32_t id, TimeNs ns) {
     return [this, r, id, ns]() -> TimeNs {
       ranks_[static_cast<size_t>(r)].start_ns[id] = queue_.now();
@@ -424,13 +435,12 @@ class Simulation {
               rs.start_ns[id] = queue_.now();
               start_cpu(*rs.stats_pool, wait, elems, std::move(done));
             });
-      case core::OpKind::kCpuOptimizer:
-        return tf::sim::Work::async(
-            [this, r, id, elems = op.elems, wait = host_wait_ns(r, op)](tf::sim::Callback done) {
-              RankState& rs = ranks_[static_cast<size_t>(r)];
-              rs.start_ns[id] = queue_.now();
-              start_host_cpu(*rs.host, rs.host_rank, wait, elems, std::move(done));
-            });
+      case core::OpKind::kCpuOptimizer:  // a speculative one does nothing in a step that does not speculate
+        if (op.state_slot == 1 && cost_.speculation == SpeculationCase::kNotSpeculating) return fixed(r, id, 0);
+        return host_pass(r, op);
+      case core::OpKind::kCpuCommit:  // held: it only learns of the norm; else it redoes the layer's pass
+        if (cost_.speculation == SpeculationCase::kHolds) return fixed(r, id, host_wait_ns(r, op));
+        return host_pass(r, op);
       case core::OpKind::kD2HGrad:
       case core::OpKind::kH2DParam: {
         const Direction dir = op.kind == core::OpKind::kD2HGrad ? Direction::kD2H : Direction::kH2D;
@@ -545,17 +555,23 @@ void collect_ranks(const Simulation& sim, const std::vector<core::StepPlan>& pla
   p.kind_ns = t.kind_ns;
   p.exposed_ns = t.exposed_ns;
   p.exposed_transfer_ns = t.exposed_transfer_ns;
+  p.cpu_overlapped_ns = t.cpu_overlapped_ns;
 }
 
 }  // namespace
 
 SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& opt) {
   if (!(ratio >= 0 && ratio <= 1)) throw core::InputError("ratio " + std::to_string(ratio) + " is outside [0, 1]");
+  core::check_simulation_size(s, opt.overrides);  // every rank's plan is held: bounded, naming what set the size
   const core::RunSettings rs = core::resolve_settings(s, opt.overrides);
   core::MemoryOptions mo = rs.memory_options();
   mo.workload = core::WorkloadType::kAuto;  // the model trained for real: what the step's costs are of
-  const CostSetup cost = make_cost_setup(s, rs, opt.gemm_max_efficiency);
+  CostSetup cost = make_cost_setup(s, rs, opt.gemm_max_efficiency);
+  cost.speculation = opt.speculation;
   const core::Partition part = core::make_partition(rs.model, rs.partition);
+  // `speculation: auto` fills the rank's host memory beyond the plan (core::resolve_speculation_bytes)
+  const core::RankBudget budget = core::rank_budget(s, rs.world);
+  mo.host_bytes_per_rank = budget.host_bytes;
 
   SimPoint p;
   p.requested_ratio = ratio;
@@ -565,7 +581,6 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   p.pcie_bytes_each_way = rp.largest.step.pcie_d2h_bytes;
   p.memory = core::sum_by_kind(rp.largest.alloc);
   try {
-    const core::RankBudget budget = core::rank_budget(s, rs.world);
     core::check_ratio_fits(rs.model, part, mo, ratio, budget.gpu_bytes, budget.host_bytes);
   } catch (const core::InputError& e) {
     p.oom = true;
@@ -604,7 +619,7 @@ std::vector<QueueOrder> executed_queue_order(const SimPoint& p) {
   return out;
 }
 
-void write_chrome_trace(const SimPoint& p, const std::string& path) {
+void write_chrome_trace(const SimPoint& p, const std::string& path, const std::string& option) {
   if (p.plans.size() != p.ranks.size())
     throw std::invalid_argument("write_chrome_trace: the SimPoint has no plans (simulate with keep_plans)");
   nlohmann::json events = nlohmann::json::array();
@@ -654,10 +669,7 @@ void write_chrome_trace(const SimPoint& p, const std::string& path) {
                           {"requested_ratio", p.requested_ratio},
                           {"world", p.world},
                           {"oom", p.oom}}}};
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("write_chrome_trace: cannot open " + path);
-  out << doc.dump() << '\n';
-  if (!out) throw std::runtime_error("write_chrome_trace: cannot write " + path);
+  core::write_output_file(path, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + '\n', option);
 }
 
 }  // namespace tf::backend::sim

@@ -45,15 +45,27 @@ struct SimPoint {
   // Exposed transfer: the part of the step when a PCIe copy or the CPU optimizer runs while the
   // compute and comm queues are both idle (rank 0).
   int64_t exposed_transfer_ns = 0;
+  // The CPU queue's busy time while the compute queue is busy too (rank 0; StepTimeline::cpu_overlapped_ns)
+  int64_t cpu_overlapped_ns = 0;
   core::RankMemory memory;  // of the largest shard
   int64_t pcie_bytes_each_way = 0;
   std::vector<core::StepPlan> plans;  // per rank (only with SimOptions::keep_plans)
   std::vector<RankTiming> ranks;      // per rank
 };
 
+// What the plan's speculated CPU layers do in the simulated step (core/speculation.h).
+enum class SpeculationCase : uint8_t {
+  kHolds,           // the speculative updates run during backward and each commit only learns of the norm
+  kFails,           // the step clips (or overflows) after speculating: the speculative pass and the redo run
+  kNotSpeculating,  // the step after a clipped or skipped one: no speculative work, every commit redoes
+};
+
 struct SimOptions {
   bool record_ops = false;  // keep per-op timings (for traces)
   bool keep_plans = false;  // keep the per-rank plans (for traces)
+  // The simulator assumes the speculation holds unless told otherwise (the previous step clipped:
+  // kNotSpeculating). overrides.speculation_bytes 0 plans no speculation at all.
+  SpeculationCase speculation = SpeculationCase::kHolds;
   // What to change of the scenario's settings (core::resolve_settings): a world other than the
   // scenario's cluster size (ranks then fill nodes of the profile's gpus_per_node), another grad_accum.
   core::SettingsOverrides overrides = {};
@@ -84,8 +96,9 @@ double predict_host_cpu_seconds(const core::CpuProfile& cpu, int threads_per_ran
                                 const std::vector<std::vector<int64_t>>& op_elems_per_rank);
 
 // Writes a Chrome/Perfetto trace (JSON, "traceEvents") of one simulated step: one process per
-// rank, one thread per queue, one complete event per op. Needs record_ops and keep_plans.
-void write_chrome_trace(const SimPoint& p, const std::string& path);
+// rank, one thread per queue, one complete event per op. Needs record_ops and keep_plans. The file is
+// written whole or not at all (core::write_output_file; `option` names the path's origin in errors).
+void write_chrome_trace(const SimPoint& p, const std::string& path, const std::string& option = "--trace");
 
 // Per rank, the op ids per queue in the order the simulation ran them (needs record_ops); equal to
 // core::plan_queue_order of its plan.

@@ -6,10 +6,10 @@ cd "$(dirname "$0")/../.."
 scripts/deps
 cmake --preset device >/dev/null
 cmake --build --preset device -j "$(nproc)" --target twinflow tf_unit_tests tf_conformance_tests bench_decoder_kernels \
-  tf_reference_dump bench_optim_cpu cuda_optim_check tf_cuda_tests
+  tf_reference_dump bench_optim_cpu cuda_optim_check tf_cuda_tests tf_ckpt_bench
 rm -rf .devbin && mkdir -p .devbin
 for b in twinflow tests/tf_unit_tests tests/tf_conformance_tests tests/tf_reference_dump \
-         bench/bench_optim_cpu bench/cuda_optim_check tests/tf_cuda_tests bench/bench_decoder_kernels; do
+         bench/bench_optim_cpu bench/cuda_optim_check tests/tf_cuda_tests bench/bench_decoder_kernels bench/tf_ckpt_bench; do
   cp "build-device/$b" .devbin/ && strip .devbin/"$(basename "$b")"
 done
 # non-system shared libraries the binaries need

@@ -5,12 +5,19 @@ Subcommands (run on the GPU machine, where torch and transformers are installed)
   make   --preset P --out DIR [--seed S]     a randomly initialised model written as DIR/model.safetensors
                                              (Hugging Face names, tied LM head stored once) + DIR/config.json
   grads  --model DIR --batch FILE --out F    loss and every parameter's gradient on the batch that
-         [--dtype fp32|bf16]                 `twinflow run --dump-step` wrote (tokens, targets), as safetensors
+         [--dtype fp32|bf16] [--step K]      `twinflow run --dump-step` (or --dump-batches: its step K) wrote
+                                             (tokens, targets), as safetensors
   train  --model DIR --batches FILE --steps N  AdamW (torch fused) over the batches `twinflow run
          [--lr --wd --beta1 --beta2 --eps --clip]  --dump-batches` wrote; prints the loss per step as JSON
+         [--dtype bf16|fp32]                 (bf16 autocast over fp32 weights, or fp32 throughout: the
+                                             precision noise floor of a loss curve)
   speed  --preset P --seq S --micro-batch B --steps N  tokens/s of the no-offload peer (fp32 master weights,
                                              bf16 autocast, SDPA attention, fused AdamW, clip 1.0)
-  compare --ours A.safetensors --theirs B.safetensors  elementwise max abs / max rel error per tensor
+  compare --ours A.safetensors --theirs B.safetensors  elementwise max abs error per tensor over max |B|
+          [--noise C.safetensors]            with a second candidate C against the same reference B (e.g.
+                                             transformers in bf16 against transformers in fp32): each
+                                             row's noise_max_abs = max |C - B|, and the summary's worst
+                                             ratio of our error to that noise floor
 
 Dropout is off everywhere (Twin-Flow's decoder has none). The loss is the mean token cross-entropy with
 the targets given (no internal label shift), as in docs/decoder.md.
@@ -115,7 +122,10 @@ def cmd_grads(a):
     import torch
     from safetensors.torch import save_file
     model = load(a.model, a.preset, "cuda")
-    tok, tgt = read_batch(a.batch)[0]
+    batches = read_batch(a.batch)
+    if not 1 <= a.step <= len(batches):
+        sys.exit("hf_decoder grads: --step %d is outside the file's steps 1..%d" % (a.step, len(batches)))
+    tok, tgt = batches[a.step - 1]
     loss = loss_of(model, tok.cuda(), tgt.cuda(), autocast=(a.dtype == "bf16"))
     loss.backward()
     grads = {k: p.grad.detach().float().contiguous().cpu() for k, p in params(model).items()}
@@ -130,7 +140,7 @@ def cmd_train(a):
                             fused=True)
     losses = []
     for tok, tgt in read_batch(a.batches)[:a.steps]:
-        loss = loss_of(model, tok.cuda(), tgt.cuda(), autocast=True)
+        loss = loss_of(model, tok.cuda(), tgt.cuda(), autocast=(a.dtype == "bf16"))
         loss.backward()
         if a.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
@@ -174,33 +184,44 @@ def cmd_speed(a):
 def cmd_compare(a):
     from safetensors.torch import load_file
     ours, theirs = load_file(a.ours), load_file(a.theirs)
-    rows, worst = [], 0.0
+    noise = load_file(a.noise) if a.noise else None
+    rows, worst, worst_over_noise = [], 0.0, 0.0
     for k in sorted(theirs):
-        if k not in ours:
-            sys.exit("hf_decoder compare: %s lacks %s" % (a.ours, k))
+        for name, other in ((a.ours, ours), (a.noise, noise)):
+            if other is not None and k not in other:
+                sys.exit("hf_decoder compare: %s lacks %s" % (name, k))
         x, y = ours[k].double(), theirs[k].double()
         if x.shape != y.shape:
             sys.exit("hf_decoder compare: %s has shape %s vs %s" % (k, tuple(x.shape), tuple(y.shape)))
-        diff = (x - y).abs()
         scale = y.abs().max().item()
-        max_abs = diff.max().item()
+        max_abs = (x - y).abs().max().item()
         rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
         worst = max(worst, rel)
-        rows.append({"tensor": k, "max_abs": max_abs, "max_abs_ref": scale, "max_abs_over_max_ref": rel,
-                     "nonfinite": int((~x.isfinite()).sum().item())})
-    print(json.dumps({"worst_max_abs_over_max_ref": worst, "tensors": rows}))
+        row = {"tensor": k, "max_abs": max_abs, "max_abs_ref": scale, "max_abs_over_max_ref": rel,
+               "nonfinite": int((~x.isfinite()).sum().item())}
+        if noise is not None:
+            row["noise_max_abs"] = (noise[k].double() - y).abs().max().item()
+            row["over_noise"] = max_abs / row["noise_max_abs"] if row["noise_max_abs"] > 0 else (
+                0.0 if max_abs == 0 else math.inf)
+            worst_over_noise = max(worst_over_noise, row["over_noise"])
+        rows.append(row)
+    out = {"worst_max_abs_over_max_ref": worst, "tensors": rows}
+    if noise is not None:
+        out["worst_over_noise"] = worst_over_noise
+    print(json.dumps(out))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make"); m.add_argument("--preset", required=True, choices=PRESETS); m.add_argument("--out", required=True); m.add_argument("--seed", type=int, default=0)
-    g = sub.add_parser("grads"); g.add_argument("--preset", required=True, choices=PRESETS); g.add_argument("--model", required=True); g.add_argument("--batch", required=True); g.add_argument("--out", required=True); g.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    g = sub.add_parser("grads"); g.add_argument("--preset", required=True, choices=PRESETS); g.add_argument("--model", required=True); g.add_argument("--batch", required=True); g.add_argument("--out", required=True); g.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32"); g.add_argument("--step", type=int, default=1)
     t = sub.add_parser("train"); t.add_argument("--preset", required=True, choices=PRESETS); t.add_argument("--model", required=True); t.add_argument("--batches", required=True); t.add_argument("--steps", type=int, default=50)
     for name, d in (("--lr", 3e-4), ("--wd", 0.1), ("--beta1", 0.9), ("--beta2", 0.95), ("--eps", 1e-8), ("--clip", 1.0)):
         t.add_argument(name, type=float, default=d)
+    t.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     s = sub.add_parser("speed"); s.add_argument("--preset", required=True, choices=PRESETS); s.add_argument("--seq", type=int, default=1024); s.add_argument("--micro-batch", type=int, default=8); s.add_argument("--steps", type=int, default=12)
-    c = sub.add_parser("compare"); c.add_argument("--ours", required=True); c.add_argument("--theirs", required=True)
+    c = sub.add_parser("compare"); c.add_argument("--ours", required=True); c.add_argument("--theirs", required=True); c.add_argument("--noise")
     a = ap.parse_args()
     {"make": cmd_make, "grads": cmd_grads, "train": cmd_train, "speed": cmd_speed, "compare": cmd_compare}[a.cmd](a)
 

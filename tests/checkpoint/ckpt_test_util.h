@@ -4,55 +4,21 @@
 
 #include <algorithm>
 #include <bit>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <random>
 #include <span>
 #include <thread>
 #include <vector>
 
+#include "core/and_barrier.h"
 #include "core/checkpoint.h"
 #include "core/partition.h"
 #include "core/random.h"
 #include "core/twinflow.h"
 
 namespace tf::test {
-
-// A reusable barrier for `n` threads that ANDs their flags: CheckpointBarrier's contract.
-class AndBarrier {
- public:
-  explicit AndBarrier(int n) : n_(n) {}
-  bool arrive(bool ok) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t gen = gen_;
-    all_ok_ = all_ok_ && ok;
-    if (++arrived_ == n_) {
-      result_ = all_ok_;
-      arrived_ = 0;
-      all_ok_ = true;
-      ++gen_;
-      cv_.notify_all();
-      return result_;
-    }
-    cv_.wait(lock, [&] { return gen_ != gen; });
-    return result_;
-  }
-  core::CheckpointBarrier callback() {
-    return [this](bool ok) { return arrive(ok); };
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_;
-  int arrived_ = 0;
-  bool all_ok_ = true;
-  bool result_ = true;
-  uint64_t gen_ = 0;
-};
 
 // The bits every checkpoint of `tag` holds for array `a` at model element `e`: any 32-bit pattern
 // (NaN payloads, subnormals, -0 included), so a single flipped or converted bit shows.

@@ -81,7 +81,7 @@ std::map<std::string, int64_t> run_saves(const core::ModelDesc& model, const Opt
   const std::vector<test::RankLayout> layouts = test::shard_layouts(model, o.world);
   std::mutex mu;
   std::map<std::string, int64_t> points;
-  test::AndBarrier barrier(o.world);
+  core::AndBarrier barrier(o.world);
   std::vector<std::string> errors(static_cast<size_t>(o.world));
   test::on_ranks(o.world, [&](int r) {
     core::CheckpointWriterOptions w;

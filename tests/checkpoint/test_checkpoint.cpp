@@ -11,12 +11,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <utility>
 
 #include "core/checkpoint.h"
 #include "core/checkpoint_format.h"
 #include "core/checksum.h"
 #include "core/error.h"
 #include "tests/checkpoint/ckpt_test_util.h"
+#include "tests/error_of.h"
 
 using namespace tf;
 using namespace tf::core;
@@ -59,7 +61,7 @@ class Checkpoint : public ::testing::Test {
                                        int64_t step, uint64_t tag, int keep = 0,
                                        const std::function<FaultHook(int)>& hook = {}) {
     const int world = int(layouts.size());
-    test::AndBarrier barrier(world);
+    core::AndBarrier barrier(world);
     std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
     test::on_ranks(world, [&](int r) {
       try {
@@ -108,17 +110,10 @@ class Checkpoint : public ::testing::Test {
   fs::path root_;
 };
 
-// The message of the InputError `fn` throws ("" if it throws nothing or something else).
+// The message of the InputError `fn` throws (test::error_of).
 template <class Fn>
 std::string input_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (...) {
-    return "<another exception>";
-  }
-  return "";
+  return test::error_of<InputError>(std::forward<Fn>(fn));
 }
 
 void flip_bit(const fs::path& p, uint64_t byte, int bit) {
@@ -546,6 +541,7 @@ TEST_F(Checkpoint, DecoderDescriptionRoundTripsEveryField) {
   EXPECT_EQ(a.activation, b.activation);
   EXPECT_EQ(a.pre_ln, b.pre_ln);
   EXPECT_EQ(a.pos_offset, b.pos_offset);
+  EXPECT_EQ(a.pad_token, b.pad_token);
   EXPECT_EQ(a.embed_dim, b.embed_dim);
   EXPECT_EQ(a.ln_eps, b.ln_eps);
   EXPECT_EQ(a.family, b.family);

@@ -110,6 +110,23 @@ TEST_P(BadInput, OverlappingBuffers) {
   expect_rejected(c, "overlap");
 }
 
+// An out-of-place source (OptimChunk::from) must be whole and must not overlap what the pass writes; the
+// GPU backend refuses one (only the CPU segment speculates).
+TEST_P(BadInput, OutOfPlaceSources) {
+  std::vector<float> src(3 * n_ + 64, 0.f);  // (3n) fp32: master, state1, state2
+  OptimChunk c = good();
+  c.from = {src.data(), src.data() + n_, nullptr};
+  expect_rejected(c, "out-of-place source needs");
+  c = good();
+  c.from = {static_cast<const float*>(c.state1.data), src.data() + n_, src.data() + 2 * n_};
+  expect_rejected(c, "overlaps state1");
+  if (be_->caps().device_memory) {
+    c = good();
+    c.from = {src.data(), src.data() + n_, src.data() + 2 * n_};
+    expect_rejected(c, "CPU backend only");
+  }
+}
+
 TEST_P(BadInput, NullData) {
   OptimChunk c = good();
   c.grad.data = nullptr;

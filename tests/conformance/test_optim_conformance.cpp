@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <tuple>
 
 #include "apps/twinflow/optim_harness.h"
@@ -191,6 +192,79 @@ TEST(CpuTuning, BitsIndependentOfPrefetchAndStreamingStores) {
       backend::cpu::CpuBackend be(o);
       const auto rep = harness::compare_bits(harness::run_backend(be, p), base);
       EXPECT_TRUE(rep.equal) << "prefetch " << pf << ": " << rep.first;
+    }
+  }
+}
+
+// An out-of-place update (OptimChunk::from: the speculative update into a spare state slot) writes the
+// bits an in-place update writes, for every ISA, optimizer, gradient and copy dtype, with tails and
+// non-finite lanes, with and without streaming stores; its source stays untouched.
+TEST(CpuOutOfPlace, SameBitsAsInPlace) {
+  const size_t n = 2048 * 3 + 37;
+  for (backend::cpu::Isa isa : {backend::cpu::Isa::kScalar, backend::cpu::Isa::kAvx2, backend::cpu::Isa::kAvx512}) {
+    if (!backend::cpu::isa_available(isa)) continue;
+    for (bool stream : {false, true}) {
+      backend::cpu::CpuOptions o;
+      o.isa = int(isa);
+      o.threads = 2;
+      o.min_tiles_per_thread = 1;
+      o.tuning.stream_out_of_place = stream;
+      backend::cpu::CpuBackend be(o);
+      for (OptimizerKind k :
+           {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kAdagrad, OptimizerKind::kLion})
+        for (DType g : {DType::kF32, DType::kBF16, DType::kF16})
+          for (DType cp : {DType::kNone, DType::kBF16, DType::kF16}) {
+            harness::Problem p = harness::random_problem(31 + uint64_t(k), k, g, cp, 10);
+            p.n = n;
+            p.nonfinite_every = 211;
+            const bool two = core::state_count(k) == 2;
+            const std::vector<uint8_t> raw = harness::raw_grad(p, 2);  // (n) grad dtype, with non-finite lanes
+            std::vector<float> p0(n), m0(n), v0(two ? n : 0);          // the current slot: (n) fp32 each
+            for (size_t i = 0; i < n; ++i) {
+              p0[i] = std::sin(float(i)) * 0.5f;
+              m0[i] = k == OptimizerKind::kAdagrad ? 0.1f + float(i % 7) : std::cos(float(i)) * 0.01f;
+              if (two) v0[i] = 1e-4f * float(i % 13);
+            }
+            const size_t cb = cp == DType::kNone ? 0 : n;
+            std::vector<uint16_t> copy_in(cb, 0x1234), copy_out(cb, 0x1234);  // (n) copy dtype
+            std::vector<float> pi = p0, mi = m0, vi = v0;                     // in place
+            std::vector<float> po(n, NAN), mo(n, NAN), vo(two ? n : 0, NAN);  // the spare slot, poisoned
+            std::vector<uint8_t> gin = raw;
+            const core::StepScalars sc = core::make_step_scalars(k, p.hp, 3, 0.25);
+            auto chunk = [&](std::vector<float>& a, std::vector<float>& b, std::vector<float>& c,
+                             std::vector<uint16_t>& copy) {
+              backend::OptimChunk ch;
+              ch.param = {a.data(), n, DType::kF32};
+              ch.state1 = {b.data(), n, DType::kF32};
+              if (two) ch.state2 = {c.data(), n, DType::kF32};
+              ch.grad = {gin.data(), n, g};
+              if (cp != DType::kNone) ch.param_copy = {copy.data(), n, cp};
+              return ch;
+            };
+            const backend::OptimChunk in_place = chunk(pi, mi, vi, copy_in);
+            backend::OptimChunk out = chunk(po, mo, vo, copy_out);
+            out.from = {p0.data(), m0.data(), two ? v0.data() : nullptr};
+            const std::vector<float> p_src = p0, m_src = m0, v_src = v0;
+            const backend::GradStats a = be.step(k, std::span<const backend::OptimChunk>(&in_place, 1), sc);
+            const backend::GradStats b = be.step(k, std::span<const backend::OptimChunk>(&out, 1), sc);
+            const std::string what = std::string(backend::cpu::isa_name(isa)) + (stream ? " stream " : " ") +
+                                     std::string(core::optimizer_name(k)) + " g" + std::string(core::dtype_name(g)) +
+                                     " c" + std::string(core::dtype_name(cp));
+            ASSERT_GT(a.nonfinite, 0u) << what;
+            EXPECT_EQ(a.nonfinite, b.nonfinite) << what;
+            EXPECT_EQ(std::memcmp(&a.sumsq, &b.sumsq, 8), 0) << what;
+            EXPECT_EQ(std::memcmp(pi.data(), po.data(), n * 4), 0) << what;
+            EXPECT_EQ(std::memcmp(mi.data(), mo.data(), n * 4), 0) << what;
+            if (two) {
+              EXPECT_EQ(std::memcmp(vi.data(), vo.data(), n * 4), 0) << what;
+            }
+            EXPECT_EQ(copy_in, copy_out) << what;
+            EXPECT_EQ(std::memcmp(p0.data(), p_src.data(), n * 4), 0) << what << ": the source changed";
+            EXPECT_EQ(std::memcmp(m0.data(), m_src.data(), n * 4), 0) << what << ": the source changed";
+            if (two) {
+              EXPECT_EQ(std::memcmp(v0.data(), v_src.data(), n * 4), 0) << what << ": the source changed";
+            }
+          }
     }
   }
 }

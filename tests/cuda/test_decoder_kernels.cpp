@@ -235,6 +235,19 @@ TEST(TokenRowIndex, GroupsRowsByTokenInAscendingRowOrder) {
   EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), rows) << "every row exactly once";
 }
 
+// OPT's padding token (core::DecoderShape::pad_token): its rows are left out, so its list is empty and
+// its dE row is the head's part alone; the other tokens keep their rows in ascending order.
+TEST(TokenRowIndex, LeavesOutThePaddingTokensRows) {
+  const std::vector<int32_t> tok = {3, 1, 4, 1, 5, 9, 2, 6, 1, 3};
+  const TokenRowIndex ix = sort_token_rows(tok.data(), int64_t(tok.size()), 10, 1);
+  EXPECT_EQ(ix.starts[1], ix.starts[2]) << "token 1 has no rows";
+  EXPECT_EQ(ix.starts[10], 7) << "10 rows less the 3 of token 1";
+  const std::vector<int32_t> rows3(ix.rows.begin() + ix.starts[3], ix.rows.begin() + ix.starts[4]);
+  EXPECT_EQ(rows3, (std::vector<int32_t>{0, 9}));
+  const TokenRowIndex all = sort_token_rows(tok.data(), int64_t(tok.size()), 10);
+  EXPECT_EQ(all.starts[2] - all.starts[1], 3);
+}
+
 TEST(TokenRowIndex, RejectsAnIdOutsideTheVocabularyNamingTheRow) {
   std::vector<int32_t> tok = {3, 1, 4, 1, 5, 9, 2, 6};
   tok[6] = 10;

@@ -186,8 +186,12 @@ TEST(DecoderRefHand, OneLayerModelWithZeroBlockIsLayerNormThenTiedHead) {
 // Per tensor up to 8 elements (a stride through it and the largest gradient), plus every element of
 // the position rows no sample reads (their gradient must be exactly 0). Central differences with
 // step 1e-6: truncation O(1e-12 |L'''|), cancellation ~2^-52 |L| / 1e-6 = 2e-9 at |L| ~ 10.
-// Bound: |fd - g| <= 1e-6 |g| + 5e-9.
-void check_gradient(const ModelDesc& m) {
+// Bound: |fd - g| <= 1e-6 |g| + 5e-9. OPT's padding row is not the loss's derivative by design (its
+// lookups add nothing: PaddingTokenRowGetsNoLookupGradient), so the check runs without it.
+void check_gradient(const ModelDesc& with_pad) {
+  ModelSpec spec = with_pad.spec;
+  spec.decoder.pad_token = -1;
+  const ModelDesc m = tf::core::describe_model(spec);
   const std::vector<double> w = test_weights(m, 21);
   const Tokens tk = tokens(m, 2);
   const DecoderResult<double> r = decoder_forward_backward<double>(m, w, tk.batch());
@@ -234,6 +238,41 @@ TEST(DecoderRefGradient, OptTinyMatchesFiniteDifferences) { check_gradient(model
 TEST(DecoderRefGradient, OptTinyProjPostLnMatchesFiniteDifferences) { check_gradient(model("opt-tiny-proj", 16)); }
 TEST(DecoderRefGradient, OptTinyProjUntiedMatchesFiniteDifferences) {
   check_gradient(model("opt-tiny-proj", 12, false));
+}
+
+// OPT's padding token (transformers' nn.Embedding(padding_idx = 1)): its lookups add nothing to its
+// embedding row, so with an untied head that row's gradient is exactly 0 and with the tied head it is
+// the head's part alone; every other element has the same bits as without a padding token, and the
+// batch does hold the token (else the test could not fail).
+TEST(DecoderRefGradient, PaddingTokenRowGetsNoLookupGradient) {
+  for (bool tied : {false, true}) {
+    const ModelDesc m = model("opt-tiny", 16, tied);
+    ASSERT_EQ(m.spec.decoder.pad_token, 1);
+    ModelSpec none = m.spec;
+    none.decoder.pad_token = -1;
+    const ModelDesc n = tf::core::describe_model(none);
+    const std::vector<double> w = test_weights(m, 4);
+    const Tokens tk = tokens(m, 4);
+    ASSERT_NE(std::count(tk.in.begin(), tk.in.end(), 1), 0) << "the batch must hold the padding token";
+    const DecoderResult<double> a = decoder_forward_backward<double>(m, w, tk.batch());
+    const DecoderResult<double> b = decoder_forward_backward<double>(n, w, tk.batch());
+    EXPECT_EQ(a.loss, b.loss);
+    const TensorDesc& E = *m.find_tensor("embed.tokens.weight");
+    const int64_t e = E.shape[1];
+    const size_t row_begin = size_t(E.offset + 1 * e), row_end = row_begin + size_t(e);
+    int64_t differing = 0;
+    for (size_t i = 0; i < a.grad.size(); ++i) {
+      if (i >= row_begin && i < row_end) {
+        if (!tied) {
+          ASSERT_EQ(a.grad[i], 0.0) << "untied: row 1 element " << i - row_begin;
+        }
+        differing += a.grad[i] != b.grad[i];
+      } else {
+        ASSERT_EQ(a.grad[i], b.grad[i]) << "element " << i << " outside the padding row";
+      }
+    }
+    EXPECT_GT(differing, e / 2) << (tied ? "tied" : "untied");
+  }
 }
 
 // ---- (b) float against double ----------------------------------------------------------------------

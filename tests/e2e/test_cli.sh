@@ -6,24 +6,7 @@ tf=$1
 src=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass=0
-expect() {  # expect CODE DESCRIPTION -- command...
-  local want=$1 what=$2
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" -eq "$want" ]; then
-    pass=$((pass + 1))
-  else
-    fails=$((fails + 1))
-    echo "FAIL: $what: exit $got, expected $want"
-    tail -5 "$tmp/err"
-  fi
-}
-contains() {  # contains FILE TEXT DESCRIPTION
-  if grep -q -- "$2" "$1"; then pass=$((pass + 1)); else fails=$((fails + 1)); echo "FAIL: $3: '$2' not in $1"; fi
-}
+. "$(dirname "$0")/e2e_lib.sh"
 
 expect 0 "help" -- "$tf" --help
 expect 2 "unknown command" -- "$tf" frobnicate
@@ -143,6 +126,76 @@ expect 2 "calibrate needs --out" -- "$tf" calibrate
 expect 2 "calibrate bad --reps" -- "$tf" calibrate --out "$tmp/p.yaml" --reps 1
 expect 3 "calibrate without a visible GPU" -- env CUDA_VISIBLE_DEVICES= "$tf" calibrate --out "$tmp/p.yaml" --quick
 contains "$tmp/err" "no CUDA device: calibrate measures a GPU machine" "calibrate says why it cannot run"
+
+not_contains() {  # not_contains FILE TEXT DESCRIPTION
+  if grep -q -- "$2" "$1"; then fails=$((fails + 1)); echo "FAIL: $3: '$2' in $1"; else pass=$((pass + 1)); fi
+}
+
+# ---- what a run resolved: --json records settings, defaults and warnings; defaults printed once ----
+toy="$src/scenarios/toy-zero3-ratio0.4.yaml"
+expect 0 "simulate records the resolved settings" -- "$tf" simulate "$toy" --json "$tmp/toy.json"
+contains "$tmp/err" "^default: gradient_clipping = 1 (" "the clipping default is printed"
+[ "$(grep -c '^default: gradient_clipping = ' "$tmp/err")" -eq 1 ] && pass=$((pass + 1)) ||
+  { fails=$((fails + 1)); echo "FAIL: the clipping default is printed once"; }
+python3 - "$tmp/toy.json" <<'PY' && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: simulate --json record"; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d["settings"]
+assert s["zero.stage"] == 3 and isinstance(s["zero.stage"], int), s
+assert s["zero.offload_optimizer.ratio"] == 0.4 and s["training.precision"] == "fp16", s
+assert s["training.gradient_clipping"] == 1 and s["training.global_batch"] == 256, s
+assert {"key": "gradient_clipping", "value": "1"}.items() <= next(x for x in d["defaults"] if x["key"] == "gradient_clipping").items(), d["defaults"]
+assert any("reduce_bucket_size" in w for w in d["warnings"]), d["warnings"]
+PY
+expect 0 "validate --measured records the resolved settings" -- "$tf" validate "$src/scenarios/real/mlp-2b.yaml" \
+  --profile "$src/bench/results/2026-11-23-validate-h100/h100-cal-a.yaml" \
+  --measured "$src/bench/results/2026-11-23-validate-h100/sweep-mlp-2b.json" --json "$tmp/val.json"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["settings"]["zero.stage"] == 3 and "defaults" in d and "warnings" in d, d' \
+  "$tmp/val.json" && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: validate --json record"; }
+
+# ---- issue 19: bad input gets a clear error (2), a failed write a runtime failure (3) ----
+expect 2 "verify --n -1 is a range error" -- "$tf" verify --n -1
+contains "$tmp/err" "--n '-1': expected an integer in \[1, 2147483648\]" "verify --n names its range"
+expect 2 "verify --n 2^64 is a range error" -- "$tf" verify --n 18446744073709551616
+expect 2 "bench --n -1 is a range error" -- "$tf" bench --n -1 --gpu off
+expect 2 "--metrics-linger 1e10 is a range error" -- "$tf" simulate "$toy" --metrics-port 0 --metrics-linger 1e10
+contains "$tmp/err" "--metrics-linger 1e+10: allowed -1 (serve until interrupted) or \[0, 1e+06\] seconds" \
+  "linger names its range"
+expect 2 "--world beyond the simulator's bound" -- "$tf" simulate --world 65536
+contains "$tmp/err" "^twinflow simulate: error: --world 65536: ranks (65536) x grad_accum" "--world is named"
+expect 2 "--world out of range" -- "$tf" simulate --world 0
+expect 3 "--json /dev/full" -- "$tf" simulate "$toy" --json /dev/full
+contains "$tmp/err" "--json /dev/full: cannot write: No space left on device" "/dev/full names the file and errno"
+# A write that fails half-way (a file-size limit: EFBIG) leaves the old file and no partial one.
+printf 'old\n' >"$tmp/keep.json"
+expect 3 "a trace that cannot be written whole" -- bash -c 'trap "" XFSZ; ulimit -f 64; exec "$0" simulate --trace "$1"' \
+  "$tf" "$tmp/keep.json"
+contains "$tmp/err" "--trace $tmp/keep.json: cannot write: File too large" "the failed write is named"
+[ "$(cat "$tmp/keep.json")" = old ] && [ -z "$(ls "$tmp" | grep 'keep.json.tmp')" ] && pass=$((pass + 1)) ||
+  { fails=$((fails + 1)); echo "FAIL: a failed write left a partial file: $(ls "$tmp")"; }
+expect 3 "--csv into a missing directory" -- "$tf" simulate "$toy" --csv "$tmp/no/such/dir/x.csv"
+[ ! -e "$tmp/no" ] && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: a directory appeared"; }
+base='name: x\nmodel: toy-mlp\ncluster: {profile: h200x2-32core, gpus_per_node: 2}\ntraining: {micro_batch: 1}\n'
+printf "$base"'optimizer: {type: adamw}\nzero: {stage: 3}\n\033[31mbad\007: 1\n' >"$tmp/esc.yaml"
+expect 2 "control characters in a key" -- "$tf" simulate "$tmp/esc.yaml"
+contains "$tmp/err" '\\x1b\[31mbad\\x07' "control characters are escaped"
+not_contains "$tmp/err" $'\x1b' "no raw ESC reaches the terminal"
+not_contains "$tmp/err" $'\a' "no raw BEL reaches the terminal"
+printf "$base"'optimizer: {type: adamw}\nzero: {stage: 3, offload_optimizer: {device: cpu, raito: 0.3}}\n' >"$tmp/raito.yaml"
+expect 2 "a misspelt scenario key" -- "$tf" simulate "$tmp/raito.yaml"
+contains "$tmp/err" "raito.yaml:6:51: zero.offload_optimizer.raito: unknown key \`raito\` at 6:51; did you mean \`ratio\`?" \
+  "the misspelt key names its place and the nearest key"
+printf "$base"'optimizer: {type: adamw, params: {betas: [1.5, 0.9]}}\nzero: {stage: 3}\n' >"$tmp/betas.yaml"
+expect 2 "bad Adam betas" -- "$tf" simulate "$tmp/betas.yaml"
+contains "$tmp/err" "betas.yaml:5:43: optimizer.params.betas\[0\]: 1.5 is out of range; allowed \[0, 1\]" \
+  "betas name key, value, interval"
+printf 'model: toy-mlp\ncluster: {profile: ../hardware/h100-80gb-16core}\n' >"$tmp/dotdot.yaml"
+expect 2 "a profile name with ../" -- "$tf" simulate "$tmp/dotdot.yaml"
+contains "$tmp/err" "is neither a profile name nor a .yaml path" "a profile name is a name only"
+expect 2 "validate --profile ../x" -- "$tf" validate "$toy" --profile ../x --measured "$tmp/none.json"
+expect 2 "a bare ds_config given as the scenario" -- "$tf" simulate "$src/scenarios/ds_config/gpt-350m.json"
+contains "$tmp/err" "this is a DeepSpeed config" "core's message for a bare ds_config"
+contains "$tmp/err" "  ds_config: gpt-350m.json" "it says how to reference the ds_config"
 
 echo "cli: $pass passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -25,9 +25,10 @@ if ! command -v clang++ > /dev/null; then
   exit 2
 fi
 if [ ! -f "$build/build.ninja" ]; then
+  mkdir -p "$build"
   CC=clang CXX=clang++ cmake -S "$src" -B "$build" -G Ninja -DTWINFLOW_FUZZ=ON -DTWINFLOW_CUDA=OFF \
-    -DTWINFLOW_BUILD_TESTS=OFF -DTWINFLOW_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log" >&2; exit 2; }
+    -DTWINFLOW_BUILD_TESTS=OFF -DTWINFLOW_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log" >&2; exit 2; }
 fi
 nice cmake --build "$build" -j "$jobs" --target $(printf 'tf_fuzz_%s ' "${targets[@]}") > "$build/fuzz-build.log" 2>&1 ||
   { tail -40 "$build/fuzz-build.log" >&2; exit 2; }

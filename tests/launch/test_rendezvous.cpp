@@ -2,16 +2,22 @@
 // fast.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 #include <utility>
 
 #include "backends/launch/rendezvous.h"
 #include "core/error.h"
+#include "core/output_file.h"
+#include "tests/temp_dir.h"
 
 namespace tf::backend::launch {
 namespace {
@@ -19,6 +25,8 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 namespace asio = boost::asio;
+
+constexpr uint32_t kSharedFileChannel = 3;  // rank_barrier's all_ok channel in these tests
 
 // An ephemeral loopback port: bound, read and released (rank 0 rebinds it with SO_REUSEADDR).
 uint16_t free_port() {
@@ -260,6 +268,177 @@ TEST(Rendezvous, BarrierAfterRendezvous) {
       return rv.rank();
     }));
   for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[size_t(r)].get(), r);
+}
+
+// --save-master's protocol over the real rendezvous (rank_barrier: all_ok on its own channel): three
+// ranks, each watching for lost peers all along, write their interleaved 4-byte slots of one file,
+// twice; the file holds every slot and no watch reported a failure.
+TEST(Rendezvous, RankBarrierCarriesASharedFileWrite) {
+  const uint16_t port = free_port();
+  tf::test::TempDir dir("tf_rdv");
+  constexpr int kWorld = 3;
+  constexpr uint32_t kSlots = 3000;
+  std::vector<std::future<std::string>> ranks;
+  for (int r = kWorld - 1; r >= 0; --r)
+    ranks.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      Rendezvous rv(options(port, r, kWorld, 5000ms), unique_id());
+      std::promise<std::string> lost;
+      bool reported = false;
+      const auto on_lost = [&](const std::string& what) {
+        if (!reported) reported = true, lost.set_value(what);
+      };
+      rv.start_watch(on_lost);
+      const core::RankBarrier barrier = rank_barrier(rv, kSharedFileChannel, 5000ms);
+      for (const char* name : {"a.bin", "b.bin"})
+        core::write_shared_output_file(dir.path() / name, "--save-master", kSlots * 4, r, kWorld, barrier,
+                                       [&](core::OutputFile& f) {
+                                         for (uint32_t i = uint32_t(r); i < kSlots; i += kWorld) {
+                                           const uint32_t v = i ^ 0x5a5a5a5au;
+                                           f.write_at(&v, 4, uint64_t(i) * 4);
+                                         }
+                                       });
+      rv.stop_watch();
+      rv.barrier();  // every rank's watch stopped before any Rendezvous goes away
+      return reported ? lost.get_future().get() : std::string();
+    }));
+  for (auto& f : ranks) EXPECT_EQ(f.get(), "");
+  for (const char* name : {"a.bin", "b.bin"}) {
+    std::ifstream in(dir.path() / name, std::ios::binary);
+    std::vector<uint32_t> got(kSlots + 1);
+    in.read(reinterpret_cast<char*>(got.data()), std::streamsize(got.size() * 4));
+    ASSERT_EQ(in.gcount(), std::streamsize(kSlots) * 4) << name;
+    for (uint32_t i = 0; i < kSlots; ++i) ASSERT_EQ(got[i], i ^ 0x5a5a5a5au) << name << " slot " << i;
+  }
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 2);
+}
+
+// A rank that cannot write its part votes false: every rank learns it from the vote (not from a lost
+// peer) and fails with a RuntimeFailure saying so, and the old file is left as it was, with no
+// temporary file.
+TEST(Rendezvous, RankBarrierAFailedRankFailsTheOthers) {
+  const uint16_t port = free_port();
+  tf::test::TempDir dir("tf_rdv");
+  const std::filesystem::path p = dir.write("m.bin", "old");
+  constexpr int kWorld = 3;
+  std::vector<std::future<std::string>> ranks;
+  for (int r = kWorld - 1; r >= 0; --r)
+    ranks.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      try {
+        Rendezvous rv(options(port, r, kWorld, 5000ms), unique_id());
+        const core::FaultHook hook = [r](const core::FaultPoint& f) { return r == 2 && f.op == "write" ? EIO : 0; };
+        core::write_shared_output_file(
+            p, "--save-master", 12, r, kWorld, rank_barrier(rv, kSharedFileChannel, 5000ms),
+            [&](core::OutputFile& f) {
+              const float v = float(r);
+              f.write_at(&v, 4, uint64_t(r) * 4);
+            },
+            hook);
+      } catch (const core::RuntimeFailure& e) {
+        return e.what();
+      }
+      return "(no failure)";
+    }));
+  std::vector<std::string> errors;
+  for (auto& f : ranks) errors.push_back(f.get());  // ranks 2, 1, 0
+  EXPECT_NE(errors[0].find("--save-master " + p.string() + ": cannot write"), std::string::npos) << errors[0];
+  for (size_t i : {1, 2})
+    EXPECT_NE(errors[i].find("another rank failed to write its part; the file was left as it was"), std::string::npos)
+        << errors[i];
+  std::ifstream in(p);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "old");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
+}
+
+// all_ok is an AND over the ranks' flags, round after round.
+TEST(Rendezvous, AllOkIsAnAndOverRanks) {
+  const uint16_t port = free_port();
+  constexpr int kWorld = 3, kRounds = 8;
+  std::vector<std::future<std::vector<bool>>> ranks;
+  for (int r = 0; r < kWorld; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      Rendezvous rv(options(port, r, kWorld), unique_id());
+      std::vector<bool> got;
+      for (int round = 0; round < kRounds; ++round) got.push_back(rv.all_ok(round % (kWorld + 1) != r));
+      return got;
+    }));
+  // round k: rank k % 4 passes false (none when k % 4 == 3)
+  const std::vector<bool> want = {false, false, false, true, false, false, false, true};
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(ranks[size_t(r)].get(), want) << "rank " << r;
+}
+
+// Two threads per rank vote on two channels at once while the background watch runs (a checkpoint
+// writer's barrier beside the training loop's stop vote), each channel in its own order.
+TEST(Rendezvous, AllOkOnTwoChannelsFromTwoThreadsWhileTheWatchRuns) {
+  const uint16_t port = free_port();
+  constexpr int kWorld = 3, kRounds = 30;
+  std::vector<std::future<int>> ranks;
+  for (int r = 0; r < kWorld; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      Rendezvous rv(options(port, r, kWorld, 5000ms), unique_id());
+      std::atomic<bool> lost{false};
+      rv.start_watch([&](const std::string&) { lost = true; });
+      int wrong = 0;
+      auto voter = [&](uint32_t channel, int false_every) {
+        for (int i = 0; i < kRounds; ++i) {
+          const bool mine = !(r == 1 && i % false_every == 0);  // rank 1 says no now and then
+          wrong += rv.all_ok(mine, channel) != (i % false_every != 0);
+        }
+      };
+      std::thread writer(voter, 2u, 3);
+      voter(1u, 5);
+      writer.join();
+      rv.stop_watch();
+      rv.barrier();
+      return wrong + (lost ? 1000 : 0);
+    }));
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(ranks[size_t(r)].get(), 0) << "rank " << r;
+}
+
+// A rank that dies while the others wait in all_ok makes them fail, naming it, well before the timeout.
+TEST(Rendezvous, AllOkFailsWhenAPeerDies) {
+  const uint16_t port = free_port();
+  constexpr int kWorld = 3;
+  auto dying = std::async(std::launch::async, [&] {
+    Rendezvous rv(options(port, 2, kWorld, 10000ms), {});
+    std::this_thread::sleep_for(100ms);  // then its connection closes
+  });
+  std::vector<std::future<std::string>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      Rendezvous rv(options(port, r, kWorld, 10000ms), unique_id());
+      const auto t0 = Clock::now();
+      try {
+        rv.all_ok(true, 7);
+      } catch (const core::RuntimeFailure& e) {
+        EXPECT_LT(Clock::now() - t0, 3s);
+        EXPECT_THROW(rv.all_ok(true, 7), core::RuntimeFailure);  // every later call fails too
+        return e.what();
+      }
+      return "no error";
+    }));
+  dying.get();
+  for (auto& f : ranks) EXPECT_NE(f.get().find("rank 2 closed the connection"), std::string::npos);
+}
+
+// A rank that never votes: rank 0 times out naming it.
+TEST(Rendezvous, AllOkTimesOutNamingTheRanksThatDidNotVote) {
+  const uint16_t port = free_port();
+  std::promise<void> done;
+  std::shared_future<void> release = done.get_future().share();
+  auto silent = std::async(std::launch::async, [&] {
+    Rendezvous rv(options(port, 1, 2), {});
+    release.wait_for(5s);
+  });
+  Rendezvous rv0(options(port, 0, 2), unique_id());
+  try {
+    rv0.all_ok(true, 3, 300ms);
+    ADD_FAILURE() << "no timeout";
+  } catch (const core::RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks {1} to vote on channel 3"), std::string::npos) << e.what();
+  }
+  done.set_value();
+  silent.get();
 }
 
 }  // namespace

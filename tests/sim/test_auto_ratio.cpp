@@ -33,11 +33,14 @@ Scenario gpt2_scenario(const std::string& training = "micro_batch: 2, gradient_c
       {}, "gpt2.yaml");
 }
 
-// The memory of the largest shard at `ratio`, by the allocation plan.
-tf::core::RankMemory memory_at(const Scenario& s, double ratio) {
-  const tf::core::RunSettings rs = tf::core::resolve_settings(s);
+// The memory of the largest shard at `ratio`, by the allocation plan, with `speculation_bytes` for the
+// speculated layers' spare slots (0: none; kSpeculationAuto resolved against `host_bytes_per_rank`).
+tf::core::RankMemory memory_at(const Scenario& s, double ratio, int64_t speculation_bytes = 0,
+                               int64_t host_bytes_per_rank = 0) {
+  const tf::core::RunSettings rs = tf::core::resolve_settings(s, {.speculation_bytes = speculation_bytes});
   tf::core::MemoryOptions mo = rs.memory_options();
   mo.workload = tf::core::WorkloadType::kAuto;
+  mo.host_bytes_per_rank = host_bytes_per_rank;
   return tf::core::rank_memory_at(rs.model, tf::core::make_partition(rs.model, rs.partition), mo, ratio);
 }
 
@@ -139,6 +142,59 @@ TEST(AutoRatio, NothingFitsNamesTheShortfallAndWhatToChange) {
     EXPECT_TRUE(contains(m, "training.activation_checkpointing: true fits at ratios")) << m;
     EXPECT_TRUE(contains(m, "training.micro_batch: ")) << m;
   }
+}
+
+// `speculation: auto` (with clipping, the speculated CPU layers' second state slots) fills what the host has
+// beyond the plan: the ratios that fit are those of the plan without spare slots, every point of the table
+// counts the spare slots auto resolved to at that point and stays within the rank's host memory, and the
+// chosen ratio fits. An explicit budget counts in full: it narrows the range.
+TEST(AutoRatio, SpeculationAutoFitsWithItsSpareSlotsCounted) {
+  using tf::core::kSpeculationAuto;
+  Scenario s = gpt2_scenario("micro_batch: 2, gradient_clipping: 1.0, speculation: auto");
+  const int64_t slack = 300'000'000;  // host bytes per rank beyond the plan (no spare slots) at ratio 0.6
+  s.cluster.hardware.host_memory_bytes =
+      (memory_at(s, 0.6).host_total + slack) * tf::core::ranks_per_node(s, s.cluster.world_size());
+  const int64_t host_budget = tf::core::rank_budget(s, s.cluster.world_size()).host_bytes;
+  ASSERT_EQ(host_budget, memory_at(s, 0.6).host_total + slack);
+
+  const AutoRatio a = choose_ratio(s);
+  Scenario off = s;
+  off.training.speculation_bytes = 0;
+  const tf::core::FitReport without = tf::core::check_fit(off);
+  ASSERT_TRUE(a.range.feasible);
+  ASSERT_TRUE(without.range.feasible);
+  EXPECT_EQ(a.range.min_ratio, without.range.min_ratio);
+  EXPECT_EQ(a.range.max_ratio, without.range.max_ratio);  // auto never narrows it
+  EXPECT_GT(a.range.max_ratio, 0.6);                      // the slack, not spare slots, sets the end
+  expect_fastest_of_table(a);
+
+  int with_spare = 0;
+  for (const auto& p : a.table) {
+    const tf::core::RankMemory plan = memory_at(s, p.requested, kSpeculationAuto, host_budget);
+    const tf::core::RankMemory bare = memory_at(s, p.requested);
+    EXPECT_EQ(p.host_bytes, plan.host_total) << "ratio " << p.ratio;
+    EXPECT_EQ(p.gpu_bytes, plan.gpu_total) << "ratio " << p.ratio;
+    EXPECT_LE(p.host_bytes, host_budget) << "ratio " << p.ratio;
+    EXPECT_GE(p.host_bytes, bare.host_total) << "ratio " << p.ratio;
+    with_spare += p.host_bytes > bare.host_total;
+  }
+  EXPECT_GT(with_spare, 0) << "no point of the table has a spare slot: the test does not test them";
+  const tf::backend::sim::SimPoint chosen = simulate_step(s, a.ratio);
+  EXPECT_FALSE(chosen.oom) << chosen.oom_reason;
+  EXPECT_EQ(chosen.memory.host_total, memory_at(s, a.ratio, kSpeculationAuto, host_budget).host_total);
+  // the memory model's report resolves auto the same way
+  const tf::core::FitReport fit = tf::core::check_fit(s);
+  EXPECT_EQ(fit.at_max.host_total, memory_at(s, fit.range.max_ratio, kSpeculationAuto, host_budget).host_total);
+  EXPECT_LE(fit.at_max.host_total, host_budget);
+
+  // An explicit budget of the slack's size counts in full: at the old end it no longer fits.
+  Scenario fixed = s;
+  fixed.training.speculation_bytes = slack;
+  const AutoRatio b = choose_ratio(fixed);
+  ASSERT_TRUE(b.range.feasible);
+  EXPECT_LT(b.range.max_ratio, a.range.max_ratio);
+  for (const auto& p : b.table) EXPECT_LE(p.host_bytes, host_budget) << "ratio " << p.ratio;
+  EXPECT_FALSE(simulate_step(fixed, b.ratio).oom);
 }
 
 TEST(AutoRatio, WithRatioReplacesAuto) {

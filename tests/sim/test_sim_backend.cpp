@@ -347,7 +347,9 @@ TEST(SimBackend, RanksRunThePlanTheEngineBuilds) {
   const tf::core::Partition part = tf::core::make_partition(rs.model, rs.partition);
   ASSERT_EQ(p.plans.size(), 4u);
   for (int r = 0; r < 4; ++r) {
-    const tf::core::RankPlan rp = tf::core::plan_rank(rs.model, part, r, 0.3, rs.memory_options());
+    tf::core::MemoryOptions mo = rs.memory_options();
+    mo.host_bytes_per_rank = s.cluster.hardware.host_memory_bytes / 4;  // `speculation: auto` fills it
+    const tf::core::RankPlan rp = tf::core::plan_rank(rs.model, part, r, 0.3, mo);
     EXPECT_EQ(p.plans[size_t(r)], rp.step) << r;
     EXPECT_TRUE(tf::core::check_plan_hazards(rp.step).empty()) << r;
   }
@@ -468,4 +470,46 @@ TEST(Timeline, ExposedCpuOptimizerAndCopiesSplitTheExposedTransfer) {
   EXPECT_EQ(t.exposed_transfer_ns, 160);
   EXPECT_EQ(t.exposed_cpu_optimizer_ns, 80);
   EXPECT_EQ(t.exposed_copies_ns, 80);
+}
+
+// The speculative schedule from the same plan (docs/ARCHITECTURE.md, "Speculation"): with clipping, a held
+// speculation moves the CPU passes of the last layers into backward, so the step and its optimizer phase
+// shrink and more of the CPU queue runs under compute; the step after a clipped one (no speculative work,
+// every commit redoes) costs what the plan without speculation costs; a failed speculation costs more.
+// Ratios where backward outlasts the speculated passes: at ratio 1 on this small decoder the CPU pass is
+// several times backward, the last speculated layer's gradient lands after the norm, and the commits
+// (hence the H2Ds) queue behind it on the FIFO cpu queue (docs/ARCHITECTURE.md, "When it does not help").
+TEST(SimSpeculation, HeldSpeculationHidesTheCpuPassAndTheOtherCasesCostWhatTheyDo) {
+  using tf::backend::sim::SpeculationCase;
+  const tf::core::Scenario s = decoder_scenario(1);
+  SimOptions off;
+  off.overrides.speculation_bytes = 0;
+  SimOptions held;
+  SimOptions after_clip;
+  after_clip.speculation = SpeculationCase::kNotSpeculating;
+  SimOptions failed;
+  failed.speculation = SpeculationCase::kFails;
+  for (double ratio : {0.3, 0.6}) {
+    const SimPoint p_off = simulate_step(s, ratio, off);
+    const SimPoint p_held = simulate_step(s, ratio, held);
+    const SimPoint p_after = simulate_step(s, ratio, after_clip);
+    const SimPoint p_failed = simulate_step(s, ratio, failed);
+    const auto cpu_busy = [](const SimPoint& p) { return p.busy_ns[qi(Queue::kCpu)]; };
+    EXPECT_LT(p_held.step_ns, p_off.step_ns) << ratio;
+    EXPECT_LT(p_held.optimizer_phase_ns, p_off.optimizer_phase_ns) << ratio;
+    EXPECT_GT(p_held.cpu_overlapped_ns, p_off.cpu_overlapped_ns) << ratio;
+    EXPECT_EQ(p_after.step_ns, p_off.step_ns) << ratio;
+    EXPECT_GT(p_failed.step_ns, p_held.step_ns) << ratio;
+    EXPECT_GE(p_failed.step_ns, p_off.step_ns) << ratio;
+    // the CPU pass's elements are the same in every case but the failed one (twice for the speculated layers)
+    EXPECT_GT(cpu_busy(p_failed), cpu_busy(p_off)) << ratio;
+    EXPECT_EQ(p_held.pcie_bytes_each_way, p_off.pcie_bytes_each_way) << ratio;
+    // the second state slot is host memory only
+    EXPECT_GT(p_held.memory.host_optimizer, p_off.memory.host_optimizer) << ratio;
+    EXPECT_EQ(p_held.memory.gpu_total, p_off.memory.gpu_total) << ratio;
+  }
+  // without clipping or loss scaling nothing waits for the norm: nothing to speculate, the same step
+  tf::core::Scenario plain = s;
+  plain.training.gradient_clipping = 0;
+  EXPECT_EQ(simulate_step(plain, 0.6, held).step_ns, simulate_step(plain, 0.6, off).step_ns);
 }

@@ -26,17 +26,28 @@ tf::core::Scenario scenario() {
       {}, "v.yaml");
 }
 
-// A run --json document whose steps take `scale` x the simulator's step (step 1 twice as long).
-nlohmann::json sweep_json(const tf::core::Scenario& s, const std::vector<double>& ratios, double scale) {
+// A run --json document whose steps take `scale` x the simulator's step (step 1 twice as long). Without
+// `speculating`, a run from before speculation (no speculation fields: the validator plans none); with
+// it, a run whose speculation held in every step, with the budget the simulator's plan resolved.
+nlohmann::json sweep_json(const tf::core::Scenario& s, const std::vector<double>& ratios, double scale,
+                          bool speculating = false) {
   nlohmann::json doc = {{"scenario", "v"}, {"rank", 0}, {"world", 1},  {"gpu", "test GPU"},
                         {"workload", "mlp"}, {"threads", 16}, {"params", 1}, {"grad_accum", 1}};
   for (double r : ratios) {
-    const tf::backend::sim::SimPoint sp = tf::backend::sim::simulate_step(s, r);
+    tf::backend::sim::SimOptions o;
+    o.keep_plans = true;
+    if (!speculating) o.overrides.speculation_bytes = 0;
+    const tf::backend::sim::SimPoint sp = tf::backend::sim::simulate_step(s, r, o);
     nlohmann::json p = {{"ratio", r}, {"actual_ratio", sp.ratio}};
+    if (speculating) p["speculation_bytes"] = sp.plans[0].config.speculation_bytes;
     for (int step = 1; step <= 4; ++step) {
       const auto ns = int64_t(std::llround(double(sp.step_ns) * scale * (step == 1 ? 2.0 : 1.0)));
       p["steps"].push_back({{"step", step}, {"step_ns", ns}, {"optimizer_phase_ns", sp.optimizer_phase_ns},
                             {"kind_ns", {{"forward", 10}, {"cpu_optimizer", 5}}}});
+      if (speculating) {
+        p["steps"].back()["speculated"] = true;
+        p["steps"].back()["speculation_held"] = true;
+      }
     }
     doc["points"].push_back(p);
   }
@@ -54,6 +65,27 @@ TEST(Validate, TheSimulatorAgainstItselfHasNoError) {
     EXPECT_NEAR(r.error_pct, 0.0, 1e-9);
   }
   EXPECT_NEAR(v.mape_pct, 0.0, 1e-9);
+}
+
+// A run that speculated is simulated with its budget in the case its steps were in (here: held); the
+// same run read as one from before speculation is not the same point.
+TEST(Validate, ASpeculatingRunIsSimulatedWithItsSpeculation) {
+  const tf::core::Scenario s = tf::core::parse_scenario(
+      "model: {type: mlp, dims: [256, 256, 256, 256, 256]}\n"
+      "cluster: {profile: h100-80gb-16core, cpu_cores_per_gpu: 16}\n"
+      "training: {micro_batch: 8, gradient_clipping: 1.0}\n"
+      "optimizer: {type: adamw}\n"
+      "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}\n",
+      {}, "v.yaml");
+  const nlohmann::json doc = sweep_json(s, {0.5, 1.0}, 1.0, true);
+  ASSERT_GT(doc["points"][0]["speculation_bytes"].get<int64_t>(), 0);
+  const MeasuredSweep m = parse_measured_sweep(doc.dump(), "m.json");
+  EXPECT_EQ(tf::app::speculation_case(m.points[0]), tf::backend::sim::SpeculationCase::kHolds);
+  for (const auto& r : validate_sweep(s, m).rows) EXPECT_NEAR(r.error_pct, 0.0, 1e-9);
+  nlohmann::json old = doc;
+  for (auto& p : old["points"]) p.erase("speculation_bytes");
+  const tf::app::Validation v = validate_sweep(s, parse_measured_sweep(old.dump(), "m.json"));
+  EXPECT_GT(std::abs(v.rows[1].error_pct), 1e-6) << "speculation moved the CPU pass: the step differs";
 }
 
 TEST(Validate, ErrorIsSimulatedOverMeasuredAndMapeTheMeanOfItsSize) {

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
                    {"vocab", d.vocab},
                    {"seq", d.seq},
                    {"pos_offset", d.pos_offset},
+                   {"pad_token", d.pad_token},
                    {"embed_dim", core::embed_width(d)},
                    {"pre_ln", d.pre_ln},
                    {"tied", d.tied_embeddings},

@@ -107,11 +107,20 @@ TEST(AllocPlan, WorldsAndStages) {
       for (int i = 0; i < 3; ++i) EXPECT_EQ(a.has(buffer_name(buf::kGather, i)), exchange) << stage << " " << world;
       EXPECT_FALSE(a.has(buffer_name(buf::kGather, 3)));
       for (int i = 0; i < kGradSlots; ++i) {
-        EXPECT_EQ(a.has(buffer_name(buf::kRecv, i)), exchange);
+        EXPECT_EQ(a.has(buffer_name(buf::kRecv, i)), world > 1);  // every stage reduces by exchange
         EXPECT_EQ(a.at(buffer_name(buf::kLayerGrad, i)).bytes, padded * 2);
       }
-      EXPECT_EQ(a.at(buf::kParams).bytes, (stage == 3 ? p.ranks[0].elems : m.total_params) * 2);
-      EXPECT_EQ(a.at(buf::kGrads).bytes, (stage >= 2 ? p.ranks[0].elems : m.total_params) * 2);
+      // the toy's layers padded to world x 2048: 3003000, 6002000, 20010 -> the padded model
+      const int64_t unit = world * 2048;
+      const int64_t model = (3003000 + unit - 1) / unit * unit + (6002000 + unit - 1) / unit * unit +
+                            (20010 + unit - 1) / unit * unit;
+      ASSERT_EQ(world * p.ranks[0].elems, model);
+      EXPECT_EQ(a.at(buf::kParams).bytes, model / world * 2) << "the shard the optimizers write, every stage";
+      EXPECT_EQ(a.has(buf::kReplica), stage < 3 && world > 1);
+      if (a.has(buf::kReplica)) {
+        EXPECT_EQ(a.at(buf::kReplica).bytes, model * 2);
+      }
+      EXPECT_EQ(a.at(buf::kGrads).bytes, (stage >= 2 ? model / world : model) * 2);
       EXPECT_FALSE(a.has(buf::kGradAccum));
       EXPECT_FALSE(a.has(buffer_name(buf::kMlpAct, 0)));
     }
@@ -121,6 +130,37 @@ TEST(AllocPlan, WorldsAndStages) {
   const AllocPlan a = plan_allocations(m, p, p.ranks[0], split_shard(p.ranks[0], 0.3, 2048), o);
   EXPECT_FALSE(a.has(buf::kGpuState2));
   EXPECT_FALSE(a.has(buf::kHostState2));
+}
+
+// Gradient accumulation keeps the shard's fp32 sums on every stage (each reduces every micro-batch).
+TEST(AllocPlan, GradAccumulationOnEveryStage) {
+  const ModelDesc m = toy();
+  MemoryOptions o;
+  o.step.grad_accum = 3;
+  o.workload = WorkloadType::kSynthetic;
+  for (int stage : {1, 2, 3})
+    for (int world : {1, 4}) {
+      const Partition p = make_partition(m, {stage, world, 2048});
+      const RankShard& r = p.ranks[size_t(1 % world)];
+      const AllocPlan a = plan_allocations(m, p, r, split_shard(r, 0.3, 2048), o);
+      EXPECT_EQ(a.at(buf::kGradAccum).bytes, r.elems * 4) << stage << " " << world;
+    }
+}
+
+// The replicated model's layout (padded layers in model order) and stage 1's rank-rotated gradient blocks.
+TEST(AllocPlan, ReplicaOffsetsAndStage1Blocks) {
+  const ModelDesc m = toy();
+  const Partition p = make_partition(m, {2, 4, 2048});
+  const std::vector<int64_t> off = replica_layer_offsets(p);
+  // 3003000 -> 3006464 (367 x 8192), 6002000 -> 6004736 (733 x 8192), 20010 -> 24576 (3 x 8192)
+  EXPECT_EQ(off, (std::vector<int64_t>{0, 3006464, 3006464 + 6004736, 3006464 + 6004736 + 24576}));
+  EXPECT_EQ(off.back(), 4 * p.ranks[2].elems);
+  // rank 2 of 4 keeps its own shard first, then ranks 3, 0, 1
+  EXPECT_EQ(stage1_grad_block(2, 2, 4), 0);
+  EXPECT_EQ(stage1_grad_block(2, 3, 4), 1);
+  EXPECT_EQ(stage1_grad_block(2, 0, 4), 2);
+  EXPECT_EQ(stage1_grad_block(2, 1, 4), 3);
+  EXPECT_EQ(stage1_grad_block(0, 0, 1), 0);
 }
 
 // The memory model is the plan summed by kind: every term, and the totals, are the plan's bytes.

@@ -114,11 +114,17 @@ TEST(Memory, HandComputedToyBytes) {
   EXPECT_EQ(r.gpu_context, 1000);
   EXPECT_EQ(r.gpu_total,
             r.gpu_params + r.gpu_grads + r.gpu_optimizer + r.gpu_activations + r.gpu_comm + r.gpu_workspace + 1000);
-  // stage 1 keeps the full bf16 model and full grads on every GPU
+  // stage 1 keeps the full bf16 model (beside the shard the optimizers write) and full grads on every
+  // GPU: layers padded to 4 x 2048 = 3006464 + 6004736 + 24576 = 9035776, a shard of 2258944
   const Partition p1 = make_partition(m, {1, 4, 2048});
   const RankMemory r1 = rank_memory(m, p1, p1.ranks[0], split_shard(p1.ranks[0], 0.5, 2048), o);
-  EXPECT_EQ(r1.gpu_params, m.total_params * 2);
-  EXPECT_EQ(r1.gpu_grads, m.total_params * 2);
+  EXPECT_EQ(r1.gpu_params, (2258944 + 9035776) * 2);
+  EXPECT_EQ(r1.gpu_grads, 9035776 * 2 + 2258944 * 4);  // + the shard's fp32 accumulation (grad_accum 2)
+  // stage 2: the same parameters, the shard's grads
+  const Partition p2 = make_partition(m, {2, 4, 2048});
+  const RankMemory r2 = rank_memory(m, p2, p2.ranks[0], split_shard(p2.ranks[0], 0.5, 2048), o);
+  EXPECT_EQ(r2.gpu_params, (2258944 + 9035776) * 2);
+  EXPECT_EQ(r2.gpu_grads, 2258944 * 2 + 2258944 * 4);
 }
 
 TEST(Memory, FeasibleRangeAndInfeasibleRatioMessage) {

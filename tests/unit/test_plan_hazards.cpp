@@ -51,23 +51,25 @@ TEST(PlanHazards, NoneOnAnyConfiguration) {
         for (int ga : {1, 3})
           for (int prefetch : {1, 2, 3})
             for (double ratio : {0.0, 0.3, 1.0})
-              for (int waits : {0, 1, 2}) {  // nothing, clipping, fp16 loss scaling
-                StepConfig c;
-                c.grad_accum = ga;
-                c.prefetch_layers = prefetch;
-                c.clip_gradients = waits == 1;
-                c.loss_scaling = waits == 2;
-                if (waits == 2) c.grad_dtype = DType::kF16;
-                for (int rank : {0, world - 1}) {
-                  const StepPlan p = plan_of(m.model, stage, world, ratio, c, rank);
-                  const std::vector<std::string> h = check_plan_hazards(p);
-                  ASSERT_TRUE(h.empty()) << m.name << " stage " << stage << " world " << world << " accum " << ga
-                                         << " prefetch " << prefetch << " ratio " << ratio << " waits " << waits << ": "
-                                         << h.front();
-                  ++plans;
+              for (int waits : {0, 1, 2})  // nothing, clipping, fp16 loss scaling
+                for (int64_t speculation : {int64_t(0), kSpeculationAuto}) {
+                  StepConfig c;
+                  c.grad_accum = ga;
+                  c.prefetch_layers = prefetch;
+                  c.clip_gradients = waits == 1;
+                  c.loss_scaling = waits == 2;
+                  c.speculation_bytes = speculation;
+                  if (waits == 2) c.grad_dtype = DType::kF16;
+                  for (int rank : {0, world - 1}) {
+                    const StepPlan p = plan_of(m.model, stage, world, ratio, c, rank);
+                    const std::vector<std::string> h = check_plan_hazards(p);
+                    ASSERT_TRUE(h.empty()) << m.name << " stage " << stage << " world " << world << " accum " << ga
+                                           << " prefetch " << prefetch << " ratio " << ratio << " waits " << waits
+                                           << " speculation " << speculation << ": " << h.front();
+                    ++plans;
+                  }
                 }
-              }
-  EXPECT_EQ(plans, 2u * 3 * 3 * 2 * 3 * 3 * 3 * 2);
+  EXPECT_EQ(plans, 2u * 3 * 3 * 2 * 3 * 3 * 3 * 2 * 2);
 }
 
 TEST(PlanHazards, ARemovedReuseDependencyIsFound) {
@@ -123,6 +125,73 @@ TEST(PlanHazards, RemovedOptimizerSideDependenciesAreFound) {
     ASSERT_NE(h2d, p.ops.end());
     h2d->deps.clear();
     EXPECT_TRUE(any_mentions(check_plan_hazards(p), "host_copy"));
+  }
+}
+
+// A speculated layer: its speculative update reads the gradient its D2H lands; the first commit reads
+// the step decision; the H2D reads the copy the commit (its redo) writes. Removing any of those
+// dependencies leaves a pair unordered.
+TEST(PlanHazards, RemovedSpeculationDependenciesAreFound) {
+  StepConfig c;
+  c.grad_accum = 2;
+  c.clip_gradients = true;
+  c.speculation_bytes = kSpeculationAuto;
+  const StepPlan base = plan_of(describe_model(make_mlp({512, 1024, 1024, 1024, 256})), 3, 2, 0.6, c);
+  ASSERT_TRUE(check_plan_hazards(base).empty());
+  const auto find = [](StepPlan& p, OpKind k, int8_t slot) {
+    return std::find_if(p.ops.begin(), p.ops.end(), [&](const Op& o) { return o.kind == k && o.state_slot == slot; });
+  };
+  {
+    StepPlan p = base;
+    auto spec = find(p, OpKind::kCpuOptimizer, 1);
+    ASSERT_NE(spec, p.ops.end());
+    spec->deps.clear();
+    const std::vector<std::string> h = check_plan_hazards(p);
+    EXPECT_TRUE(any_mentions(h, "host_grad[" + std::to_string(spec->layer) + "]")) << (h.empty() ? "" : h.front());
+  }
+  {
+    StepPlan p = base;
+    auto commit = find(p, OpKind::kCpuCommit, 1);
+    ASSERT_NE(commit, p.ops.end());
+    std::erase_if(commit->deps, [&](uint32_t d) { return p.ops[d].kind == OpKind::kNormAllReduce; });
+    EXPECT_TRUE(any_mentions(check_plan_hazards(p), "norm_result"));
+  }
+  {
+    StepPlan p = base;
+    auto commit = find(p, OpKind::kCpuCommit, 1);
+    auto h2d = std::find_if(p.ops.begin(), p.ops.end(),
+                            [&](const Op& o) { return o.kind == OpKind::kH2DParam && o.layer == commit->layer; });
+    ASSERT_NE(h2d, p.ops.end());
+    h2d->deps.clear();
+    const std::vector<std::string> h = check_plan_hazards(p);
+    EXPECT_TRUE(any_mentions(h, "host_copy[" + std::to_string(commit->layer) + "]")) << (h.empty() ? "" : h.front());
+  }
+}
+
+TEST(PlanHazards, WhatSpeculationOpsTouch) {
+  StepConfig c;
+  c.clip_gradients = true;
+  c.speculation_bytes = kSpeculationAuto;
+  const StepPlan p = plan_of(describe_model(make_mlp({512, 1024, 1024, 1024, 256})), 3, 1, 1.0, c);
+  for (const Op& o : p.ops) {
+    const std::vector<BufferUse> u = op_buffers(p, o);
+    const auto has = [&](PlanBuffer b, bool write) {
+      return std::find(u.begin(), u.end(), BufferUse{b, o.layer, Segment::kWhole, write}) != u.end();
+    };
+    if (o.kind == OpKind::kCpuOptimizer && o.state_slot == 1) {
+      EXPECT_TRUE(has(PlanBuffer::kHostOptimizerState, false)) << o.label();
+      EXPECT_TRUE(has(PlanBuffer::kHostOptimizerSpare, true)) << o.label();
+      EXPECT_FALSE(has(PlanBuffer::kHostOptimizerState, true)) << o.label();  // the current slot is only read
+      EXPECT_EQ(
+          std::count_if(u.begin(), u.end(), [](const BufferUse& b) { return b.buffer == PlanBuffer::kNormResult; }), 0)
+          << "a speculative update does not wait for the step decision";
+    }
+    if (o.kind == OpKind::kCpuCommit) {
+      EXPECT_TRUE(has(PlanBuffer::kHostOptimizerState, true)) << o.label();
+      EXPECT_TRUE(has(PlanBuffer::kHostOptimizerSpare, true)) << o.label();
+      EXPECT_TRUE(has(PlanBuffer::kHostCopy, true)) << o.label();
+      EXPECT_NE(std::find(u.begin(), u.end(), BufferUse{PlanBuffer::kNormResult, -1, Segment::kWhole, false}), u.end());
+    }
   }
 }
 

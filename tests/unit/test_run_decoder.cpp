@@ -15,6 +15,7 @@
 #include "core/scenario.h"
 #include "core/settings.h"
 #include "core/token_data.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
 using namespace tf;
@@ -46,7 +47,7 @@ TEST(RunDecoder, BatchFileHoldsEachStepsGlobalBatch) {
   test::TempDir d;
   const core::RunSettings s = gpt_tiny(2, 3, 2);
   const std::filesystem::path file = d.path() / "b.bin";
-  app::write_batch_file(file, s, 4, 2);  // steps 4 and 5
+  app::write_batch_file(file, s, 4, 2, "--dump-batches");  // steps 4 and 5
   const std::vector<int32_t> v = read_ints(file);
   ASSERT_EQ(v.size(), 4u + 2 * 2 * 12 * 16);
   EXPECT_EQ(v[0], app::kBatchFileMagic);
@@ -80,6 +81,20 @@ TEST(RunDecoder, GradientDumpRoundTripsAndNeedsTheWholeModel) {
   for (const auto& [i, v] : g) ASSERT_EQ(back[size_t(i)], v) << i;
   g.pop_back();
   EXPECT_THROW(app::write_gradients(file, s.model, g), core::InputError);
+  EXPECT_EQ(core::load_hf_weights(s.model, file), back);  // the earlier dump is left as it was
+}
+
+// Both files go through core::OutputFile: a device that cannot take them (/dev/full) is a
+// core::RuntimeFailure naming the option and the file (exit 3), not a silently short file.
+TEST(RunDecoder, FilesThatCannotBeWrittenAreRuntimeFailures) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const core::RunSettings s = gpt_tiny(1, 1, 1);
+  const std::string msg =
+      test::error_of<core::RuntimeFailure>([&] { app::write_batch_file("/dev/full", s, 1, 1, "--dump-step"); });
+  EXPECT_NE(msg.find("--dump-step /dev/full: cannot write"), std::string::npos) << msg;
+  std::vector<std::pair<int64_t, float>> g;
+  for (int64_t i = 0; i < s.model.total_params; ++i) g.emplace_back(i, 1.0f);
+  EXPECT_THROW(app::write_gradients("/dev/full", s.model, g), core::RuntimeFailure);
 }
 
 // tokens/s = micro_batch x seq x grad_accum x world / step time; model TFLOP/s per GPU over the peak.

@@ -650,7 +650,7 @@ TEST(Scenario, UnknownKeysAreErrorsThatSuggestTheNearestKey) {
   EXPECT_EQ(err_with(11, "  micro_batch: 2\n  mirco_batch: 3"),
             f + ":12:3: training.mirco_batch: unknown key `mirco_batch` at 12:3; did you mean `micro_batch`? allowed: "
                 "micro_batch, grad_accum, precision, loss_scaling, gradient_clipping, prescale_gradients, steps, "
-                "activation_checkpointing");
+                "activation_checkpointing, speculation");
   EXPECT_TRUE(contains(err_with(16, "  offload_optimizer: {device: cpu, ratio: 0.5, rate: 2}"),
                        f + ":16:48: zero.offload_optimizer.rate: unknown key `rate` at 16:48; did you mean `ratio`?"));
   EXPECT_TRUE(contains(err_with(1, "modle:"), f + ":1:1: modle: unknown key `modle` at 1:1; did you mean `model`?"));
@@ -866,6 +866,11 @@ TEST(Scenario, SimulationSizeIssueForAnotherWorld) {
   EXPECT_EQ(simulation_size_issue(big, 65536),
             "ranks (65536) x grad_accum (8) x layers (4) = 2097152 layer micro-steps to simulate; allowed at most "
             "1048576 (the simulator holds every rank's step plan: about 3 KB per unit)");
+  // another grad_accum than the scenario's (a measured sweep's, run --grad-accum)
+  EXPECT_EQ(simulation_size_issue(s, 65536, 8), simulation_size_issue(big, 65536));
+  EXPECT_FALSE(simulation_size_issue(big, 65536, 4).has_value());  // 65536 x 4 x 4 = 2^20
+  EXPECT_EQ(simulation_size_issue(s, 1, 0), "grad_accum 0 is out of range; allowed [1, 1048576]");
+  EXPECT_EQ(simulation_size_issue(s, 1, kMaxBatch + 1), "grad_accum 1048577 is out of range; allowed [1, 1048576]");
 }
 
 // data: {train: PATH} is a token file checked when the scenario is read (relative to the scenario, the

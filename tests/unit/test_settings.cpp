@@ -103,3 +103,72 @@ TEST(Settings, Overrides) {
   EXPECT_TRUE(resolve_settings(decoder).data_train.empty());                             // the built-in stream
   EXPECT_TRUE(resolve_settings(decoder).init_from.empty());                              // GPT-2's init
 }
+
+// An override out of range names what set it.
+TEST(Settings, OverrideErrorsNameTheirSource) {
+  const Scenario sc = scenario("micro_batch: 2, grad_accum: 3");
+  const auto error_of = [&](const SettingsOverrides& o) {
+    try {
+      resolve_settings(sc, o);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error_of({.world = 0, .world_from = "--world"}), "--world 0: ranks must be in [1, 65536]");
+  EXPECT_EQ(error_of({.world = kMaxWorld + 1, .world_from = "--world"}), "--world 65537: ranks must be in [1, 65536]");
+  EXPECT_EQ(error_of({.grad_accum = int(kMaxBatch) + 1, .grad_accum_from = "--grad-accum"}),
+            "--grad-accum 1048577: micro-batches per step must be in [1, 1048576]");
+  EXPECT_EQ(error_of({.grad_accum = 0}), "the grad_accum override 0: micro-batches per step must be in [1, 1048576]");
+}
+
+// The simulators' bound on ranks x micro-batches x layers (core::simulation_size_issue) names the
+// overrides that set the sizes, else the scenario's keys.
+TEST(Settings, SimulationSizeNamesWhatSetIt) {
+  const Scenario sc = scenario("micro_batch: 1, grad_accum: 8");  // 2 layers (an MLP of three widths)
+  const auto error_of = [&](const Scenario& s, const SettingsOverrides& o) {
+    try {
+      check_simulation_size(s, o);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error_of(sc, {}), "(no error)");
+  EXPECT_EQ(error_of(sc, {.world = 65536, .world_from = "--world"}), "(no error)");  // 65536 x 8 x 2 = 2^20
+  EXPECT_EQ(error_of(sc, {.world = 65536, .grad_accum = 9, .world_from = "--world", .grad_accum_from = "--grad-accum"}),
+            "--world 65536: " + *simulation_size_issue(sc, 65536, 9) + "; reduce --world or --grad-accum");
+  EXPECT_EQ(error_of(sc, {.grad_accum = 524289, .grad_accum_from = "run.json: grad_accum"}),
+            "run.json: grad_accum 524289: " + *simulation_size_issue(sc, 2, 524289) +
+                "; reduce cluster.nodes x gpus_per_node or run.json: grad_accum");
+  EXPECT_NE(error_of(sc, {.world = 0, .world_from = "--nproc"}).find("--nproc 0: 0 ranks is out of range"),
+            std::string::npos);
+}
+
+// training.speculation: auto by default, 0 off, a byte count, or the command's override; anything else
+// names the key.
+TEST(Settings, SpeculationBudget) {
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, gradient_clipping: 1.0")).step.speculation_bytes,
+            kSpeculationAuto);
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: auto")).step.speculation_bytes, kSpeculationAuto);
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: 0")).step.speculation_bytes, 0);
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: 8000000000")).step.speculation_bytes, 8000000000);
+  SettingsOverrides o;
+  o.speculation_bytes = 0;
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: auto"), o).step.speculation_bytes, 0);
+  o.speculation_bytes = -5;
+  EXPECT_THROW(resolve_settings(scenario("micro_batch: 1"), o), InputError);
+  for (const char* bad : {"speculation: -1", "speculation: lots", "speculation: '12'", "speculation: [1]"}) {
+    try {
+      resolve_settings(scenario(std::string("micro_batch: 1, ") + bad));
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("speculation"), std::string::npos) << e.what();
+    }
+  }
+  // the report lists it
+  bool listed = false;
+  for (const ReportedSetting& r : settings_report(scenario("micro_batch: 1, speculation: 0")))
+    if (r.key == "training.speculation") listed = r.value == "0";
+  EXPECT_TRUE(listed);
+}

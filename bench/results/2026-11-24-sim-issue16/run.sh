@@ -35,3 +35,9 @@ run opt-1.3b-h100-auto -- simulate scenarios/real/opt-1.3b-h100.yaml --profile h
   --ratio auto --json "$D/opt-1.3b-h100-auto.json" --svg "$D/opt-1.3b-h100-auto.svg"
 run mlp-2b-h100-auto -- simulate scenarios/real/mlp-2b.yaml --profile h100-80gb-16core-calibrated \
   --ratio auto --json "$D/mlp-2b-h100-auto.json" --svg "$D/mlp-2b-h100-auto.svg"
+# 6. the same without speculation (--speculation 0: every CPU update waits for the global norm), to show
+#    what the speculated layers' early CPU updates change in the choice
+run opt-1.3b-h100-auto-nospec -- simulate scenarios/real/opt-1.3b-h100.yaml --profile h100-80gb-16core-calibrated \
+  --ratio auto --speculation 0
+run mlp-2b-h100-auto-nospec -- simulate scenarios/real/mlp-2b.yaml --profile h100-80gb-16core-calibrated \
+  --ratio auto --speculation 0
