@@ -13,6 +13,8 @@
 // - "auto" is the Hugging Face Trainer's convention (transformers/integrations/deepspeed.py
 //   HfTrainerDeepSpeedConfig.trainer_config_process): it fills each from its training arguments and
 //   refuses a set value that differs from them. Twin-Flow does the same with the scenario.
+//   Except zero_optimization.offload_optimizer.ratio: DeepSpeed's pydantic model would drop its "auto"
+//   (ratio 1), and no training argument fills it; Twin-Flow reads it as its own `ratio: auto`.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -708,12 +710,10 @@ OffloadKeys read_offload(const Node& off, Ctx& ctx, ZeroConfig& z) {
                            "none, cpu");
     c.device = v == "cpu" ? OffloadDevice::kCpu : OffloadDevice::kNone;
   }
-  const Node* ratio = o.find("ratio");
-  if (is_auto(ratio)) {
-    ctx.unresolved.push_back(
-        {ratio->where(), ratio->path, "a number in [0, 1] here (Twin-Flow has no scenario key for it)"});
-  } else if (ratio) {
-    c.ratio = ds_number(ctx, *ratio, Conv::kPydantic, 0, 1);
+  // "auto" here is Twin-Flow's (the fastest predicted ratio that fits: backends/sim/auto_ratio.h), not
+  // the Trainer's: the scenario has no key it could come from.
+  if (const Node* ratio = o.find("ratio")) {
+    read_offload_ratio(*ratio, c, [&](const Node& r) { return ds_number(ctx, r, Conv::kPydantic, 0, 1); });
     keys.ratio = ratio;
     keys.ratio_given = true;
   }

@@ -146,12 +146,15 @@ RatioRange feasible_ratios(const ModelDesc& model, const Partition& part, const 
   return r;
 }
 
+RankMemory rank_memory_at(const ModelDesc& model, const Partition& part, const MemoryOptions& opt, double ratio) {
+  const RankShard& shard = largest(part);
+  return rank_memory(model, part, shard, split_shard(shard, ratio, part.opt.align_elems), opt);
+}
+
 void check_ratio_fits(const ModelDesc& model, const Partition& part, const MemoryOptions& options, double ratio,
                       int64_t gpu_bytes_per_rank, int64_t host_bytes_per_rank) {
   const MemoryOptions opt = with_host_limit(options, host_bytes_per_rank);
-  const RankShard& shard = largest(part);
-  const TwinFlowSplit split = split_shard(shard, ratio, part.opt.align_elems);
-  const RankMemory m = rank_memory(model, part, shard, split, opt);
+  const RankMemory m = rank_memory_at(model, part, opt, ratio);
   if (m.gpu_total <= gpu_bytes_per_rank && m.host_total <= host_bytes_per_rank) return;
   const RatioRange range = feasible_ratios(model, part, opt, gpu_bytes_per_rank, host_bytes_per_rank);
   std::ostringstream os;

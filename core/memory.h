@@ -49,6 +49,9 @@ HostBytesPerParam host_bytes_per_cpu_param(const AllocPlan& plan, int64_t cpu_el
 RankMemory rank_memory(const ModelDesc& model, const Partition& part, const RankShard& shard,
                        const TwinFlowSplit& split, const MemoryOptions& opt);
 
+// The memory of the largest shard at `ratio` (what feasible_ratios and check_ratio_fits hold to the budget).
+RankMemory rank_memory_at(const ModelDesc& model, const Partition& part, const MemoryOptions& opt, double ratio);
+
 // The ratios whose memory fits: GPU bytes fall and host bytes rise with the ratio, so the feasible
 // set is an interval [min_ratio, max_ratio] (on the alignment grid of the largest shard). Both this and
 // check_ratio_fits resolve `speculation: auto` against host_bytes_per_rank (opt.host_bytes_per_rank is

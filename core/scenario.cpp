@@ -581,9 +581,15 @@ std::vector<ReportedSetting> settings_report(const Scenario& s) {
   }
   const OffloadOptimizerConfig& off = s.zero.offload_optimizer;
   text("zero.offload_optimizer.device", std::string(offload_device_name(off.device)));
-  num("zero.offload_optimizer.ratio", off.ratio);
+  if (off.ratio_auto)
+    text("zero.offload_optimizer.ratio", "auto");
+  else
+    num("zero.offload_optimizer.ratio", off.ratio);
   text("zero.offload_optimizer.pin_memory", bool_text(off.pin_memory));
-  num("cpu_ratio", s.cpu_ratio());
+  if (s.ratio_auto())
+    text("cpu_ratio", "auto");
+  else
+    num("cpu_ratio", s.cpu_ratio());
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "core/hardware.h"
 #include "core/model.h"
 #include "core/optim/optimizer.h"
@@ -62,7 +63,10 @@ struct OptimizerConfig {
 
 struct OffloadOptimizerConfig {
   OffloadDevice device = OffloadDevice::kNone;
-  double ratio = 1.0;       // share of each rank's optimizer partition on the CPU (DeepSpeed default 1)
+  double ratio = 1.0;  // share of each rank's optimizer partition on the CPU (DeepSpeed default 1)
+  // `ratio: auto`: the ratio with the shortest predicted step among those that fit in memory, chosen by
+  // `run` and `simulate` before anything runs (backends/sim/auto_ratio.h); `ratio` is unused until then.
+  bool ratio_auto = false;
   bool pin_memory = false;  // DeepSpeed's default
 };
 
@@ -159,8 +163,17 @@ struct Scenario {
   std::vector<std::string> warnings;
   std::vector<AppliedDefault> applied_defaults;  // in the order they were applied
 
-  // The share of the optimizer on the CPU: ratio when offloading to the CPU, else 0.
+  // `ratio: auto` with the optimizer offloaded to the CPU: the ratio is still to be chosen.
+  bool ratio_auto() const {
+    return zero.offload_optimizer.device == OffloadDevice::kCpu && zero.offload_optimizer.ratio_auto;
+  }
+  // The share of the optimizer on the CPU: ratio when offloading to the CPU, else 0. Throws InputError
+  // while the ratio is `auto` (only `run` and `simulate` choose it: backends/sim/auto_ratio.h).
   double cpu_ratio() const {
+    if (ratio_auto())
+      throw InputError(
+          "zero.offload_optimizer.ratio is auto: `twinflow run` and `twinflow simulate` choose it; "
+          "give a number in [0, 1] (or --ratio) here");
     return zero.offload_optimizer.device == OffloadDevice::kCpu ? zero.offload_optimizer.ratio : 0.0;
   }
   int64_t global_batch() const { return training.micro_batch * training.grad_accum * cluster.world_size(); }

@@ -92,6 +92,21 @@ void read_training(const Node& n, Ctx& ctx, bool has_ds, ClientSettings& client,
 void default_training(Ctx& ctx);
 OptimizerConfig read_native_optimizer(const Node& n, Ctx& ctx);
 ZeroConfig read_native_zero(const Node& n, Ctx& ctx);
+// The whole of `s` reads as a number (strtod), finite or not.
+bool looks_numeric(std::string_view s);
+// offload_optimizer.ratio in both schemas: a number in [0, 1] read by `read_num` (each schema's own
+// conversions), or auto (ratio_auto; in a ds_config the string "auto" is Twin-Flow's choice of the
+// ratio, not the Hugging Face Trainer's). Anything else: "expected a number in [0, 1] or auto".
+template <class ReadNum>
+void read_offload_ratio(const Node& n, OffloadOptimizerConfig& o, ReadNum read_num) {
+  if (n.is_scalar() && n.scalar == "auto") {
+    o.ratio_auto = true;
+    return;
+  }
+  if (!n.is_scalar() || !looks_numeric(n.scalar))
+    config::fail(n, "expected a number in [0, 1] or auto, got " + n.describe() + "; allowed [0, 1] or auto");
+  o.ratio = read_num(n);
+}
 // Warnings shared by both schemas: a ratio with device none; partial offload below stage 3.
 void check_offload(const ZeroConfig& z, const Node* ratio_node, const Node& zero_node, Ctx& ctx, bool ds);
 

@@ -1,6 +1,7 @@
 // The native schema's training, optimizer and ZeRO sections, and the one reader (one range) per setting
 // that the native schema and the DeepSpeed config reader share.
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 
@@ -285,7 +286,8 @@ ZeroConfig read_native_zero(const Node& n, Ctx& ctx) {
     } else {
       ctx.add_default("zero.offload_optimizer.device", "none", why_native(" (nothing offloaded)"));
     }
-    if ((ratio = o.find("ratio"))) z.offload_optimizer.ratio = config::read_number(*ratio, 0, 1);
+    if ((ratio = o.find("ratio")))
+      read_offload_ratio(*ratio, z.offload_optimizer, [](const Node& r) { return config::read_number(r, 0, 1); });
     const Node* pin = o.find("pin_memory");
     if (pin) z.offload_optimizer.pin_memory = config::read_bool(*pin);
     o.fail_unknown();
@@ -304,6 +306,13 @@ ZeroConfig read_native_zero(const Node& n, Ctx& ctx) {
   m.fail_unknown();
   check_offload(z, ratio, n, ctx, false);
   return z;
+}
+
+bool looks_numeric(std::string_view s) {
+  const std::string text(s);
+  char* end = nullptr;
+  (void)std::strtod(text.c_str(), &end);
+  return !text.empty() && end == text.c_str() + text.size();
 }
 
 void check_offload(const ZeroConfig& z, const Node* ratio_node, const Node& zero_node, Ctx& ctx, bool ds) {

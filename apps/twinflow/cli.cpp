@@ -213,9 +213,14 @@ std::vector<double> parse_ratio_list(const std::string& text, const std::string&
   return out;
 }
 
-double ratio_option(const po::variables_map& vm, double fallback) {
-  const double r = vm.count("ratio") ? vm["ratio"].as<double>() : fallback;
-  if (!(r >= 0 && r <= 1)) throw core::InputError("--ratio must be in [0, 1]");
+std::optional<double> ratio_option(const po::variables_map& vm, const core::Scenario& sc) {
+  if (!vm.count("ratio")) return sc.ratio_auto() ? std::nullopt : std::optional<double>(sc.cpu_ratio());
+  const std::string text = vm["ratio"].as<std::string>();
+  if (text == "auto") return std::nullopt;
+  char* end = nullptr;
+  const double r = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(r >= 0 && r <= 1))
+    throw core::InputError("--ratio '" + core::printable(text, 40) + "': expected a number in [0, 1] or auto");
   return r;
 }
 
@@ -234,6 +239,16 @@ std::optional<int> read_staging_slots(const po::variables_map& vm) {
     throw core::InputError(std::string("--staging-slots: ") + e.what());
   }
   return k;
+}
+
+void add_profile_option(po::options_description& desc, const char* help) {
+  desc.add_options()("profile", po::value<std::string>(), help);
+}
+
+void apply_profile_option(const po::variables_map& vm, core::Scenario& sc) {
+  if (!vm.count("profile")) return;
+  sc.cluster.profile = vm["profile"].as<std::string>();
+  sc.cluster.hardware = core::find_hardware_profile(sc.cluster.profile);
 }
 
 void add_speculation_option(po::options_description& desc) {

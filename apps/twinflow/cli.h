@@ -104,8 +104,19 @@ void warn_if_exposed(const metrics::ServerOptions& options, uint16_t bound_port)
 // ---- ratios -----------------------------------------------------------------------------------------
 // "0,0.3,1" -> {0, 0.3, 1}; core::InputError naming `option` unless every item is a number in [0, 1].
 std::vector<double> parse_ratio_list(const std::string& text, const std::string& option = "--ratios");
-// One ratio: --ratio if given, else `fallback`; core::InputError "--ratio must be in [0, 1]" outside.
-double ratio_option(const po::variables_map& vm, double fallback);
+// --ratio (a string option): a number in [0, 1], or auto (nothing returned: the ratio is to be chosen,
+// backends/sim/auto_ratio.h); without --ratio the scenario's, auto when it says auto. core::InputError
+// "--ratio 'x': expected a number in [0, 1] or auto" otherwise.
+std::optional<double> ratio_option(const po::variables_map& vm, const core::Scenario& sc);
+// The help text of such a --ratio.
+inline constexpr const char* kRatioHelp =
+    "CPU share of each rank's optimizer shard: a number in [0, 1], or auto (the fastest predicted ratio that fits "
+    "in memory; needs a calibrated --profile) (default: the scenario's)";
+
+// ---- --profile: the hardware profile in place of the scenario's -------------------------------------
+void add_profile_option(po::options_description& desc, const char* help);
+// With --profile P (a built-in name or a .yaml path): sc's cluster.profile and cluster.hardware become P's.
+void apply_profile_option(const po::variables_map& vm, core::Scenario& sc);
 
 // ---- host staging rings (issue 16) ------------------------------------------------------------------
 // --staging-slots N: slots per host staging ring (core::StepConfig::staging_slots), 0 for full-size

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/twinflow/auto_ratio_report.h"
 #include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
@@ -76,7 +77,9 @@ double kind_ms(const backend::StepTimeline& t, core::OpKind k) { return ms(t.kin
 struct RunOptions {
   core::Scenario sc;
   int steps = 1;
-  std::vector<double> ratios;
+  std::vector<double> ratios;                         // empty while the ratio is auto
+  bool ratio_auto = false;                            // chosen in cmd_run, once the launched world is known
+  std::optional<backend::sim::AutoRatio> auto_ratio;  // how it was chosen
   core::WorkloadType workload = core::WorkloadType::kSynthetic;
   std::optional<int> grad_accum;
   std::optional<int> staging_slots;  // slots per host staging ring; 0: full-size staging
@@ -112,7 +115,10 @@ CommandOptions run_options() {
   add("help,h", "show this help");
   add_scenario_option(o.desc, o.pos, "scenario YAML (default: the embedded default scenario)");
   add("steps", po::value<int>(), "training steps (default: the scenario's)");
-  add("ratio", po::value<double>(), "CPU share of each rank's optimizer shard in [0, 1] (default: the scenario's)");
+  add("ratio", po::value<std::string>(), kRatioHelp);
+  add_profile_option(o.desc,
+                     "hardware profile in place of the scenario's (a built-in name or a .yaml path): what ratio auto "
+                     "predicts with and MFU's peak; e.g. this machine's from `twinflow calibrate`");
   add("ratios", po::value<std::string>(), "a sweep: comma-separated ratios, each trained from scratch");
   add("workload", po::value<std::string>(), "synthetic | mlp | decoder (default: the scenario's workload)");
   add("grad-accum", po::value<int>(),
@@ -201,13 +207,18 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   if (vm.count("ratio") && vm.count("ratios")) throw core::InputError("give --ratio or --ratios, not both");
   RunOptions o;
   o.sc = load_scenario_option(vm);
+  apply_profile_option(vm, o.sc);
   o.steps = vm.count("steps") ? vm["steps"].as<int>() : int(o.sc.training.steps);
   o.workload = workload_option(vm, o.sc);
   o.verify = vm["verify"].as<bool>();
   o.inject_inf_at = vm.count("inject-inf-at-step") ? vm["inject-inf-at-step"].as<int>() : -1;
-  o.ratios = {o.sc.cpu_ratio()};
-  if (vm.count("ratio")) o.ratios = {vm["ratio"].as<double>()};
-  if (vm.count("ratios")) o.ratios = parse_ratio_list(vm["ratios"].as<std::string>());
+  if (vm.count("ratios")) {
+    o.ratios = parse_ratio_list(vm["ratios"].as<std::string>());
+  } else if (const std::optional<double> r = ratio_option(vm, o.sc)) {
+    o.ratios = {*r};
+  } else {
+    o.ratio_auto = true;
+  }
   if (vm.count("grad-accum")) o.grad_accum = vm["grad-accum"].as<int>();
   o.staging_slots = read_staging_slots(vm);
   if (vm.count("threads"))
@@ -227,6 +238,21 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
 }
 
 // ---- set-up: ranks, settings, engine configuration ------------------------------------------------------
+
+// ratio auto, before anything runs: the fastest predicted ratio that fits, at the launched world, with the
+// run's workload and accumulation, by the profile (which must be calibrated). Every rank computes the same
+// choice (the simulator is deterministic); rank 0 prints it.
+void choose_auto_ratio(RunOptions& o, const backend::launch::RankEnv& env) {
+  backend::sim::AutoRatioOptions ao;
+  ao.sim.overrides.world = env.world_size;
+  ao.sim.overrides.grad_accum = o.grad_accum;
+  ao.sim.overrides.workload = o.workload;
+  ao.sim.overrides.speculation_bytes = o.speculation;  // the spare slots' host bytes change what fits
+  std::ostringstream quiet;
+  o.auto_ratio = resolve_auto_ratio(o.sc, ao, Calibration::kRequired, env.rank == 0 ? std::cout : quiet);
+  o.sc = backend::sim::with_ratio(o.sc, o.auto_ratio->ratio);
+  o.ratios = {o.auto_ratio->ratio};
+}
 
 // Rank 0's NCCL ids (one per ratio) reach every rank; a lost rank stops the others.
 std::unique_ptr<backend::launch::Rendezvous> rendezvous(const backend::launch::RankEnv& env, int timeout_s,
@@ -722,6 +748,7 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
   doc["micro_batch"] = base.settings.step.micro_batch;
   doc["pinned"] = base.pin_memory;
   doc["params"] = base.settings.model.total_params;
+  if (o.auto_ratio) doc["auto_ratio"] = auto_ratio_json(*o.auto_ratio);
   if (base.settings.workload == core::WorkloadType::kDecoder) {
     doc["tokens_per_step"] = tokens_per_step(base.settings);
     doc["model_flops_per_token"] = model_flops_per_token(base.settings);
@@ -791,6 +818,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!parsed) return kExitOk;
   const backend::launch::RankEnv env = backend::launch::rank_env_from_process();
   parsed->ranks_per_host = env.local_world_size;
+  if (parsed->ratio_auto) choose_auto_ratio(*parsed, env);
   const RunOptions& o = *parsed;
   const backend::cpu::CpuShare share = take_cpu_share(env);
   std::string why;

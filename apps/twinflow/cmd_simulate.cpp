@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/twinflow/auto_ratio_report.h"
 #include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
@@ -21,6 +22,7 @@
 #include "backends/sim/functional.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
+#include "core/memory_fit.h"
 #include "core/scenario.h"
 #include "core/settings.h"
 #include "metrics/http_server.h"
@@ -140,8 +142,12 @@ struct SimulateOptions {
   OutputFiles out;
   bool functional = false;
   std::optional<int> steps;
-  std::optional<ReplayOptions> replay;          // --metrics-port
-  std::optional<std::filesystem::path> resume;  // --functional --resume: the checkpoint to continue from
+  std::optional<ReplayOptions> replay;                // --metrics-port
+  std::optional<std::filesystem::path> resume;        // --functional --resume: the checkpoint to continue from
+  std::optional<backend::sim::AutoRatio> auto_ratio;  // the ratio was auto: how it was chosen
+  bool fit = false;                                   // --fit: the memory model's verdict only
+  std::optional<std::string> largest_preset;          // --largest-preset PREFIX
+  std::optional<double> at_ratio;                     // --at-ratio: the ratio a preset must fit at
 };
 
 const IntOption kWorld{"world", 1, core::kMaxWorld, std::nullopt,
@@ -156,7 +162,15 @@ CommandOptions simulate_options() {
   auto add = o.desc.add_options();
   add("help,h", "show this help");
   add_scenario_option(o.desc, o.pos, "scenario YAML (default: the embedded OPT-30B DGX-H100 scenario)");
-  add("ratio", po::value<double>(), "one CPU share in [0, 1] (default: the scenario's)");
+  add("ratio", po::value<std::string>(), kRatioHelp);
+  add_profile_option(o.desc, "hardware profile in place of the scenario's: a built-in name or a .yaml path");
+  add("fit", po::bool_switch(),
+      "the memory model's verdict only: the ratios that fit per rank, else by how much it misses and the changes "
+      "that fit (exit 1 when nothing fits)");
+  add("largest-preset", po::value<std::string>(),
+      "walk the decoder presets whose name starts with PREFIX (opt, gpt2, or '' for all), largest first, with the "
+      "scenario's training shape and machine, and name the first that fits by the memory model");
+  add("at-ratio", po::value<double>(), "with --largest-preset: the preset must fit at this ratio (e.g. 1)");
   add("sweep", po::value<std::string>(), "START:STOP:STEP ratios, e.g. 0:1:0.05");
   add_int_option(o.desc, kWorld);
   add_staging_slots_option(o.desc);
@@ -227,6 +241,7 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
   SimulateOptions o;
   o.replay = replay_options(vm);
   o.sc = load_scenario_option(vm);
+  apply_profile_option(vm, o.sc);
   if (const std::optional<int64_t> world = optional_int_option(vm, kWorld)) {
     o.sim.overrides.world = int(*world);
     o.sim.overrides.world_from = "--world";
@@ -242,7 +257,6 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
     o.replay->overrides = o.sim.overrides;
   }
   o.sweep = vm.count("sweep") > 0;
-  o.ratios = o.sweep ? parse_sweep(vm["sweep"].as<std::string>()) : std::vector{ratio_option(vm, o.sc.cpu_ratio())};
   o.out = read_output_options(vm);
   o.functional = vm["functional"].as<bool>();
   if (vm.count("resume") && !o.functional)
@@ -250,6 +264,26 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
         "--resume continues a training run: it needs --functional (the cost-only simulator "
         "keeps no state)");
   o.resume = resume_option(vm, o.sc);
+  o.fit = vm["fit"].as<bool>();
+  if (vm.count("largest-preset")) o.largest_preset = vm["largest-preset"].as<std::string>();
+  if (vm.count("at-ratio")) {
+    o.at_ratio = vm["at-ratio"].as<double>();
+    if (!o.largest_preset) throw core::InputError("--at-ratio needs --largest-preset");
+    if (!(*o.at_ratio >= 0 && *o.at_ratio <= 1)) throw core::InputError("--at-ratio must be in [0, 1]");
+  }
+  if (o.fit || o.largest_preset) return o;  // the memory model alone: no ratio to choose
+  if (o.sweep) {
+    o.ratios = parse_sweep(vm["sweep"].as<std::string>());
+    return o;
+  }
+  if (const std::optional<double> r = ratio_option(vm, o.sc)) {
+    o.ratios = {*r};
+    return o;
+  }
+  // ratio auto: chosen before anything else runs
+  o.auto_ratio = resolve_auto_ratio(o.sc, {.sim = o.sim}, Calibration::kWarn, std::cout);
+  o.sc = backend::sim::with_ratio(o.sc, o.auto_ratio->ratio);
+  o.ratios = {o.auto_ratio->ratio};
   return o;
 }
 
@@ -455,7 +489,7 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
 }
 
 void write_sweep_json(const core::Scenario& sc, const Sweep& w, const Table& t, const nlohmann::json& best,
-                      const std::string& path) {
+                      const std::optional<backend::sim::AutoRatio>& auto_ratio, const std::string& path) {
   nlohmann::json j;
   j["scenario"] = sc.name;
   j["profile"] = sc.cluster.hardware.name;
@@ -463,6 +497,7 @@ void write_sweep_json(const core::Scenario& sc, const Sweep& w, const Table& t, 
   j["points"] = nlohmann::json::parse(t.to_json());
   j["best"] = best;
   j["step_ms_at_ratio_1"] = ms(w.full.step_ns);
+  if (auto_ratio) j["auto_ratio"] = auto_ratio_json(*auto_ratio);
   if (sc.reference)
     j["published"] = {{"speedup_vs_full_offload", sc.reference->speedup_vs_full_offload},
                       {"source", sc.reference->source}};
@@ -502,19 +537,110 @@ void write_sweep_trace(const SimulateOptions& o, const Sweep& w, const std::stri
   std::cout << "trace of ratio " << fmt(r, 3) << " written to " << path << "\n";
 }
 
+// ---- --fit and --largest-preset: the memory model alone --------------------------------------------------
+
+std::string machine_text(const core::Scenario& sc, const core::RankBudget& b, int world) {
+  return sc.cluster.hardware.name + ", " + std::to_string(world) + " rank(s): " + core::format_gb(b.gpu_bytes) +
+         " GPU and " + core::format_gb(b.host_bytes) + " host memory per rank";
+}
+
+std::string training_text(const core::Scenario& sc) {
+  return "micro-batch " + std::to_string(sc.training.micro_batch) + ", activation checkpointing " +
+         (sc.training.activation_checkpointing ? "on" : "off") + ", ZeRO-" + std::to_string(sc.zero.stage) + ", " +
+         std::string(core::precision_name(sc.training.precision)) + ", " +
+         std::string(core::optimizer_name(sc.optimizer.kind));
+}
+
+int print_fit(const SimulateOptions& o) {
+  const core::FitReport r = core::check_fit(o.sc, o.sim.overrides);
+  const int world = o.sim.overrides.world.value_or(o.sc.cluster.world_size());
+  std::cout << "fit: " << o.sc.name << " (" << o.sc.model.name << ", " << training_text(o.sc) << ") on "
+            << machine_text(o.sc, r.budget, world) << "\n";
+  nlohmann::json j = {{"scenario", o.sc.name},
+                      {"profile", o.sc.cluster.hardware.name},
+                      {"world", world},
+                      {"gpu_bytes_per_rank", r.budget.gpu_bytes},
+                      {"host_bytes_per_rank", r.budget.host_bytes},
+                      {"fits", r.range.feasible}};
+  if (r.range.feasible) {
+    std::cout << "fits at ratios " << core::ratio_range_text(r.range) << ": at " << fmt(r.range.min_ratio, 3) << " GPU "
+              << core::format_gb(r.at_min.gpu_total) << ", host " << core::format_gb(r.at_min.host_total) << "; at "
+              << fmt(r.range.max_ratio, 3) << " GPU " << core::format_gb(r.at_max.gpu_total) << ", host "
+              << core::format_gb(r.at_max.host_total) << "\n";
+    j["ratios"] = {r.range.min_ratio, r.range.max_ratio};
+  } else {
+    const std::vector<std::string> changes = core::fit_suggestions(o.sc, o.sim.overrides);
+    std::cout << "does not fit: " << r.shortfall << "\n";
+    for (const std::string& c : changes) std::cout << "  change: " << c << "\n";
+    if (changes.empty()) std::cout << "  no single change (checkpointing, micro-batch, stage 3, more ranks) fits\n";
+    j["shortfall"] = r.shortfall;
+    j["gpu_short_bytes"] = r.gpu_short_bytes;
+    j["host_short_bytes"] = r.host_short_bytes;
+    j["changes_that_fit"] = changes;
+  }
+  if (o.out.json) write_json_file(j, *o.out.json, 2);
+  return r.range.feasible ? kExitOk : kExitCheckFailed;
+}
+
+// "GPU 69.8 + host 12.0 GB at ratio 1": what an infeasible fit lacks per rank (empty when it fits).
+std::string short_text(const core::FitReport& f) {
+  if (f.range.feasible) return "";
+  std::string t;
+  if (f.gpu_short_bytes > 0) t = "GPU " + fmt(double(f.gpu_short_bytes) / 1e9, 1);
+  if (f.host_short_bytes > 0) t += (t.empty() ? "host " : " + host ") + fmt(double(f.host_short_bytes) / 1e9, 1);
+  return t + " GB at ratio " + core::format_ratio(f.shortfall_ratio);
+}
+
+int print_preset_walk(const SimulateOptions& o) {
+  const core::PresetWalk walk = core::largest_fitting_preset(o.sc, *o.largest_preset, o.at_ratio, o.sim.overrides);
+  const int world = o.sim.overrides.world.value_or(o.sc.cluster.world_size());
+  std::cout << "largest preset '" << *o.largest_preset << "*' that fits"
+            << (o.at_ratio ? " at ratio " + fmt(*o.at_ratio, 3) : "") << " (" << training_text(o.sc) << ") on "
+            << machine_text(o.sc, walk.tried.front().fit.budget, world) << ":\n";
+  Table t({"preset", "params (B)", "seq", "fits at ratios", "GPU GB at min", "host GB at min", "short by"});
+  nlohmann::json j = {{"scenario", o.sc.name}, {"profile", o.sc.cluster.hardware.name}, {"world", world}};
+  for (const core::PresetFit& p : walk.tried) {
+    const core::FitReport& f = p.fit;
+    t.add({p.preset, fmt(double(p.params) / 1e9, 3), std::to_string(p.seq),
+           f.range.feasible ? core::ratio_range_text(f.range) : "none",
+           f.range.feasible ? fmt(double(f.at_min.gpu_total) / 1e9, 1) : "-",
+           f.range.feasible ? fmt(double(f.at_min.host_total) / 1e9, 1) : "-", short_text(f)});
+    j["tried"].push_back({{"preset", p.preset},
+                          {"params", p.params},
+                          {"seq", p.seq},
+                          {"fits", f.range.feasible},
+                          {"qualifies", p.qualifies},
+                          {"ratios", f.range.feasible ? nlohmann::json{f.range.min_ratio, f.range.max_ratio} : nullptr},
+                          {"shortfall", f.shortfall}});
+  }
+  t.print(std::cout);
+  if (walk.found)
+    std::cout << "answer: " << walk.tried[*walk.found].preset << " fits at ratios "
+              << core::ratio_range_text(walk.tried[*walk.found].fit.range) << "\n";
+  else
+    std::cout << "answer: none of them fits" << (o.at_ratio ? " at that ratio" : "") << "\n";
+  j["answer"] = walk.found ? nlohmann::json(walk.tried[*walk.found].preset) : nlohmann::json();
+  if (o.out.csv) t.write_csv(*o.out.csv);
+  if (o.out.json) write_json_file(j, *o.out.json, 2);
+  return walk.found ? kExitOk : kExitCheckFailed;
+}
+
 }  // namespace
 
 int cmd_simulate(const std::vector<std::string>& args) {
   const std::optional<SimulateOptions> parsed = parse_simulate_options(args);
   if (!parsed) return kExitOk;
   const SimulateOptions& o = *parsed;
+  if (o.fit) return print_fit(o);
+  if (o.largest_preset) return print_preset_walk(o);
   if (o.functional) return simulate_functional(o);
   const Sweep w = simulate_sweep(o);
   const Table t = sweep_table(w);
   const nlohmann::json best = print_sweep(o.sc, w, t);
   if (o.out.csv) t.write_csv(*o.out.csv);
-  if (o.out.json) write_sweep_json(o.sc, w, t, best, *o.out.json);
-  if (o.out.svg) write_sweep_svg(o.sc, w, *o.out.svg);
+  if (o.out.json) write_sweep_json(o.sc, w, t, best, o.auto_ratio, *o.out.json);
+  if (o.out.svg && o.auto_ratio) write_auto_ratio_svg(o.sc, *o.auto_ratio, *o.out.svg);
+  if (o.out.svg && !o.auto_ratio) write_sweep_svg(o.sc, w, *o.out.svg);
   if (o.out.trace) write_sweep_trace(o, w, *o.out.trace);
   // One requested ratio that does not fit is refused (the table above shows what it would cost).
   if (!o.sweep && w.pts.front().oom) throw core::InputError(w.pts.front().oom_reason);

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/local_kernels.h"
+#include "core/memory_fit.h"
 #include "core/model.h"
 #include "core/optim/optimizer.h"
 #include "core/output_file.h"
@@ -185,7 +186,7 @@ CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, 
   if (!(hw.gpu.hbm_gbps > 0)) throw core::InputError("profile " + hw.name + ": gpu.hbm_gbps must be > 0");
   CostSetup c;
   c.world = rs.world;
-  c.ranks_per_node = std::max(1, rs.world == s.cluster.world_size() ? s.cluster.gpus_per_node : hw.gpus_per_node);
+  c.ranks_per_node = core::ranks_per_node(s, rs.world);
   c.gpus_per_link = std::max(1, hw.pcie.gpus_per_link);
   c.launch_ns = hw.gpu.kernel_launch_ns;
   c.event_sync_ns = hw.gpu.event_sync_ns;
@@ -568,8 +569,9 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   CostSetup cost = make_cost_setup(s, rs, opt.gemm_max_efficiency);
   cost.speculation = opt.speculation;
   const core::Partition part = core::make_partition(rs.model, rs.partition);
-  // `speculation: auto` fills the host memory beyond the plan (core::resolve_speculation_bytes)
-  mo.host_bytes_per_rank = s.cluster.hardware.host_memory_bytes / cost.ranks_per_node;
+  // `speculation: auto` fills the rank's host memory beyond the plan (core::resolve_speculation_bytes)
+  const core::RankBudget budget = core::rank_budget(s, rs.world);
+  mo.host_bytes_per_rank = budget.host_bytes;
 
   SimPoint p;
   p.requested_ratio = ratio;
@@ -580,8 +582,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   p.memory = core::sum_by_kind(rp.largest.alloc);
   p.host_per_cpu_param = core::host_bytes_per_cpu_param(rp.largest.alloc, rp.largest.split.cpu_elems);
   try {
-    const core::HardwareProfile& hw = s.cluster.hardware;
-    core::check_ratio_fits(rs.model, part, mo, ratio, hw.gpu.hbm_bytes, hw.host_memory_bytes / cost.ranks_per_node);
+    core::check_ratio_fits(rs.model, part, mo, ratio, budget.gpu_bytes, budget.host_bytes);
   } catch (const core::InputError& e) {
     p.oom = true;
     p.oom_reason = e.what();

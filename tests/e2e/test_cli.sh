@@ -32,7 +32,32 @@ contains "$tmp/out" "host bytes per CPU-side parameter 12.00 (state) + " "simula
 expect 2 "staging slots out of range" -- "$tf" simulate --staging-slots 2000
 contains "$tmp/err" "staging-slots" "staging slots error names the option"
 expect 2 "ratio out of range" -- "$tf" simulate --ratio 1.5
-contains "$tmp/err" "ratio must be in \[0, 1\]" "ratio error message"
+contains "$tmp/err" "expected a number in \[0, 1\] or auto" "ratio error message"
+expect 2 "ratio neither a number nor auto" -- "$tf" simulate --ratio half
+contains "$tmp/err" "--ratio 'half': expected a number in \[0, 1\] or auto" "ratio word error message"
+expect 0 "simulate ratio auto" -- "$tf" simulate "$src/scenarios/real/mlp-2b.yaml" --ratio auto \
+  --profile h100-80gb-16core-calibrated --json "$tmp/auto.json" --svg "$tmp/auto.svg"
+contains "$tmp/out" "smallest that fits is .*, fastest predicted is .* s/step" "ratio auto says why"
+contains "$tmp/auto.svg" "chosen ratio" "ratio auto SVG marks the chosen point"
+python3 - "$tmp/auto.json" <<'PY' && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: ratio auto JSON"; }
+import json, sys
+a = json.load(open(sys.argv[1]))["auto_ratio"]
+lo, hi = a["fits"]
+assert lo <= a["chosen"]["ratio"] <= hi and len(a["table"]) >= 41, a
+assert min(p["step_ms"] for p in a["table"]) == a["chosen"]["step_ms"], a
+PY
+expect 0 "simulate ratio auto on an uncalibrated profile warns" -- "$tf" simulate "$src/scenarios/real/mlp-2b.yaml" \
+  --ratio auto
+contains "$tmp/err" "lacks the measured figures" "uncalibrated profile warning"
+expect 0 "simulate --fit" -- "$tf" simulate "$src/scenarios/real/mlp-2b.yaml" --fit
+contains "$tmp/out" "fits at ratios \[" "fit names the range"
+expect 1 "simulate --fit of what does not fit" -- "$tf" simulate --world 1 --fit
+contains "$tmp/out" "GPU memory is short by .* GB per rank at ratio 1" "fit names the shortfall"
+contains "$tmp/out" "change: 2 ranks" "fit names a change that fits"
+expect 0 "simulate --largest-preset" -- "$tf" simulate "$src/scenarios/real/opt-1.3b-h100.yaml" --largest-preset opt- \
+  --at-ratio 1
+contains "$tmp/out" "answer: opt-" "largest preset answer"
+expect 2 "--largest-preset of no preset" -- "$tf" simulate --largest-preset bert
 expect 2 "infeasible single ratio is refused" -- "$tf" simulate "$src/scenarios/h100-single.yaml" --ratio 0.1
 contains "$tmp/err" "the ratios that fit are" "infeasible ratio names the feasible range"
 expect 2 "bad sweep" -- "$tf" simulate --sweep 1:0:0.1
@@ -77,6 +102,13 @@ done
 if ! "$tf" run --help | grep -q "needs the CUDA backend"; then  # a CPU-only build has no `run` to parse
   expect 2 "run --threads -1 (before any GPU is needed)" -- "$tf" run --threads -1
   contains "$tmp/err" "--threads -1: expected a thread count in \[1, " "run --threads names the range"
+  expect 2 "run --ratio auto needs a calibrated profile (before any GPU is needed)" -- "$tf" run \
+    "$src/scenarios/real/mlp-2b.yaml" --ratio auto
+  contains "$tmp/err" "h100-80gb-16core-calibrated" "run --ratio auto names the calibrated profile"
+  contains "$tmp/err" "twinflow calibrate --out" "run --ratio auto says how to make one"
+  expect 3 "run --ratio auto chooses before it needs a GPU" -- env CUDA_VISIBLE_DEVICES= "$tf" run \
+    "$src/scenarios/real/mlp-2b.yaml" --ratio auto --profile h100-80gb-16core-calibrated
+  contains "$tmp/out" "smallest that fits is .*, fastest predicted is" "run --ratio auto says why"
 fi
 expect 0 "bench: 1 and 2 ranks at once through the engine's CPU path" -- "$tf" bench --cpu-ranks 1,2 --n 65536 \
   --layers 4 --iters 2 --optimizers adamw --grads bf16 --profile h100-80gb-16core-calibrated --json "$tmp/r.json"

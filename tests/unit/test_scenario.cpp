@@ -411,7 +411,13 @@ TEST(ScenarioErrors, EachKindNamesFileLineAndKeyPath) {
       {"ratio below 0", 16, "  offload_optimizer: {device: cpu, ratio: -0.1}", 16, "-0.1",
        "zero.offload_optimizer.ratio: -0.1 is out of range; allowed [0, 1]"},
       {"ratio not a number", 16, "  offload_optimizer: {device: cpu, ratio: half}", 16, "half",
-       "zero.offload_optimizer.ratio: expected a finite number, got 'half'; allowed [0, 1]"},
+       "zero.offload_optimizer.ratio: expected a number in [0, 1] or auto, got 'half'; allowed [0, 1] or auto"},
+      {"ratio a capitalised auto", 16, "  offload_optimizer: {device: cpu, ratio: Auto}", 16, "Auto",
+       "zero.offload_optimizer.ratio: expected a number in [0, 1] or auto, got 'Auto'; allowed [0, 1] or auto"},
+      {"ratio a list", 16, "  offload_optimizer: {device: cpu, ratio: [0.5]}", 16, "[0.5]",
+       "zero.offload_optimizer.ratio: expected a number in [0, 1] or auto, got a list"},
+      {"stage 0", 15, "  stage: 0", 15, "0", "zero.stage: 0 is out of range; allowed [1, 3]"},
+      {"stage not a number", 15, "  stage: three", 15, "three", "zero.stage: expected an integer, got 'three'"},
       {"missing profile", 9, "  nodes: 1", 9, "nodes",
        "cluster.profile: missing required key; expected a hardware profile name"},
       {"missing micro_batch", 11, "  steps: 3", 11, "steps", "training.micro_batch: missing required key"},
@@ -693,6 +699,36 @@ TEST(Scenario, NativeSchemaValues) {
   const Scenario dflt = parse_scenario(with_line(9, "  profile: dgx-h100-80gb"), {});
   EXPECT_EQ(dflt.cluster.gpus_per_node, 8);
   EXPECT_EQ(dflt.cluster.cpu_cores_per_gpu, 14);
+}
+
+TEST(Scenario, RatioAutoIsReadAndMustBeChosenBeforeUse) {
+  for (const char* spelling : {"auto", "\"auto\""}) {
+    SCOPED_TRACE(spelling);
+    const Scenario s =
+        parse_scenario(with_line(16, std::string("  offload_optimizer: {device: cpu, ratio: ") + spelling + "}"), {});
+    EXPECT_TRUE(s.zero.offload_optimizer.ratio_auto);
+    EXPECT_TRUE(s.ratio_auto());
+    EXPECT_TRUE(s.warnings.empty());
+    try {
+      (void)s.cpu_ratio();
+      ADD_FAILURE() << "cpu_ratio() of an unresolved auto ratio";
+    } catch (const InputError& e) {
+      EXPECT_TRUE(contains(e.what(), "zero.offload_optimizer.ratio is auto")) << e.what();
+    }
+    std::string ratio, cpu;
+    for (const ReportedSetting& r : settings_report(s)) {
+      if (r.key == "zero.offload_optimizer.ratio") ratio = r.value;
+      if (r.key == "cpu_ratio") cpu = r.value;
+    }
+    EXPECT_EQ(ratio, "auto");
+    EXPECT_EQ(cpu, "auto");
+  }
+  // with nothing offloaded, auto has no effect (as any ratio): a warning, and the CPU share is 0
+  const Scenario none = parse_scenario(with_line(16, "  offload_optimizer: {device: none, ratio: auto}"), {});
+  EXPECT_FALSE(none.ratio_auto());
+  EXPECT_EQ(none.cpu_ratio(), 0.0);
+  ASSERT_EQ(none.warnings.size(), 1u);
+  EXPECT_TRUE(contains(none.warnings[0], "zero.offload_optimizer.ratio: has no effect")) << none.warnings[0];
 }
 
 TEST(Scenario, RelativePathsResolveAgainstTheScenarioNotTheCwd) {

@@ -1,0 +1,166 @@
+// `ratio: auto`: a grid over the feasible range, refined around the fastest predicted point.
+#include "backends/sim/auto_ratio.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/memory_fit.h"
+#include "core/partition.h"
+#include "core/settings.h"
+
+namespace tf::backend::sim {
+
+namespace {
+
+std::string seconds_text(int64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g s/step", double(ns) * 1e-9);
+  return b;
+}
+
+// The InputError for a scenario where nothing fits: the shortfall, then the changes that would fit.
+[[noreturn]] void fail_nothing_fits(const core::Scenario& s, const core::SettingsOverrides& o,
+                                    const core::FitReport& fit) {
+  std::string msg =
+      "zero.offload_optimizer.ratio: auto: no ratio fits on '" + s.cluster.hardware.name + "': " + fit.shortfall;
+  const std::vector<std::string> changes = core::fit_suggestions(s, o);
+  if (changes.empty()) {
+    msg +=
+        ". None of activation checkpointing, a smaller micro-batch, ZeRO stage 3 or more ranks fits alone: "
+        "use a smaller model or a machine with more memory";
+  } else {
+    msg += ". Changes that fit:";
+    for (const std::string& c : changes) msg += "\n  " + c;
+  }
+  throw core::InputError(msg);
+}
+
+// The width of one 2048-element unit of the largest shard, as a ratio: no split is finer.
+double unit_ratio(const core::Scenario& s, const core::SettingsOverrides& o) {
+  const core::RunSettings rs = core::resolve_settings(s, o);
+  const core::Partition part = core::make_partition(rs.model, rs.partition);
+  int64_t elems = 1;
+  for (const core::RankShard& r : part.ranks) elems = std::max(elems, r.elems);
+  return double(part.opt.align_elems) / double(elems);
+}
+
+class Search {
+ public:
+  Search(const core::Scenario& s, const AutoRatioOptions& opt) : s_(s), opt_(opt) {}
+
+  // Evaluates `r` once (the table keeps every point); returns its index.
+  size_t eval(double r) {
+    for (size_t i = 0; i < pts_.size(); ++i)
+      if (pts_[i].requested == r) return i;
+    const SimPoint p = simulate_step(s_, r, opt_.sim);
+    pts_.push_back({r, p.ratio, p.step_ns, p.memory.gpu_total, p.memory.host_total});
+    oom_.push_back(p.oom);
+    return pts_.size() - 1;
+  }
+  // The fastest point that fits; equal predictions: the smaller ratio.
+  size_t best() const {
+    size_t b = pts_.size();
+    for (size_t i = 0; i < pts_.size(); ++i) {
+      if (oom_[i]) continue;
+      if (b == pts_.size() || pts_[i].step_ns < pts_[b].step_ns ||
+          (pts_[i].step_ns == pts_[b].step_ns && pts_[i].ratio < pts_[b].ratio))
+        b = i;
+    }
+    return b;
+  }
+  const std::vector<RatioPoint>& points() const { return pts_; }
+
+ private:
+  const core::Scenario& s_;
+  const AutoRatioOptions& opt_;
+  std::vector<RatioPoint> pts_;
+  std::vector<bool> oom_;
+};
+
+// The grid over [lo, hi], then the refinement rounds around the best point.
+void search_range(Search& search, double lo, double hi, const AutoRatioOptions& opt, double unit) {
+  const int n = std::max(2, opt.grid_points);
+  if (hi <= lo) {
+    search.eval(lo);
+    return;
+  }
+  double step = (hi - lo) / double(n - 1);
+  for (int i = 0; i < n; ++i) search.eval(i + 1 == n ? hi : lo + step * double(i));
+  for (int round = 0; round < opt.refine_rounds && step / 5 >= unit; ++round) {
+    const double centre = search.points()[search.best()].requested;
+    const double fine = step / 5;
+    for (int k = -4; k <= 4; ++k) {
+      const double r = centre + fine * double(k);
+      if (k != 0 && r > lo && r < hi) search.eval(r);
+    }
+    step = fine;
+  }
+}
+
+std::string explain(const AutoRatio& a, size_t evaluated, const RatioPoint& at_one) {
+  std::string why = "ratio " + core::format_ratio(a.actual_ratio) + ": smallest that fits is " +
+                    core::format_ratio(a.range.min_ratio) + ", fastest predicted is " +
+                    core::format_ratio(a.actual_ratio) + ", " + seconds_text(a.step_ns);
+  why += " (" + std::to_string(evaluated) + " ratios simulated over " + core::ratio_range_text(a.range) +
+         " with profile '" + a.profile + "'";
+  if (at_one.ratio == 1.0 && a.actual_ratio != 1.0) why += "; ratio 1: " + seconds_text(at_one.step_ns);
+  return why + ")";
+}
+
+}  // namespace
+
+AutoRatio choose_ratio(const core::Scenario& s, const AutoRatioOptions& opt) {
+  const core::SettingsOverrides& o = opt.sim.overrides;
+  const core::FitReport fit = core::check_fit(s, o);
+  if (!fit.range.feasible) fail_nothing_fits(s, o, fit);
+  Search search(s, opt);
+  search_range(search, fit.range.min_ratio, fit.range.max_ratio, opt, unit_ratio(s, o));
+  const size_t b = search.best();
+  if (b >= search.points().size())
+    throw std::logic_error("choose_ratio: the memory model's feasible range holds no point the simulator fits");
+  AutoRatio a;
+  a.range = fit.range;
+  a.profile = s.cluster.hardware.name;
+  a.table = search.points();
+  a.ratio = a.table[b].requested;
+  a.actual_ratio = a.table[b].ratio;
+  a.step_ns = a.table[b].step_ns;
+  std::sort(a.table.begin(), a.table.end(),
+            [](const RatioPoint& x, const RatioPoint& y) { return x.requested < y.requested; });
+  a.why = explain(a, a.table.size(), a.table.back());
+  return a;
+}
+
+core::Scenario with_ratio(const core::Scenario& s, double ratio) {
+  core::Scenario out = s;
+  out.zero.offload_optimizer.ratio = ratio;
+  out.zero.offload_optimizer.ratio_auto = false;
+  return out;
+}
+
+std::vector<std::string> missing_calibration(const core::HardwareProfile& p) {
+  std::vector<std::string> out;
+  if (p.gpu.bf16_gemm_tflops_by_shape.empty()) out.push_back("gpu.bf16_gemm_tflops_by_shape");
+  if (!(p.gpu.optimizer_gbps > 0)) out.push_back("gpu.optimizer_gbps");
+  if (p.cpu.optimizer_gparam_s_by_threads.empty()) out.push_back("cpu.optimizer_gparam_s_by_threads");
+  return out;
+}
+
+std::string calibration_hint(const core::HardwareProfile& p) {
+  std::string have;
+  for (std::string_view name : core::builtin_hardware_profile_names()) {
+    const auto text = core::builtin_hardware_profile_text(name);
+    if (text && missing_calibration(core::parse_hardware_profile(*text, std::string(name))).empty())
+      have += (have.empty() ? "" : ", ") + std::string(name);
+  }
+  std::string missing;
+  for (const std::string& m : missing_calibration(p)) missing += (missing.empty() ? "" : ", ") + m;
+  return "profile '" + p.name + "' lacks the measured figures the choice rests on (" + missing +
+         "); pass this machine's calibrated profile with --profile (built in: " + (have.empty() ? "none" : have) +
+         "), or measure one with `twinflow calibrate --out scenarios/hardware/NAME.yaml --scenario SCENARIO` on "
+         "the machine";
+}
+
+}  // namespace tf::backend::sim
