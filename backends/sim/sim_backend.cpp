@@ -568,6 +568,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   CostSetup cost = make_cost_setup(s, rs, opt.gemm_max_efficiency);
   cost.speculation = opt.speculation;
   const core::Partition part = core::make_partition(rs.model, rs.partition);
+  // `staging_slots: auto` checks full-size staging against it (core::resolve_staging_slots), then
   // `speculation: auto` fills the host memory beyond the plan (core::resolve_speculation_bytes)
   mo.host_bytes_per_rank = s.cluster.hardware.host_memory_bytes / cost.ranks_per_node;
 
@@ -579,6 +580,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   p.pcie_bytes_each_way = rp.largest.step.pcie_d2h_bytes;
   p.memory = core::sum_by_kind(rp.largest.alloc);
   p.host_per_cpu_param = core::host_bytes_per_cpu_param(rp.largest.alloc, rp.largest.split.cpu_elems);
+  p.staging = rp.largest.staging;
   try {
     const core::HardwareProfile& hw = s.cluster.hardware;
     core::check_ratio_fits(rs.model, part, mo, ratio, hw.gpu.hbm_bytes, hw.host_memory_bytes / cost.ranks_per_node);
