@@ -66,7 +66,8 @@ std::string staging_choice_text(const StagingChoice& c) {
   const std::string what =
       c.slots == kUnboundedStaging ? std::string("full-size") : "rings of " + std::to_string(c.slots) + " slots";
   std::string why = "as set";
-  if (c.automatic && c.host_bytes_per_rank <= 0) why = "the host's memory is not known";
+  if (c.automatic && c.host_bytes_per_rank <= 0)
+    why = "the host's memory is not known";
   else if (c.automatic && c.slots == kUnboundedStaging)
     why = "the host holds it: " + format_gb(c.full_size_host_bytes) + " of " + format_gb(c.host_bytes_per_rank);
   else if (c.automatic)

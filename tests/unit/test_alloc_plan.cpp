@@ -426,9 +426,9 @@ TEST(AllocPlan, StagingAutoIsFullSizeWhereTheHostHoldsIt) {
   EXPECT_EQ(rp.step.config.staging_slots, 3);
   EXPECT_EQ(rp.step.staging.slots, 3);
   EXPECT_EQ(rp.alloc.at(buf::kHostCopy).bytes, 3 * layer * 2);
-  EXPECT_EQ(staging_choice_text(rp.staging),
-            "host staging: rings of 3 slots (full-size staging would need " + format_gb(full) +
-                " of host memory, the host has " + format_gb(full - 1) + ")");
+  EXPECT_EQ(staging_choice_text(rp.staging), "host staging: rings of 3 slots (full-size staging would need " +
+                                                 format_gb(full) + " of host memory, the host has " +
+                                                 format_gb(full - 1) + ")");
   MemoryOptions holds = o;
   holds.host_bytes_per_rank = full;
   EXPECT_EQ(staging_choice_text(choose_staging(m, p, shard, t, holds)),
