@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/alloc_plan.h"
 #include "core/error.h"
@@ -26,6 +28,21 @@ std::map<std::string, int64_t> bytes_by_name(const AllocPlan& p) {
     out[b.name] = b.bytes;
   }
   return out;
+}
+
+// 9 equal MLP layers of 1049600 parameters padded to 1050624 elements (kNineLayerElems), all on the CPU
+// (world 1, ratio 1): the staging tests' rank.
+constexpr int64_t kNineLayerElems = 1050624;
+struct NineCpuLayers {
+  ModelDesc m;
+  Partition p;
+  TwinFlowSplit t;
+};
+NineCpuLayers nine_cpu_layers() {
+  ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
+  Partition p = make_partition(m, {3, 1, 2048});
+  TwinFlowSplit t = split_shard(p.ranks[0], 1.0, 2048);
+  return {std::move(m), std::move(p), std::move(t)};
 }
 
 }  // namespace
@@ -333,10 +350,8 @@ TEST(AllocPlan, UnknownNameIsAnError) {
 // 12 B/param; each ring holds 3 slots of one layer in 2 B elements: 2 x 3 x 2 / 9 = 1.33 B/param
 // (full-size staging would be 4 B/param).
 TEST(AllocPlan, StagingRingsCostBoundedHostMemory) {
-  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
-  const Partition p = make_partition(m, {3, 1, 2048});
-  const TwinFlowSplit t = split_shard(p.ranks[0], 1.0, 2048);
-  const int64_t layer = 1050624, n = 9 * layer;
+  const auto [m, p, t] = nine_cpu_layers();
+  const int64_t layer = kNineLayerElems, n = 9 * layer;
   ASSERT_EQ(t.cpu_elems, n);
   MemoryOptions o;
   o.workload = WorkloadType::kSynthetic;
@@ -371,10 +386,8 @@ TEST(AllocPlan, StagingRingsCostBoundedHostMemory) {
 // in backward order speculate (12 B each element: 3 x 12 / 9 = 4 B/param); with unbounded staging
 // every layer but layer 0 does (8 x 12 / 9).
 TEST(AllocPlan, HostBytesPerCpuParamCountsTheSpareSlotsAndTheRings) {
-  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
-  const Partition p = make_partition(m, {3, 1, 2048});
-  const TwinFlowSplit t = split_shard(p.ranks[0], 1.0, 2048);
-  const int64_t layer = 1050624, n = 9 * layer;
+  const auto [m, p, t] = nine_cpu_layers();
+  const int64_t layer = kNineLayerElems, n = 9 * layer;
   MemoryOptions o;
   o.workload = WorkloadType::kSynthetic;
   o.step.clip_gradients = true;
@@ -401,11 +414,9 @@ TEST(AllocPlan, HostBytesPerCpuParamCountsTheSpareSlotsAndTheRings) {
 // unknown host (0) stages full-size. The 9 equal layers of above, all on the CPU: AdamW's 12 B/param of
 // state plus full-size staging's 4 B/param (2 B gradient landing + 2 B bf16 copy) and the norm's result.
 TEST(AllocPlan, StagingAutoIsFullSizeWhereTheHostHoldsIt) {
-  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
-  const Partition p = make_partition(m, {3, 1, 2048});
+  const auto [m, p, t] = nine_cpu_layers();
   const RankShard& shard = p.ranks[0];
-  const TwinFlowSplit t = split_shard(shard, 1.0, 2048);
-  const int64_t layer = 1050624, n = 9 * layer;
+  const int64_t layer = kNineLayerElems, n = 9 * layer;
   const int64_t full = 16 * n + kNormResultBytes;
   MemoryOptions o;
   o.workload = WorkloadType::kSynthetic;
@@ -452,11 +463,9 @@ TEST(AllocPlan, StagingAutoIsFullSizeWhereTheHostHoldsIt) {
 // the chosen staging leaves. With clipping every CPU layer but layer 0 may speculate at full-size
 // staging (8 layers), at most 3 with 3 ring slots; each speculated layer costs 12 B x its elements.
 TEST(AllocPlan, StagingAutoIsResolvedBeforeTheSpeculationBudget) {
-  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
-  const Partition p = make_partition(m, {3, 1, 2048});
+  const auto [m, p, t] = nine_cpu_layers();
   const RankShard& shard = p.ranks[0];
-  const TwinFlowSplit t = split_shard(shard, 1.0, 2048);
-  const int64_t layer = 1050624, n = 9 * layer;
+  const int64_t layer = kNineLayerElems, n = 9 * layer;
   const int64_t full = 16 * n + kNormResultBytes, rings = 12 * n + 4 * 3 * layer + kNormResultBytes;
   MemoryOptions o;
   o.workload = WorkloadType::kSynthetic;
