@@ -568,7 +568,6 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   CostSetup cost = make_cost_setup(s, rs, opt.gemm_max_efficiency);
   cost.speculation = opt.speculation;
   const core::Partition part = core::make_partition(rs.model, rs.partition);
-  // `staging_slots: auto` checks full-size staging against it (core::resolve_staging_slots), then
   // `speculation: auto` fills the host memory beyond the plan (core::resolve_speculation_bytes)
   mo.host_bytes_per_rank = s.cluster.hardware.host_memory_bytes / cost.ranks_per_node;
 
