@@ -264,10 +264,33 @@ std::vector<BufferSpec> workload_buffers(const ModelDesc& model, WorkloadType wo
   return {};
 }
 
+StagingChoice choose_staging(const ModelDesc& model, const Partition& part, const RankShard& shard,
+                             const TwinFlowSplit& split, const MemoryOptions& opt) {
+  StagingChoice c;
+  c.slots = opt.step.staging_slots;
+  if (c.slots != kStagingAuto) return c;
+  c.automatic = true;
+  c.slots = kUnboundedStaging;
+  if (opt.host_bytes_per_rank <= 0) return c;
+  MemoryOptions full = opt;
+  full.step.staging_slots = kUnboundedStaging;
+  full.step.speculation_bytes = 0;
+  c.full_size_host_bytes = plan_allocations(model, part, shard, split, full).bytes(MemPlace::kHost);
+  c.host_bytes_per_rank = opt.host_bytes_per_rank;
+  if (c.full_size_host_bytes > c.host_bytes_per_rank) c.slots = kStagingSlots;
+  return c;
+}
+
+int resolve_staging_slots(const ModelDesc& model, const Partition& part, const RankShard& shard,
+                          const TwinFlowSplit& split, const MemoryOptions& opt) {
+  return choose_staging(model, part, shard, split, opt).slots;
+}
+
 int64_t resolve_speculation_bytes(const ModelDesc& model, const Partition& part, const RankShard& shard,
                                   const TwinFlowSplit& split, const MemoryOptions& opt) {
   if (opt.step.speculation_bytes != kSpeculationAuto || opt.host_bytes_per_rank <= 0) return opt.step.speculation_bytes;
   MemoryOptions without = opt;
+  without.step.staging_slots = resolve_staging_slots(model, part, shard, split, opt);
   without.step.speculation_bytes = 0;
   const int64_t base = plan_allocations(model, part, shard, split, without).bytes(MemPlace::kHost);
   return std::max<int64_t>(0, opt.host_bytes_per_rank - base);
@@ -276,11 +299,13 @@ int64_t resolve_speculation_bytes(const ModelDesc& model, const Partition& part,
 AllocPlan plan_allocations(const ModelDesc& model, const Partition& part, const RankShard& shard,
                            const TwinFlowSplit& split, const MemoryOptions& opt) {
   AllocPlan plan;
-  StepConfig step = opt.step;
-  step.speculation_bytes = resolve_speculation_bytes(model, part, shard, split, opt);
-  engine_gpu_buffers(model, part, shard, split, opt.step, plan.buffers);
+  MemoryOptions resolved = opt;  // staging first: the speculation budget fills what it leaves
+  resolved.step.staging_slots = resolve_staging_slots(model, part, shard, split, opt);
+  resolved.step.speculation_bytes = resolve_speculation_bytes(model, part, shard, split, resolved);
+  const StepConfig& step = resolved.step;
+  engine_gpu_buffers(model, part, shard, split, step, plan.buffers);
   engine_host_buffers(split, step, plan.buffers);
-  for (BufferSpec& b : workload_buffers(model, opt.workload, opt.step)) plan.buffers.push_back(std::move(b));
+  for (BufferSpec& b : workload_buffers(model, opt.workload, step)) plan.buffers.push_back(std::move(b));
   plan.buffers.push_back(
       {std::string(buf::kContext), MemPlace::kGpu, MemKind::kContext, opt.context_reserve_bytes, false});
   return plan;

@@ -148,21 +148,46 @@ struct MemoryOptions {
   // GPU memory the rank uses that no buffer names: the CUDA context, NCCL's and cuBLAS's internal
   // allocations. Not measured yet: an estimate, listed as a buffer that is not allocated.
   int64_t context_reserve_bytes = int64_t(512) << 20;
-  // Host bytes the rank may use: what `speculation: auto` fills (core::resolve_speculation_bytes). 0: not
-  // known, every eligible layer speculates.
+  // Host bytes the rank may use: what `staging_slots: auto` checks full-size staging against
+  // (core::resolve_staging_slots) and `speculation: auto` fills (core::resolve_speculation_bytes). 0: not
+  // known, full-size staging and every eligible layer speculates.
   int64_t host_bytes_per_rank = 0;
 };
 
 // Every buffer of one rank (shard `shard`, split `split`): the engine's, then the workload's, then the
 // context estimate. ZeRO stages 1/2 keep the whole bf16 model (with several ranks a replica beside the
 // shard the optimizers write; one rank's shard is the whole padded model) and, stage 1, the whole
-// model's reduced gradients. The speculated layers' spare slots are those of opt.step with its
-// speculation budget resolved (resolve_speculation_bytes).
+// model's reduced gradients. The staging rings and the speculated layers' spare slots are those of
+// opt.step with its staging slots (resolve_staging_slots), then its speculation budget
+// (resolve_speculation_bytes) resolved.
 AllocPlan plan_allocations(const ModelDesc& model, const Partition& part, const RankShard& shard,
                            const TwinFlowSplit& split, const MemoryOptions& opt);
 
+// How a rank's host staging was chosen (resolve_staging_slots, choose_staging).
+struct StagingChoice {
+  int slots = kStagingSlots;  // what the rank plans with: kUnboundedStaging (full-size) or a ring's slots
+  bool automatic = false;     // chosen for kStagingAuto (false: the slots were given)
+  // kStagingAuto with a known host: the rank's host bytes at full-size staging without speculation, and
+  // the host bytes per rank they were checked against. 0 otherwise.
+  int64_t full_size_host_bytes = 0;
+  int64_t host_bytes_per_rank = 0;
+  bool operator==(const StagingChoice&) const = default;
+};
+
+// The host staging one rank plans with (docs/ARCHITECTURE.md, "Host staging rings"): opt.step.staging_slots,
+// where kStagingAuto becomes kUnboundedStaging (full-size staging) when the allocation plan at full-size
+// staging without speculation fits opt.host_bytes_per_rank or that is not known (0), else kStagingSlots.
+// It does not depend on the speculation budget, which is resolved after it (resolve_speculation_bytes:
+// the spare slots fill what the staging leaves).
+StagingChoice choose_staging(const ModelDesc& model, const Partition& part, const RankShard& shard,
+                             const TwinFlowSplit& split, const MemoryOptions& opt);
+// choose_staging(...).slots: never kStagingAuto.
+int resolve_staging_slots(const ModelDesc& model, const Partition& part, const RankShard& shard,
+                          const TwinFlowSplit& split, const MemoryOptions& opt);
+
 // The speculation budget one rank plans with: opt.step.speculation_bytes, where kSpeculationAuto becomes
-// the host bytes opt.host_bytes_per_rank leaves beyond the allocation plan without speculation (0 when
+// the host bytes opt.host_bytes_per_rank leaves beyond the allocation plan without speculation (its
+// staging resolved: resolve_staging_slots) (0 when
 // nothing is left), or stays kSpeculationAuto (every eligible layer) when that is not known. Either
 // way core::speculated_layers stops at the layers whose gradients land early enough to matter.
 int64_t resolve_speculation_bytes(const ModelDesc& model, const Partition& part, const RankShard& shard,

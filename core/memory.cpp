@@ -62,6 +62,20 @@ HostBytesPerParam host_bytes_per_cpu_param(const AllocPlan& plan, int64_t cpu_el
   return b;
 }
 
+std::string staging_choice_text(const StagingChoice& c) {
+  const std::string what =
+      c.slots == kUnboundedStaging ? std::string("full-size") : "rings of " + std::to_string(c.slots) + " slots";
+  std::string why = "as set";
+  if (c.automatic && c.host_bytes_per_rank <= 0)
+    why = "the host's memory is not known";
+  else if (c.automatic && c.slots == kUnboundedStaging)
+    why = "the host holds it: " + format_gb(c.full_size_host_bytes) + " of " + format_gb(c.host_bytes_per_rank);
+  else if (c.automatic)
+    why = "full-size staging would need " + format_gb(c.full_size_host_bytes) + " of host memory, the host has " +
+          format_gb(c.host_bytes_per_rank);
+  return "host staging: " + what + " (" + why + ")";
+}
+
 RankMemory rank_memory(const ModelDesc& model, const Partition& part, const RankShard& shard,
                        const TwinFlowSplit& split, const MemoryOptions& opt) {
   return sum_by_kind(plan_allocations(model, part, shard, split, opt));

@@ -70,6 +70,11 @@ RatioRange feasible_ratios(const ModelDesc& model, const Partition& part, const 
 void check_ratio_fits(const ModelDesc& model, const Partition& part, const MemoryOptions& opt, double ratio,
                       int64_t gpu_bytes_per_rank, int64_t host_bytes_per_rank);
 
+// The rank's host staging in one line, e.g. "host staging: full-size (the host holds it: 31.2 GB of
+// 503.6 GB)" or "host staging: rings of 3 slots (full-size staging would need 212.4 GB of host memory, the
+// host has 125.9 GB)".
+std::string staging_choice_text(const StagingChoice& c);
+
 // "85.3 GB" (1 GB = 1e9 B)
 std::string format_gb(int64_t bytes);
 

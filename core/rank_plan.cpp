@@ -14,8 +14,12 @@ RankPlan plan_rank(const ModelDesc& model, const Partition& part, int rank, doub
   const RankShard& shard = part.ranks[size_t(rank)];
   RankPlan p;
   p.split = split_shard(shard, ratio, part.opt.align_elems);
-  MemoryOptions resolved = opt;  // the step plan and the allocation plan speculate on the same layers
-  resolved.step.speculation_bytes = resolve_speculation_bytes(model, part, shard, p.split, opt);
+  // The step plan and the allocation plan stage and speculate alike: the staging first, the speculation
+  // budget filling what it leaves.
+  MemoryOptions resolved = opt;
+  p.staging = choose_staging(model, part, shard, p.split, opt);
+  resolved.step.staging_slots = p.staging.slots;
+  resolved.step.speculation_bytes = resolve_speculation_bytes(model, part, shard, p.split, resolved);
   p.step = plan_step(model, part, p.split, resolved.step);
   p.alloc = plan_allocations(model, part, shard, p.split, resolved);
   return p;

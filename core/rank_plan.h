@@ -13,9 +13,11 @@ namespace tf::core {
 
 struct RankPlan {
   TwinFlowSplit split;
-  StepPlan step;    // core::plan_step(model, part, split, opt.step), its speculation budget resolved
-                    // (core::resolve_speculation_bytes: its config holds the bytes it planned with)
+  StepPlan step;    // core::plan_step(model, part, split, opt.step), its staging slots and speculation
+                    // budget resolved (core::resolve_staging_slots, core::resolve_speculation_bytes: its
+                    // config holds what it planned with)
   AllocPlan alloc;  // core::plan_allocations(model, part, shard, split, opt)
+  StagingChoice staging;  // how the staging slots were chosen (core::choose_staging)
 };
 
 // Rank `rank` of `part` at `ratio`. Throws core::InputError for a rank outside the partition or a ratio

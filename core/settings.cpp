@@ -59,8 +59,8 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
     throw InputError("speculation must be auto or >= 0 bytes, got " + std::to_string(speculation));
   s.step = make_step_config(s.policy, grad, sc.training.micro_batch, grad_accum, sc.training.activation_checkpointing,
                             speculation);
-  s.step.staging_slots = o.staging_slots.value_or(kStagingSlots);
-  check_staging_slots(s.step.staging_slots);
+  s.step.staging_slots = o.staging_slots.value_or(kStagingAuto);
+  if (s.step.staging_slots != kStagingAuto) check_staging_slots(s.step.staging_slots);
   s.loss_scaler = loss_scaler_of(sc.training);
   s.workload = workload_of(sc, o);
   s.seed = sc.workload.seed;

@@ -23,8 +23,9 @@ struct SettingsOverrides {
   std::optional<int> world = {};              // ranks: as launched (run), simulated (simulate --world)
   std::optional<int> grad_accum = {};         // micro-batches per rank per step (run --grad-accum, a measured sweep)
   std::optional<WorkloadType> workload = {};  // what `run` trains (run --workload)
-  // Slots per host staging ring (StepConfig::staging_slots; kUnboundedStaging: full-size staging):
-  // `run`/`simulate --staging-slots`, to compare with the schedule before the rings.
+  // Slots per host staging ring (StepConfig::staging_slots; kUnboundedStaging: full-size staging;
+  // kStagingAuto, the default: full-size where the host holds it, core::resolve_staging_slots):
+  // `run`/`simulate --staging-slots`.
   std::optional<int> staging_slots = {};
   // What set world and grad_accum, as errors name it: "--world", "WORLD_SIZE", "run.json: grad_accum".
   std::string world_from = "the world override";
@@ -38,7 +39,8 @@ struct RunSettings {
   int world = 1;
   PartitionOptions partition;  // the scenario's ZeRO stage, `world`, 2048-element alignment (the statistics tile)
   StepPolicy policy;           // optimizer, hyper-parameters, clipping, overflow policy
-  StepConfig step;             // micro-batch, accumulation, dtypes, what the optimizers wait for
+  StepConfig step;             // micro-batch, accumulation, dtypes, what the optimizers wait for; its
+                               // staging_slots may be kStagingAuto (core::plan_rank resolves it)
   LossScaler loss_scaler;      // fp16: the scenario's initial scale and dynamics; else 1 and fixed
   WorkloadType workload = WorkloadType::kSynthetic;  // what `run` trains: the scenario's, resolved against the model
   uint64_t seed = 1;                                 // data, initial weights, synthetic gradients

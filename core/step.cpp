@@ -64,8 +64,9 @@ StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t 
 }
 
 void check_staging_slots(int slots) {
-  if (slots < 0 || slots > 1024)
-    throw InputError("staging_slots must be in [0, 1024] (0: one slot per CPU layer), not " + std::to_string(slots));
+  if (slots < 0 || slots > kMaxStagingSlots)
+    throw InputError("staging_slots must be in [0, " + std::to_string(kMaxStagingSlots) +
+                     "] (0: one slot per CPU layer), not " + std::to_string(slots));
 }
 
 StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg) {

@@ -86,6 +86,10 @@ constexpr int kStagingSlots = 3;
 // StepConfig::staging_slots value for one slot per CPU layer: full-size staging, the schedule without
 // ring-reuse dependencies (what Twin-Flow ran before the rings; tests compare the two bit for bit).
 constexpr int kUnboundedStaging = 0;
+// Settings value (RunSettings::step, `--staging-slots auto`, the default): full-size staging where the
+// rank's host memory holds it, else kStagingSlots (core::resolve_staging_slots). Resolved before a plan
+// is made: core::plan_step and check_staging_slots refuse it.
+constexpr int kStagingAuto = -1;
 
 struct StepConfig {
   int64_t micro_batch = 1;
@@ -120,7 +124,10 @@ struct StagingRing {
 };
 // Throws core::InputError for a `cfg.staging_slots` out of range (check_staging_slots).
 StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg);
-// Throws core::InputError unless `slots` is in [0, 1024] (0: kUnboundedStaging).
+// The most slots a ring may have (StepConfig::staging_slots).
+constexpr int kMaxStagingSlots = 1024;
+// Throws core::InputError unless `slots` is in [0, kMaxStagingSlots] (0: kUnboundedStaging; kStagingAuto
+// is a settings value, resolved before planning).
 void check_staging_slots(int slots);
 
 inline constexpr int64_t kSpeculationAuto = -1;

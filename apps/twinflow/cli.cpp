@@ -225,20 +225,23 @@ std::optional<double> ratio_option(const po::variables_map& vm, const core::Scen
 }
 
 void add_staging_slots_option(po::options_description& desc) {
-  desc.add_options()("staging-slots", po::value<int>(),
-                     "slots per host staging ring of the CPU segment (gradient landing and bf16 copy), 1 to 1024 "
-                     "(default 3); 0: full-size staging, one slot per CPU layer");
+  const std::string help =
+      "slots per host staging ring of the CPU segment (gradient landing and bf16 copy): auto (the default: "
+      "full-size staging where the host's memory holds it, else " +
+      std::to_string(core::kStagingSlots) + "), 1 to " + std::to_string(core::kMaxStagingSlots) +
+      ", or 0 for full-size staging, one slot per CPU layer";
+  desc.add_options()("staging-slots", po::value<std::string>(), help.c_str());
 }
 
 std::optional<int> read_staging_slots(const po::variables_map& vm) {
   if (!vm.count("staging-slots")) return std::nullopt;
-  const int k = vm["staging-slots"].as<int>();
+  const std::string v = vm["staging-slots"].as<std::string>();
+  if (core::ascii_lower(v) == "auto") return core::kStagingAuto;
   try {
-    core::check_staging_slots(k);
+    return int(checked_int(v, "--staging-slots", 0, core::kMaxStagingSlots));
   } catch (const core::InputError& e) {
-    throw core::InputError(std::string("--staging-slots: ") + e.what());
+    throw core::InputError(std::string(e.what()) + ", or auto");
   }
-  return k;
 }
 
 void add_profile_option(po::options_description& desc, const char* help) {

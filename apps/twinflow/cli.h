@@ -119,8 +119,10 @@ void add_profile_option(po::options_description& desc, const char* help);
 void apply_profile_option(const po::variables_map& vm, core::Scenario& sc);
 
 // ---- host staging rings (issue 16) ------------------------------------------------------------------
-// --staging-slots N: slots per host staging ring (core::StepConfig::staging_slots), 0 for full-size
-// staging (the schedule before the rings). read: the value if given (core::InputError outside [0, 1024]).
+// --staging-slots auto|N: slots per host staging ring (core::StepConfig::staging_slots), 0 for full-size
+// staging (the schedule before the rings), auto (core::kStagingAuto, the default when not given):
+// full-size where the host holds it (core::resolve_staging_slots). read: the value if given
+// (core::InputError for anything else, or N outside [0, 1024]).
 void add_staging_slots_option(po::options_description& desc);
 std::optional<int> read_staging_slots(const po::variables_map& vm);
 

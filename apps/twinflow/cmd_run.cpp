@@ -82,7 +82,7 @@ struct RunOptions {
   std::optional<backend::sim::AutoRatio> auto_ratio;  // how it was chosen
   core::WorkloadType workload = core::WorkloadType::kSynthetic;
   std::optional<int> grad_accum;
-  std::optional<int> staging_slots;  // slots per host staging ring; 0: full-size staging
+  std::optional<int> staging_slots;  // slots per host staging ring; 0: full-size; core::kStagingAuto
   std::optional<size_t> threads;
   OutputFiles out;  // json, trace
   bool verify = false, no_pin = false;
@@ -620,6 +620,7 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
               << ", CPU segment " << pt.cpu_elems << " elements; GPU " << core::format_gb(pt.memory.gpu_used_by_process)
               << " in use (model " << core::format_gb(pt.memory.planned.gpu_total) << "), host pinned "
               << core::format_gb(pt.memory.host_pinned) << "\n";
+  if (rank == 0 && pt.cpu_elems > 0) std::cerr << core::staging_choice_text(pt.memory.staging) << "\n";
   if (rank == 0 && pt.speculated_layers > 0)
     std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "
               << core::format_gb(spare_bytes(pt.memory.plan)) << " of host memory for their second state slot\n";
@@ -787,6 +788,7 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     if (!p.parity.empty()) jp["parity"] = {{"ok", p.parity_ok}, {"detail", p.parity}};
     // the budget the plan resolved to: what `validate` simulates this point with
     jp["speculation_bytes"] = p.speculation_bytes;
+    jp["staging_slots"] = p.memory.staging.slots;  // the host staging it planned with (core::choose_staging)
     jp["speculated_layers"] = p.speculated_layers;
     jp["spare_slot_bytes"] = spare_bytes(p.memory.plan);
     jp["speculated_steps"] = p.speculated_steps;

@@ -208,8 +208,9 @@ const char kSimulateEpilog[] =
     "step time at ratio 1 over this step time.\n"
     "With clipping or loss scaling, the CPU layers that speculate (training.speculation, --speculation) update\n"
     "during backward and the simulator assumes their speculation holds (each commit costs only its wait for\n"
-    "the norm); --previous-step-clipped simulates the step after a clipped or skipped one instead. Only the\n"
-    "first --staging-slots CPU layers (backward order) speculate: a later one's D2H waits for a commit.\n";
+    "the norm); --previous-step-clipped simulates the step after a clipped or skipped one instead. With\n"
+    "staging rings of N slots only the first N CPU layers (backward order) speculate: a later one's D2H\n"
+    "waits for a commit. --staging-slots auto (the default) stages full-size where the host holds it.\n";
 
 // --metrics-port and the options that need it.
 std::optional<ReplayOptions> replay_options(const po::variables_map& vm) {
@@ -477,7 +478,9 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
                  "GEMMs plus the layers' memory-bound kernels (a decoder's estimated), our own engine at ratio 1 as "
                  "the baseline (not DeepSpeed's slower full offload), no framework overheads; the model was not tuned "
                  "to the published figure.\n";
-  if (b.ratio > 0) std::cout << "at ratio " << fmt(b.ratio, 3) << ": " << host_bytes_line(b.host_per_cpu_param) << "\n";
+  if (b.ratio > 0)
+    std::cout << "at ratio " << fmt(b.ratio, 3) << ": " << host_bytes_line(b.host_per_cpu_param) << "; "
+              << core::staging_choice_text(b.staging) << "\n";
   return {{"ratio", b.ratio},
           {"step_ms", ms(b.step_ns)},
           {"speedup_vs_ratio_1", speedup},
@@ -485,7 +488,8 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
            {{"state", b.host_per_cpu_param.optimizer},
             {"spare", b.host_per_cpu_param.spare},
             {"staging", b.host_per_cpu_param.staging},
-            {"total", b.host_per_cpu_param.total()}}}};
+            {"total", b.host_per_cpu_param.total()}}},
+          {"staging_slots", b.staging.slots}};
 }
 
 void write_sweep_json(const core::Scenario& sc, const Sweep& w, const Table& t, const nlohmann::json& best,

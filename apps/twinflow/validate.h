@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct MeasuredPoint {
   };
   std::vector<Step> steps;
   int64_t speculation_bytes = 0;  // the budget the run planned with (0 where the run predates speculation)
+  // The host staging the run planned with (core::StagingChoice::slots); none where the run predates
+  // `staging_slots: auto` (validate then resolves auto against the profile's host memory).
+  std::optional<int> staging_slots;
 };
 
 struct MeasuredSweep {

@@ -248,6 +248,7 @@ class EngineImpl final : public Engine {
     plan_ = std::move(rp.step);
     mem_.plan = std::move(rp.alloc);
     mem_.planned = core::sum_by_kind(mem_.plan);
+    mem_.staging = rp.staging;
     spec_.emplace(plan_);
     spare_ = core::spare_range(split_, spec_->layers());
     const std::vector<std::string> hazards = core::check_plan_hazards(plan_);

@@ -72,6 +72,7 @@ struct StepReport {
 struct EngineMemory {
   core::AllocPlan plan;                     // every buffer of this rank (core::plan_allocations)
   core::RankMemory planned;                 // the plan summed by kind (checked against the limits before allocating)
+  core::StagingChoice staging;              // how the host staging was chosen (core::choose_staging)
   std::vector<core::BufferSpec> allocated;  // what the engine and its workload allocated, by name, in order
   int64_t gpu_allocated = 0;                // their GPU bytes
   int64_t host_pinned = 0;                  // page-locked host bytes (0 when pinning failed)

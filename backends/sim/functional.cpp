@@ -14,6 +14,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/reference/decoder_ref.h"
+#include "core/alloc_plan.h"
 #include "core/and_barrier.h"
 #include "core/error.h"
 #include "core/init.h"
@@ -278,7 +279,10 @@ class FunctionalRun {
     Rank k;
     k.rank = r;
     k.split = core::split_shard(s, c_.ratio, part_.opt.align_elems);
-    k.plan = core::plan_step(model_, part_, k.split, step_cfg_);
+    core::MemoryOptions mo;  // no host memory known: kStagingAuto is full-size staging
+    mo.step = step_cfg_;
+    mo.step.staging_slots = core::resolve_staging_slots(model_, part_, s, k.split, mo);
+    k.plan = core::plan_step(model_, part_, k.split, mo.step);
     const size_t g = size_t(k.split.gpu_elems), n = size_t(k.split.cpu_elems);
     k.gp.assign(g, 0.f), k.gm.assign(g, init1), k.gv.assign(two_ ? g : 0, 0.f);
     k.cp.assign(n, 0.f), k.cm.assign(n, init1), k.cv.assign(two_ ? n : 0, 0.f);

@@ -61,7 +61,8 @@ struct FunctionalConfig {
   int64_t micro_batch = 1;     // kDecoder: samples per micro-shard
   std::filesystem::path data;  // kDecoder: the token file; empty: the built-in stream
   // Slots per host staging ring (core::StepConfig::staging_slots); core::kUnboundedStaging: one per CPU
-  // layer (full-size staging, the schedule without ring-reuse dependencies).
+  // layer (full-size staging, the schedule without ring-reuse dependencies); core::kStagingAuto: the
+  // functional run knows no host memory, so full-size (core::resolve_staging_slots).
   int staging_slots = core::kStagingSlots;
   // run_functional only: saves, and a resume (then `steps` is still the total: the run trains steps
   // checkpoint + 1 .. steps). The checkpoint must be of this model and optimizer, with this seed and

@@ -581,6 +581,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   p.pcie_bytes_each_way = rp.largest.step.pcie_d2h_bytes;
   p.memory = core::sum_by_kind(rp.largest.alloc);
   p.host_per_cpu_param = core::host_bytes_per_cpu_param(rp.largest.alloc, rp.largest.split.cpu_elems);
+  p.staging = rp.largest.staging;
   try {
     core::check_ratio_fits(rs.model, part, mo, ratio, budget.gpu_bytes, budget.host_bytes);
   } catch (const core::InputError& e) {

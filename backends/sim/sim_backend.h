@@ -49,6 +49,7 @@ struct SimPoint {
   int64_t cpu_overlapped_ns = 0;
   core::RankMemory memory;  // of the largest shard
   core::HostBytesPerParam host_per_cpu_param;  // of the largest shard's CPU segment (issue 16)
+  core::StagingChoice staging;                 // of the largest shard (core::choose_staging)
   int64_t pcie_bytes_each_way = 0;
   std::vector<core::StepPlan> plans;  // per rank (only with SimOptions::keep_plans)
   std::vector<RankTiming> ranks;      // per rank

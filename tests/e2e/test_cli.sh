@@ -29,6 +29,12 @@ PY
 expect 0 "simulate one ratio of a shipped scenario" -- "$tf" simulate "$src/scenarios/toy-zero3-ratio0.4.yaml"
 contains "$tmp/out" "0.4" "toy scenario at its ratio"
 contains "$tmp/out" "host bytes per CPU-side parameter 12.00 (state) + " "simulate reports host bytes per CPU param"
+contains "$tmp/out" "; host staging: full-size (the host holds it: " "simulate prints the staging auto chose"
+expect 0 "staging slots given" -- "$tf" simulate "$src/scenarios/toy-zero3-ratio0.4.yaml" --staging-slots 2
+contains "$tmp/out" "host staging: rings of 2 slots (as set)" "simulate prints the staging given"
+expect 0 "staging slots auto" -- "$tf" simulate "$src/scenarios/toy-zero3-ratio0.4.yaml" --staging-slots AUTO
+expect 2 "staging slots not a number" -- "$tf" simulate --staging-slots lots
+contains "$tmp/err" "expected an integer in \[0, 1024\], or auto" "staging slots error names auto"
 expect 2 "staging slots out of range" -- "$tf" simulate --staging-slots 2000
 contains "$tmp/err" "staging-slots" "staging slots error names the option"
 expect 2 "ratio out of range" -- "$tf" simulate --ratio 1.5

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/alloc_plan.h"
 #include "core/error.h"
@@ -26,6 +28,21 @@ std::map<std::string, int64_t> bytes_by_name(const AllocPlan& p) {
     out[b.name] = b.bytes;
   }
   return out;
+}
+
+// 9 equal MLP layers of 1049600 parameters padded to 1050624 elements (kNineLayerElems), all on the CPU
+// (world 1, ratio 1): the staging tests' rank.
+constexpr int64_t kNineLayerElems = 1050624;
+struct NineCpuLayers {
+  ModelDesc m;
+  Partition p;
+  TwinFlowSplit t;
+};
+NineCpuLayers nine_cpu_layers() {
+  ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
+  Partition p = make_partition(m, {3, 1, 2048});
+  TwinFlowSplit t = split_shard(p.ranks[0], 1.0, 2048);
+  return {std::move(m), std::move(p), std::move(t)};
 }
 
 }  // namespace
@@ -333,10 +350,8 @@ TEST(AllocPlan, UnknownNameIsAnError) {
 // 12 B/param; each ring holds 3 slots of one layer in 2 B elements: 2 x 3 x 2 / 9 = 1.33 B/param
 // (full-size staging would be 4 B/param).
 TEST(AllocPlan, StagingRingsCostBoundedHostMemory) {
-  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
-  const Partition p = make_partition(m, {3, 1, 2048});
-  const TwinFlowSplit t = split_shard(p.ranks[0], 1.0, 2048);
-  const int64_t layer = 1050624, n = 9 * layer;
+  const auto [m, p, t] = nine_cpu_layers();
+  const int64_t layer = kNineLayerElems, n = 9 * layer;
   ASSERT_EQ(t.cpu_elems, n);
   MemoryOptions o;
   o.workload = WorkloadType::kSynthetic;
@@ -371,10 +386,8 @@ TEST(AllocPlan, StagingRingsCostBoundedHostMemory) {
 // in backward order speculate (12 B each element: 3 x 12 / 9 = 4 B/param); with unbounded staging
 // every layer but layer 0 does (8 x 12 / 9).
 TEST(AllocPlan, HostBytesPerCpuParamCountsTheSpareSlotsAndTheRings) {
-  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));
-  const Partition p = make_partition(m, {3, 1, 2048});
-  const TwinFlowSplit t = split_shard(p.ranks[0], 1.0, 2048);
-  const int64_t layer = 1050624, n = 9 * layer;
+  const auto [m, p, t] = nine_cpu_layers();
+  const int64_t layer = kNineLayerElems, n = 9 * layer;
   MemoryOptions o;
   o.workload = WorkloadType::kSynthetic;
   o.step.clip_gradients = true;
@@ -394,4 +407,84 @@ TEST(AllocPlan, HostBytesPerCpuParamCountsTheSpareSlotsAndTheRings) {
   const HostBytesPerParam full = host_bytes_per_cpu_param(plan_allocations(m, p, p.ranks[0], t, o), n);
   EXPECT_DOUBLE_EQ(full.spare, 12.0 * 8 / 9);
   EXPECT_DOUBLE_EQ(full.staging, 4.0);
+}
+
+// `staging_slots: auto` (core::resolve_staging_slots): full-size staging where the rank's plan at
+// full-size staging without speculation fits the host, else kStagingSlots; explicit slots are kept; an
+// unknown host (0) stages full-size. The 9 equal layers of above, all on the CPU: AdamW's 12 B/param of
+// state plus full-size staging's 4 B/param (2 B gradient landing + 2 B bf16 copy) and the norm's result.
+TEST(AllocPlan, StagingAutoIsFullSizeWhereTheHostHoldsIt) {
+  const auto [m, p, t] = nine_cpu_layers();
+  const RankShard& shard = p.ranks[0];
+  const int64_t layer = kNineLayerElems, n = 9 * layer;
+  const int64_t full = 16 * n + kNormResultBytes;
+  MemoryOptions o;
+  o.workload = WorkloadType::kSynthetic;
+  o.step.staging_slots = kStagingAuto;
+  // unknown host: full-size, nothing planned to decide it
+  EXPECT_EQ(resolve_staging_slots(m, p, shard, t, o), kUnboundedStaging);
+  EXPECT_EQ(choose_staging(m, p, shard, t, o), (StagingChoice{kUnboundedStaging, true, 0, 0}));
+  // the host holds full-size staging (exactly): full-size
+  o.host_bytes_per_rank = full;
+  EXPECT_EQ(choose_staging(m, p, shard, t, o), (StagingChoice{kUnboundedStaging, true, full, full}));
+  EXPECT_EQ(plan_allocations(m, p, shard, t, o).at(buf::kHostGrad).bytes, n * 2);
+  // one byte short: rings of kStagingSlots, in the step plan and the allocation plan alike
+  o.host_bytes_per_rank = full - 1;
+  EXPECT_EQ(choose_staging(m, p, shard, t, o), (StagingChoice{3, true, full, full - 1}));
+  EXPECT_EQ(plan_allocations(m, p, shard, t, o).at(buf::kHostGrad).bytes, 3 * layer * 2);
+  const RankPlan rp = plan_rank(m, p, 0, 1.0, o);
+  EXPECT_EQ(rp.staging, (StagingChoice{3, true, full, full - 1}));
+  EXPECT_EQ(rp.step.config.staging_slots, 3);
+  EXPECT_EQ(rp.step.staging.slots, 3);
+  EXPECT_EQ(rp.alloc.at(buf::kHostCopy).bytes, 3 * layer * 2);
+  EXPECT_EQ(staging_choice_text(rp.staging), "host staging: rings of 3 slots (full-size staging would need " +
+                                                 format_gb(full) + " of host memory, the host has " +
+                                                 format_gb(full - 1) + ")");
+  MemoryOptions holds = o;
+  holds.host_bytes_per_rank = full;
+  EXPECT_EQ(staging_choice_text(choose_staging(m, p, shard, t, holds)),
+            "host staging: full-size (the host holds it: " + format_gb(full) + " of " + format_gb(full) + ")");
+  // explicit slots are kept whatever the host
+  for (int slots : {kUnboundedStaging, 1, 2, 5}) {
+    o.step.staging_slots = slots;
+    EXPECT_EQ(choose_staging(m, p, shard, t, o), (StagingChoice{slots, false, 0, 0})) << slots;
+    EXPECT_EQ(plan_rank(m, p, 0, 1.0, o).step.config.staging_slots, slots);
+  }
+  EXPECT_EQ(staging_choice_text({2, false, 0, 0}), "host staging: rings of 2 slots (as set)");
+  // a host that holds the rings but not full-size staging fits ratio 1 with auto, as with explicit rings
+  const int64_t host = 12 * n + 4 * 3 * layer + kNormResultBytes;
+  o.step.staging_slots = kStagingAuto;
+  const RatioRange fits = feasible_ratios(m, p, o, int64_t(1) << 40, host);
+  ASSERT_TRUE(fits.feasible) << fits.why;
+  EXPECT_EQ(fits.max_ratio, 1.0);
+}
+
+// The staging is resolved before the speculation budget: `speculation: auto`'s spare slots fill what
+// the chosen staging leaves. With clipping every CPU layer but layer 0 may speculate at full-size
+// staging (8 layers), at most 3 with 3 ring slots; each speculated layer costs 12 B x its elements.
+TEST(AllocPlan, StagingAutoIsResolvedBeforeTheSpeculationBudget) {
+  const auto [m, p, t] = nine_cpu_layers();
+  const RankShard& shard = p.ranks[0];
+  const int64_t layer = kNineLayerElems, n = 9 * layer;
+  const int64_t full = 16 * n + kNormResultBytes, rings = 12 * n + 4 * 3 * layer + kNormResultBytes;
+  MemoryOptions o;
+  o.workload = WorkloadType::kSynthetic;
+  o.step.clip_gradients = true;
+  o.step.speculation_bytes = kSpeculationAuto;
+  o.step.staging_slots = kStagingAuto;
+  // full-size staging fits with room for 2 speculated layers
+  o.host_bytes_per_rank = full + 2 * 12 * layer;
+  RankPlan rp = plan_rank(m, p, 0, 1.0, o);
+  EXPECT_EQ(rp.step.config.staging_slots, kUnboundedStaging);
+  EXPECT_EQ(rp.step.config.speculation_bytes, 2 * 12 * layer);
+  EXPECT_EQ(rp.alloc.at(buf::kHostMasterSpare).bytes, 2 * layer * 4);
+  EXPECT_EQ(rp.alloc.bytes(MemPlace::kHost), o.host_bytes_per_rank);
+  // one byte short of full-size staging: rings, and the spare slots take what they leave (1 layer)
+  o.host_bytes_per_rank = full - 1;
+  rp = plan_rank(m, p, 0, 1.0, o);
+  EXPECT_EQ(rp.step.config.staging_slots, kStagingSlots);
+  EXPECT_EQ(rp.step.config.speculation_bytes, full - 1 - rings);
+  EXPECT_EQ(rp.alloc.at(buf::kHostMasterSpare).bytes, 1 * layer * 4);
+  EXPECT_EQ(plan_allocations(m, p, shard, t, o).at(buf::kHostMasterSpare).bytes, 1 * layer * 4);
+  EXPECT_LE(rp.alloc.bytes(MemPlace::kHost), o.host_bytes_per_rank);
 }

@@ -172,3 +172,21 @@ TEST(Settings, SpeculationBudget) {
     if (r.key == "training.speculation") listed = r.value == "0";
   EXPECT_TRUE(listed);
 }
+
+// The host staging: auto by default (resolved per rank, core::resolve_staging_slots), or the command's
+// slots; out of range names the setting.
+TEST(Settings, StagingSlots) {
+  const Scenario sc = scenario("micro_batch: 1");
+  EXPECT_EQ(resolve_settings(sc).step.staging_slots, kStagingAuto);
+  for (int slots : {kStagingAuto, kUnboundedStaging, 1, 3, kMaxStagingSlots})
+    EXPECT_EQ(resolve_settings(sc, {.staging_slots = slots}).step.staging_slots, slots);
+  for (int bad : {-2, kMaxStagingSlots + 1}) {
+    try {
+      resolve_settings(sc, {.staging_slots = bad});
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("staging_slots"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(check_staging_slots(kStagingAuto), InputError);  // planning never sees the sentinel
+}
