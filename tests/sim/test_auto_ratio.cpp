@@ -14,6 +14,7 @@
 namespace {
 
 using tf::backend::sim::AutoRatio;
+using tf::backend::sim::AutoRatioOptions;
 using tf::backend::sim::choose_ratio;
 using tf::backend::sim::simulate_step;
 using tf::core::Scenario;
@@ -37,11 +38,20 @@ Scenario gpt2_scenario(const std::string& training = "micro_batch: 2, gradient_c
 // speculated layers' spare slots (0: none; kSpeculationAuto resolved against `host_bytes_per_rank`).
 tf::core::RankMemory memory_at(const Scenario& s, double ratio, int64_t speculation_bytes = 0,
                                int64_t host_bytes_per_rank = 0) {
-  const tf::core::RunSettings rs = tf::core::resolve_settings(s, {.speculation_bytes = speculation_bytes});
+  const tf::core::RunSettings rs = tf::core::resolve_settings(
+      s, {.staging_slots = tf::core::kUnboundedStaging, .speculation_bytes = speculation_bytes});
   tf::core::MemoryOptions mo = rs.memory_options();
   mo.workload = tf::core::WorkloadType::kAuto;
   mo.host_bytes_per_rank = host_bytes_per_rank;
   return tf::core::rank_memory_at(rs.model, tf::core::make_partition(rs.model, rs.partition), mo, ratio);
+}
+
+// Full-size host staging, pinned (memory_at's): with `staging_slots: auto` a tight host would switch to
+// rings and move the ends these tests place (tests/unit/test_alloc_plan.cpp tests that choice).
+AutoRatioOptions full_staging() {
+  AutoRatioOptions o;
+  o.sim.overrides.staging_slots = tf::core::kUnboundedStaging;
+  return o;
 }
 
 // Every point of the table fits, and the chosen one is the table's fastest (ties: the smaller ratio).
@@ -74,7 +84,7 @@ TEST(AutoRatio, FreeCpuAndPcieChooseTheLargestRatioThatFits) {
   hw.gpu.event_sync_ns = 0;
   hw.gpu.optimizer_gbps = 1;  // 28 B an element: 28 ns each on the GPU
   hw.host_memory_bytes = memory_at(s, 0.6).host_total;
-  const AutoRatio a = choose_ratio(s);
+  const AutoRatio a = choose_ratio(s, full_staging());
   ASSERT_TRUE(a.range.feasible);
   EXPECT_LT(a.range.max_ratio, 0.61);
   EXPECT_GT(a.range.max_ratio, 0.59);
@@ -157,10 +167,10 @@ TEST(AutoRatio, SpeculationAutoFitsWithItsSpareSlotsCounted) {
   const int64_t host_budget = tf::core::rank_budget(s, s.cluster.world_size()).host_bytes;
   ASSERT_EQ(host_budget, memory_at(s, 0.6).host_total + slack);
 
-  const AutoRatio a = choose_ratio(s);
+  const AutoRatio a = choose_ratio(s, full_staging());
   Scenario off = s;
   off.training.speculation_bytes = 0;
-  const tf::core::FitReport without = tf::core::check_fit(off);
+  const tf::core::FitReport without = tf::core::check_fit(off, full_staging().sim.overrides);
   ASSERT_TRUE(a.range.feasible);
   ASSERT_TRUE(without.range.feasible);
   EXPECT_EQ(a.range.min_ratio, without.range.min_ratio);
@@ -179,22 +189,22 @@ TEST(AutoRatio, SpeculationAutoFitsWithItsSpareSlotsCounted) {
     with_spare += p.host_bytes > bare.host_total;
   }
   EXPECT_GT(with_spare, 0) << "no point of the table has a spare slot: the test does not test them";
-  const tf::backend::sim::SimPoint chosen = simulate_step(s, a.ratio);
+  const tf::backend::sim::SimPoint chosen = simulate_step(s, a.ratio, full_staging().sim);
   EXPECT_FALSE(chosen.oom) << chosen.oom_reason;
   EXPECT_EQ(chosen.memory.host_total, memory_at(s, a.ratio, kSpeculationAuto, host_budget).host_total);
   // the memory model's report resolves auto the same way
-  const tf::core::FitReport fit = tf::core::check_fit(s);
+  const tf::core::FitReport fit = tf::core::check_fit(s, full_staging().sim.overrides);
   EXPECT_EQ(fit.at_max.host_total, memory_at(s, fit.range.max_ratio, kSpeculationAuto, host_budget).host_total);
   EXPECT_LE(fit.at_max.host_total, host_budget);
 
   // An explicit budget of the slack's size counts in full: at the old end it no longer fits.
   Scenario fixed = s;
   fixed.training.speculation_bytes = slack;
-  const AutoRatio b = choose_ratio(fixed);
+  const AutoRatio b = choose_ratio(fixed, full_staging());
   ASSERT_TRUE(b.range.feasible);
   EXPECT_LT(b.range.max_ratio, a.range.max_ratio);
   for (const auto& p : b.table) EXPECT_LE(p.host_bytes, host_budget) << "ratio " << p.ratio;
-  EXPECT_FALSE(simulate_step(fixed, b.ratio).oom);
+  EXPECT_FALSE(simulate_step(fixed, b.ratio, full_staging().sim).oom);
 }
 
 TEST(AutoRatio, WithRatioReplacesAuto) {

@@ -27,8 +27,12 @@ Scenario decoder(const std::string& model, const std::string& training,
 }
 
 // The largest shard's memory at `ratio`: plan_allocations summed (the memory model's definition).
+// Full-size host staging, pinned: with `staging_slots: auto` a tight host would switch to rings and move
+// the ends these tests place (tests/unit/test_alloc_plan.cpp tests that choice).
+const SettingsOverrides kFullStaging{.staging_slots = kUnboundedStaging};
+
 RankMemory memory_at(const Scenario& s, double ratio) {
-  const RunSettings rs = resolve_settings(s);
+  const RunSettings rs = resolve_settings(s, kFullStaging);
   MemoryOptions mo = rs.memory_options();
   mo.workload = WorkloadType::kAuto;
   const Partition part = make_partition(rs.model, rs.partition);
@@ -55,7 +59,7 @@ TEST(MemoryFit, FeasibleRangeEndsAreTheBudgetsEdges) {
   Scenario s = decoder("{preset: gpt2-350m, seq: 512}", "micro_batch: 4");
   s.cluster.hardware.gpu.hbm_bytes = memory_at(s, 0.4).gpu_total;
   s.cluster.hardware.host_memory_bytes = memory_at(s, 0.7).host_total;
-  const FitReport r = check_fit(s);
+  const FitReport r = check_fit(s, kFullStaging);
   ASSERT_TRUE(r.range.feasible);
   const double unit = 2048.0 / double(make_partition(describe_model(s.model), {3, 1, 2048}).ranks[0].elems);
   EXPECT_NEAR(r.range.min_ratio, 0.4, unit);
