@@ -46,6 +46,19 @@ double unit_ratio(const core::Scenario& s, const core::SettingsOverrides& o) {
   return double(part.opt.align_elems) / double(elems);
 }
 
+}  // namespace
+
+SimPoint predicted_step(const core::Scenario& s, double r, const SimOptions& opt) {
+  SimPoint p = simulate_step(s, r, opt);
+  if (opt.speculation != SpeculationCase::kHolds) return p;
+  SimOptions after_clip = opt;
+  after_clip.speculation = SpeculationCase::kNotSpeculating;
+  p.step_ns = std::max(p.step_ns, simulate_step(s, r, after_clip).step_ns);
+  return p;
+}
+
+namespace {
+
 class Search {
  public:
   Search(const core::Scenario& s, const AutoRatioOptions& opt) : s_(s), opt_(opt) {}
@@ -54,7 +67,7 @@ class Search {
   size_t eval(double r) {
     for (size_t i = 0; i < pts_.size(); ++i)
       if (pts_[i].requested == r) return i;
-    const SimPoint p = simulate_step(s_, r, opt_.sim);
+    const SimPoint p = predicted_step(s_, r, opt_.sim);
     pts_.push_back({r, p.ratio, p.step_ns, p.memory.gpu_total, p.memory.host_total});
     oom_.push_back(p.oom);
     return pts_.size() - 1;

@@ -46,6 +46,13 @@ struct AutoRatioOptions {
   int refine_rounds = 3;
 };
 
+// The step time `ratio: auto` compares at ratio `r`: the simulator's (simulate_step with opt.sim), and where
+// that assumes the speculation holds (SpeculationCase::kHolds), the slower of it and the step after a
+// clipped one (kNotSpeculating): a ratio must pay off whether or not the run's steps clip (measured on one
+// H100 with every step clipping, bench/results/2026-11-24-auto-sweep-h100: the choice that assumed
+// speculation held ran 1.28-1.32x the best ratio). Memory and fit are simulate_step's.
+SimPoint predicted_step(const core::Scenario& s, double r, const SimOptions& opt = {});
+
 // Throws core::InputError when no ratio fits: by how much and at which ratio (core::check_fit), and the
 // changes that would fit (core::fit_suggestions).
 AutoRatio choose_ratio(const core::Scenario& s, const AutoRatioOptions& opt = {});

@@ -125,15 +125,21 @@ TEST(AutoRatio, MatchesADenseSweepOnTheCalibratedH100) {
   double dense_ratio = 0;
   for (int i = 0; i <= 400; ++i) {
     const double r = a.range.min_ratio + (a.range.max_ratio - a.range.min_ratio) * i / 400.0;
-    const tf::backend::sim::SimPoint p = simulate_step(s, r);
+    const tf::backend::sim::SimPoint p = tf::backend::sim::predicted_step(s, r);
     ASSERT_FALSE(p.oom) << r;
+    if (i % 50 == 0) {  // the slower of the two schedules: speculation holding, and the step after a clip
+      tf::backend::sim::SimOptions after_clip;
+      after_clip.speculation = tf::backend::sim::SpeculationCase::kNotSpeculating;
+      const int64_t held = simulate_step(s, r).step_ns, clipped = simulate_step(s, r, after_clip).step_ns;
+      EXPECT_EQ(p.step_ns, std::max(held, clipped)) << r;
+    }
     if (p.step_ns < dense_best) dense_best = p.step_ns, dense_ratio = p.ratio;
   }
   EXPECT_LE(double(a.step_ns), double(dense_best) * 1.002)
       << "auto " << a.actual_ratio << " predicts " << a.step_ns << " ns; the dense sweep's best is ratio "
       << dense_ratio << " at " << dense_best << " ns";
   // the chosen point is what simulate_step predicts at that ratio
-  EXPECT_EQ(simulate_step(s, a.ratio).step_ns, a.step_ns);
+  EXPECT_EQ(tf::backend::sim::predicted_step(s, a.ratio).step_ns, a.step_ns);
 }
 
 // Nothing fits: the error names the shortfall in GB and the changes that fit, each checked.
