@@ -13,21 +13,12 @@
 # small JSON files land in $OUT; model files and gradients stay in /tmp/tf-issue14.
 set -uo pipefail
 OUT=${OUT:-out/issue14}
-mkdir -p "$OUT"
-# Only a few files come back from a device call: logs go to $LOG and are packed into one archive.
-FINAL=$OUT
-LOG=/tmp/tf-issue14-logs
-rm -rf "$LOG" && mkdir -p "$LOG"
-pack() { tar czf "$FINAL/issue14-logs.tar.gz" -C "$LOG" . 2>/dev/null; cp "$LOG/speed.txt" "$FINAL/" 2>/dev/null; true; }
-trap pack EXIT
-export LD_LIBRARY_PATH=$PWD/.devbin:${LD_LIBRARY_PATH:-}
+W=/tmp/tf-issue14
+. bench/device/device_env.sh
+archive_logs issue14 speed.txt
 export TWINFLOW_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
-B=.devbin
 TF=$B/twinflow
 HF=(python3 bench/peer/hf_decoder.py)
-W=/tmp/tf-issue14
-mkdir -p "$W"
-step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 # ISSUE14_STEPS="1 2 3" runs only those steps (default: all five).
 want() { [[ " ${ISSUE14_STEPS:-1 2 3 4 5} " == *" $1 "* ]]; }
 
@@ -153,4 +144,4 @@ for ours_file, peer_file in (("opt-1.3b.json", "peer-opt-1.3b.json"), ("gpt2-124
 PY
 fi
 step "done"
-ls -la "$LOG"; pack
+ls -la "$LOG"

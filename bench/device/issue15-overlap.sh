@@ -14,19 +14,13 @@
 # $OUT (packed into one archive: a call returns few files), the summary in $OUT/overlap.txt.
 set -uo pipefail
 OUT=${OUT:-out/issue15}
-mkdir -p "$OUT"
-FINAL=$OUT
-LOG=/tmp/tf-issue15-logs
-rm -rf "$LOG" && mkdir -p "$LOG"
-pack() { tar czf "$FINAL/issue15-logs.tar.gz" -C "$LOG" . 2>/dev/null; cp "$LOG/overlap.txt" "$FINAL/" 2>/dev/null; true; }
-trap pack EXIT
-export LD_LIBRARY_PATH=$PWD/.devbin:${LD_LIBRARY_PATH:-}
+W=/tmp/tf-issue15
+. bench/device/device_env.sh
+archive_logs issue15 overlap.txt
 export TWINFLOW_SOURCE_DIR=$PWD
-B=.devbin
 TF=$B/twinflow
 SC=scenarios/real/opt-1.3b-h100.yaml
 RATIOS=0,0.2,0.4,0.6,0.8,1
-step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 
 step "machine"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2; } \
@@ -49,10 +43,10 @@ WARM_STEPS=${WARM_STEPS:-30}
 if [ -n "${CLIP:-}" ]; then
   CSC=${SC%.yaml}.clip.yaml
   sed -E "s/^(  gradient_clipping:) .*/\1 $CLIP/" $SC > "$CSC"; SC=$CSC
-  trap 'rm -f "$CSC"; pack' EXIT
+  made_clip_copy=$CSC
 fi
 RATIOS=${RATIOS_OVERRIDE:-$RATIOS}
-W=/tmp/tf-issue15; rm -rf "$W" && mkdir -p "$W"
+rm -rf "$W"/warm
 RESUME=(); FIRST=1
 if [ "$WARM_STEPS" -gt 0 ]; then
   step "0. warm-up: $WARM_STEPS steps at ratio 0, then one checkpoint [~40 s]"
@@ -130,4 +124,4 @@ for name in runs:
     if r1: print(f"speculation {name}: ratio 1 = {r1:.0f} tokens/s (goal >= 24000)")
 PY
 step "done"
-ls -la "$LOG"; pack
+ls -la "$LOG"; rm -f "${made_clip_copy:-}"
