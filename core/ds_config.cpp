@@ -651,8 +651,8 @@ void read_optimizer_section(MapReader& m, Ctx& ctx, const ClientSettings& client
 // torch.optim.lr_scheduler's class of that name), so the name is exact and an unknown param fails there;
 // the section's other keys are never read (config.py get_scheduler_name / get_scheduler_params).
 constexpr std::string_view kSchedulerKeys[] = {"type", "params"};
-constexpr std::string_view kDsSchedulers = "WarmupLR, WarmupDecayLR, WarmupCosineLR, or no scheduler section (a "
-                                           "constant lr)";
+constexpr std::string_view kDsSchedulers =
+    "WarmupLR, WarmupDecayLR, WarmupCosineLR, or no scheduler section (a constant lr)";
 
 LrScheduleKind read_ds_scheduler_kind(const Node& tn) {
   const std::string t = config::read_string(tn);

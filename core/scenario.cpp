@@ -587,8 +587,8 @@ std::vector<ReportedSetting> settings_report(const Scenario& s) {
   text("scheduler.type", std::string(lr_schedule_name(o.schedule.kind)));
   for (std::string_view key : detail::lr_schedule_params(o.schedule.kind))
     if (key != "last_batch_iteration")  // numbers but warmup_type, as lr_schedule_param_value writes them
-      out.push_back({"scheduler." + std::string(key), detail::lr_schedule_param_value(key, o.schedule),
-                     key != "warmup_type"});
+      out.push_back(
+          {"scheduler." + std::string(key), detail::lr_schedule_param_value(key, o.schedule), key != "warmup_type"});
   const OffloadOptimizerConfig& off = s.zero.offload_optimizer;
   text("zero.offload_optimizer.device", std::string(offload_device_name(off.device)));
   if (off.ratio_auto)

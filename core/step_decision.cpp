@@ -23,7 +23,8 @@ StepPolicy make_step_policy(OptimizerKind kind, const HyperParams& hp, double cl
 StepDecision decide_step(const StepPolicy& p, int step, double sumsq, uint64_t nonfinite, double loss_scale,
                          int64_t opt_step) {
   if (p.schedule.base_lr != p.hp.lr)
-    throw std::logic_error("decide_step: the policy's schedule.base_lr differs from hp.lr; build it with make_step_policy");
+    throw std::logic_error(
+        "decide_step: the policy's schedule.base_lr differs from hp.lr; build it with make_step_policy");
   StepDecision d;
   d.lr = lr_at(p.schedule, opt_step);
   d.norm = std::sqrt(sumsq) / loss_scale;

@@ -518,9 +518,9 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
            RunCheckpoints* ck) {
   const bool decoder = ec.settings.workload == core::WorkloadType::kDecoder;
   const bool planned = pt.speculated_layers > 0;
-  std::vector<std::string> head = {"step", "loss",     "grad_norm", "scale",     "lr",       "step",
-                                   "fwd",  "bwd",      "ag",        "rs",        "d2h",      "cpu_opt",
-                                   "gpu_opt", "h2d",   "opt_phase", "exp_xfer",  "spec",     "cpu_hid", "bound"};
+  std::vector<std::string> head = {"step",      "loss",     "grad_norm", "scale",   "lr",      "step",    "fwd",
+                                   "bwd",       "ag",       "rs",        "d2h",     "cpu_opt", "gpu_opt", "h2d",
+                                   "opt_phase", "exp_xfer", "spec",      "cpu_hid", "bound"};
   if (decoder) head.insert(head.end(), {"tok/s", "MFU"});
   Table t(head);
   const int first = ck ? int(ck->first_step()) : 1;

@@ -308,8 +308,7 @@ void add_functional_row(Table& t, double ratio, const backend::sim::FunctionalCo
          std::to_string(got.first_step) + ".." + std::to_string(got.last_step),
          std::to_string(got.skipped_steps.size()), fmt(got.grad_norms.back(), 6),
          got.losses.empty() ? "-" : fmt(got.losses.back(), 5), fmt_lr(got.lrs.back()),
-         fmt(double(got.d2h_bytes) / 1e6, 2),
-         diff ? std::to_string(diff) + " differ" : "bit-identical"});
+         fmt(double(got.d2h_bytes) / 1e6, 2), diff ? std::to_string(diff) + " differ" : "bit-identical"});
 }
 
 // With checkpoints (the scenario's checkpoint.dir, or --resume): one ratio, saved as `run` saves

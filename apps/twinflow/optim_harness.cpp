@@ -12,8 +12,8 @@
 #include "backends/reference/reference_optim.h"
 #include "core/error.h"
 #include "core/optim/grad_stats.h"
-#include "core/step_decision.h"
 #include "core/random.h"
+#include "core/step_decision.h"
 
 namespace tf::harness {
 

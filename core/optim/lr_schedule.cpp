@@ -112,8 +112,7 @@ double lr_peak(const LrSchedule& s) {
     case LrScheduleKind::kConstant: return s.base_lr;
     case LrScheduleKind::kWarmupLr:
     case LrScheduleKind::kWarmupDecayLr: return std::max(s.warmup_min_lr, s.warmup_max_lr);
-    case LrScheduleKind::kWarmupCosineLr:
-      return s.base_lr * std::max({1.0, s.warmup_min_ratio, s.cos_min_ratio});
+    case LrScheduleKind::kWarmupCosineLr: return s.base_lr * std::max({1.0, s.warmup_min_ratio, s.cos_min_ratio});
   }
   return s.base_lr;
 }

@@ -27,11 +27,11 @@ struct LrSchedule {
   // schedule's lr and the base WarmupCosineLR multiplies (DeepSpeed's org_lrs). WarmupLR and
   // WarmupDecayLR do not read it.
   double base_lr = 1e-3;
-  double warmup_min_lr = 0;     // WarmupLR, WarmupDecayLR
-  double warmup_max_lr = 1e-3;  // WarmupLR, WarmupDecayLR
-  double warmup_min_ratio = 0;  // WarmupCosineLR
-  double cos_min_ratio = 1e-4;  // WarmupCosineLR
-  int64_t warmup_num_steps = 1000;          // >= 1; DeepSpeed warms up over max(2, warmup_num_steps)
+  double warmup_min_lr = 0;         // WarmupLR, WarmupDecayLR
+  double warmup_max_lr = 1e-3;      // WarmupLR, WarmupDecayLR
+  double warmup_min_ratio = 0;      // WarmupCosineLR
+  double cos_min_ratio = 1e-4;      // WarmupCosineLR
+  int64_t warmup_num_steps = 1000;  // >= 1; DeepSpeed warms up over max(2, warmup_num_steps)
   WarmupType warmup_type = WarmupType::kLog;
   int64_t total_num_steps = 0;  // WarmupDecayLR, WarmupCosineLR: >= 1
 };

@@ -111,8 +111,8 @@ TEST_P(OptimConformance, ScheduledLrReachesEveryBackendAndTheReference) {
   const auto ref = harness::run_reference(p);
   const auto tol = harness::stated_tolerance(c.kind, p.hp, p.steps);  // the peak lr is the optimizer's
   const auto rep = harness::compare_tolerance(got, ref, tol);
-  EXPECT_TRUE(rep.within) << harness::describe(p) << "\nmax abs err " << rep.max_abs << " at " << rep.worst_array
-                          << "[" << rep.worst_index << "]";
+  EXPECT_TRUE(rep.within) << harness::describe(p) << "\nmax abs err " << rep.max_abs << " at " << rep.worst_array << "["
+                          << rep.worst_index << "]";
   harness::Problem constant = p;
   constant.schedule = {};
   EXPECT_FALSE(harness::compare_tolerance(got, harness::run_reference(constant), tol).within) << harness::describe(p);

@@ -68,8 +68,8 @@ std::vector<double> lrs_of(const core::LrSchedule& s, int steps) {
 TEST(LrScheduleFunctional, BitIdenticalToTheReferenceLoopAtEveryRatioAndWorld) {
   const core::ModelDesc m = test::toy_mlp();
   for (const core::LrSchedule& schedule : schedules())
-    for (core::OptimizerKind kind : {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdagrad,
-                                     core::OptimizerKind::kLion}) {
+    for (core::OptimizerKind kind :
+         {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion}) {
       const FunctionalConfig base = config(kind, schedule);
       const FunctionalResult ref = backend::sim::run_reference_loop(m, base);
       EXPECT_EQ(ref.lrs, lrs_of(base.schedule, 10)) << name(base);

@@ -86,8 +86,8 @@ TEST(LrSchedule, WarmupDecayLr) {
   EXPECT_EQ(lr_at(s, 13), 0.0);   // i = 11: max(0, -1/6)
   // total_num_steps below the warm-up: the denominator is max(1, T - W) = 1, the lr 0 after it
   s.total_num_steps = 2;
-  expect_lr(s, 5, 7.5e-4);       // i = 3, still warming up
-  EXPECT_EQ(lr_at(s, 6), 0.0);   // i = 4: max(0, (2 - 4) / 1)
+  expect_lr(s, 5, 7.5e-4);      // i = 3, still warming up
+  EXPECT_EQ(lr_at(s, 6), 0.0);  // i = 4: max(0, (2 - 4) / 1)
 }
 
 // WarmupCosineLR: base 1e-3, warmup_min_ratio 0.1, cos_min_ratio 0.01, 4 linear warm-up steps, T = 10:

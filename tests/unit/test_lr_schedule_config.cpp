@@ -20,7 +20,8 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 // A small scenario whose optimizer runs at lr 2e-4 with weight decay 0.1, and `extra` appended (a
 // scheduler section).
-std::string scenario(const std::string& extra, const std::string& optimizer_params = "{lr: 2.0e-4, weight_decay: 0.1}") {
+std::string scenario(const std::string& extra,
+                     const std::string& optimizer_params = "{lr: 2.0e-4, weight_decay: 0.1}") {
   return "model: gpt-tiny\n"
          "cluster: {profile: h100-80gb-16core}\n"
          "training: {micro_batch: 2, steps: 40}\n"
@@ -35,11 +36,12 @@ Scenario parse(const std::string& text) { return parse_scenario(text, {}, "s.yam
 
 // The same scenario's training and optimizer with a ds_config (JSON text) instead of a zero section.
 Scenario parse_ds(const std::string& scenario_extra, const std::string& ds_scheduler) {
-  const std::string yaml = "model: gpt-tiny\n"
-                           "cluster: {profile: h100-80gb-16core}\n"
-                           "training: {micro_batch: 2, steps: 40, precision: bf16, gradient_clipping: 1.0}\n"
-                           "optimizer: {type: adamw, params: {lr: 3.0e-4}}\n" +
-                           scenario_extra;
+  const std::string yaml =
+      "model: gpt-tiny\n"
+      "cluster: {profile: h100-80gb-16core}\n"
+      "training: {micro_batch: 2, steps: 40, precision: bf16, gradient_clipping: 1.0}\n"
+      "optimizer: {type: adamw, params: {lr: 3.0e-4}}\n" +
+      scenario_extra;
   const std::string ds = R"({"train_micro_batch_size_per_gpu": 2,
     "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": 0.01}},
     "zero_optimization": {"stage": 3})" +
@@ -92,8 +94,8 @@ TEST(LrScheduleScenario, WarmupLrWithDefaults) {
 }
 
 TEST(LrScheduleScenario, WarmupDecayLrDefaultsItsMaxTo1e3) {
-  const Scenario s = parse(scenario("scheduler: {type: WarmupDecayLR, params: {total_num_steps: 40}}\n",
-                                    "{lr: 2.0e-4, weight_decay: 0.1}"));
+  const Scenario s = parse(
+      scenario("scheduler: {type: WarmupDecayLR, params: {total_num_steps: 40}}\n", "{lr: 2.0e-4, weight_decay: 0.1}"));
   EXPECT_EQ(s.optimizer.schedule.warmup_max_lr, 1e-3);  // DeepSpeed's WarmupDecayLR default, not the optimizer's lr
   EXPECT_EQ(s.optimizer.schedule.warmup_num_steps, 1000);
   EXPECT_EQ(s.optimizer.schedule.total_num_steps, 40);
@@ -118,8 +120,9 @@ TEST(LrScheduleScenario, ErrorsNameTheKeyAndWhatIsAllowed) {
   const auto err = [](const std::string& extra) { return error_of<InputError>([&] { parse(scenario(extra)); }); };
   std::string e = err("scheduler: {type: OneCycle}\n");
   EXPECT_TRUE(contains(e, "s.yaml:6:")) << e;
-  EXPECT_TRUE(contains(e, "scheduler.type: 'OneCycle' is not supported; allowed: constant, WarmupLR, WarmupDecayLR, "
-                          "WarmupCosineLR"))
+  EXPECT_TRUE(contains(e,
+                       "scheduler.type: 'OneCycle' is not supported; allowed: constant, WarmupLR, WarmupDecayLR, "
+                       "WarmupCosineLR"))
       << e;
   e = err("scheduler: {type: WarmupDecayLR, params: {warmup_num_steps: 10}}\n");
   EXPECT_TRUE(contains(e, "scheduler.params.total_num_steps: missing; WarmupDecayLR needs total_num_steps")) << e;
@@ -157,23 +160,23 @@ TEST(LrScheduleDsConfig, AutoValuesAsTheTrainerFillsThem) {
                                   "warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto"}})");
   const LrSchedule& l = s.optimizer.schedule;
   EXPECT_EQ(l.kind, LrScheduleKind::kWarmupDecayLr);
-  EXPECT_EQ(l.total_num_steps, 40);    // training.steps
-  EXPECT_EQ(l.warmup_min_lr, 0.0);     // the Trainer's fill
-  EXPECT_EQ(l.warmup_max_lr, 3e-4);    // the optimizer's lr ("auto" there, from the scenario)
-  EXPECT_EQ(l.warmup_num_steps, 6);    // the scenario's scheduler
+  EXPECT_EQ(l.total_num_steps, 40);  // training.steps
+  EXPECT_EQ(l.warmup_min_lr, 0.0);   // the Trainer's fill
+  EXPECT_EQ(l.warmup_max_lr, 3e-4);  // the optimizer's lr ("auto" there, from the scenario)
+  EXPECT_EQ(l.warmup_num_steps, 6);  // the scenario's scheduler
   EXPECT_EQ(l.warmup_type, WarmupType::kLog);
   EXPECT_TRUE(defaulted(s, "scheduler.params.total_num_steps"));
   EXPECT_TRUE(defaulted(s, "scheduler.params.warmup_type"));
   EXPECT_TRUE(std::any_of(s.warnings.begin(), s.warnings.end(), [](const std::string& w) {
-    return contains(w, "the ds_config's scheduler section") && contains(w, "only fills the values it gives as \"auto\"");
+    return contains(w, "the ds_config's scheduler section") &&
+           contains(w, "only fills the values it gives as \"auto\"");
   }));
   EXPECT_EQ(resolve_settings(s).policy.schedule.warmup_max_lr, 3e-4);
 }
 
 TEST(LrScheduleDsConfig, UnresolvedAutoIsListedWithTheOthers) {
-  const std::string e = error_of<InputError>([] {
-    parse_ds("", R"({"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "warmup_type": "auto"}})");
-  });
+  const std::string e = error_of<InputError>(
+      [] { parse_ds("", R"({"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "warmup_type": "auto"}})"); });
   EXPECT_TRUE(contains(e, "2 \"auto\" value(s)")) << e;
   EXPECT_TRUE(contains(e, "scheduler.params.warmup_num_steps: set scheduler.params.warmup_num_steps in the scenario"))
       << e;
@@ -187,14 +190,16 @@ TEST(LrScheduleDsConfig, DeepSpeedsNamesAndArguments) {
   EXPECT_TRUE(contains(e, "scheduler.type: 'warmuplr': DeepSpeed looks scheduler names up exactly")) << e;
   EXPECT_TRUE(contains(e, "write WarmupLR")) << e;
   e = err(R"({"type": "OneCycle", "params": {}})");
-  EXPECT_TRUE(contains(e, "DeepSpeed's OneCycle is not supported by Twin-Flow; allowed: WarmupLR, WarmupDecayLR, "
-                          "WarmupCosineLR, or no scheduler section (a constant lr)"))
+  EXPECT_TRUE(contains(e,
+                       "DeepSpeed's OneCycle is not supported by Twin-Flow; allowed: WarmupLR, WarmupDecayLR, "
+                       "WarmupCosineLR, or no scheduler section (a constant lr)"))
       << e;
   e = err(R"({"type": "CosineAnnealingLR"})");
   EXPECT_TRUE(contains(e, "'CosineAnnealingLR' is not supported by Twin-Flow")) << e;
   e = err(R"({"type": "WarmupCosineLR", "params": {"warmup_num_steps": 10}})");
-  EXPECT_TRUE(contains(e, "scheduler.params.total_num_steps: missing; DeepSpeed's WarmupCosineLR takes "
-                          "total_num_steps as a required argument"))
+  EXPECT_TRUE(contains(e,
+                       "scheduler.params.total_num_steps: missing; DeepSpeed's WarmupCosineLR takes "
+                       "total_num_steps as a required argument"))
       << e;
   e = err(R"({"type": "WarmupLR", "params": {"warmup_num_steps": "100"}})");
   EXPECT_TRUE(contains(e, "scheduler.params.warmup_num_steps: the string \"100\" where a number belongs")) << e;
@@ -206,7 +211,8 @@ TEST(LrScheduleDsConfig, DeepSpeedsNamesAndArguments) {
 }
 
 TEST(LrScheduleDsConfig, WithoutOneTheScenariosSchedulerApplies) {
-  const Scenario s = parse_ds("scheduler: {type: WarmupLR, params: {warmup_num_steps: 4, warmup_max_lr: 5.0e-4}}\n", "");
+  const Scenario s =
+      parse_ds("scheduler: {type: WarmupLR, params: {warmup_num_steps: 4, warmup_max_lr: 5.0e-4}}\n", "");
   EXPECT_EQ(s.optimizer.schedule.kind, LrScheduleKind::kWarmupLr);
   EXPECT_EQ(s.optimizer.schedule.warmup_max_lr, 5e-4);
   const Scenario none = parse_ds("", "");

@@ -231,24 +231,25 @@ std::vector<LrSchedule> schedules_under_test() {
 // on its optimizer step, known when the step begins).
 TEST(Speculation, SpeculatedScalarsAreThoseOfAnUnclippedStep) {
   for (const LrSchedule& schedule : schedules_under_test())
-  for (OptimizerKind k : {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kAdagrad, OptimizerKind::kLion}) {
-    HyperParams hp = default_hyper_params(k);
-    hp.weight_decay = 0.1;
-    const StepPolicy policy = make_step_policy(k, hp, 1.0, DType::kF16, schedule);
-    for (double scale : {1.0, 3.0, 1024.0, 65536.0})
-      for (int64_t opt_step : {1, 2, 7, 1000}) {
-        const StepScalars spec = decide_step(policy, 1, 0.0, 0, scale, opt_step).scalars;
-        for (double norm : {1e-30, 0.3, 0.999999, 1.0}) {  // at or below the clip: coefficient 1
-          const StepDecision d = decide_step(policy, 1, norm * scale * norm * scale, 0, scale, opt_step);
-          EXPECT_FALSE(d.clipped);
-          EXPECT_TRUE(same_bits(d.scalars, spec))
-              << lr_schedule_name(schedule.kind) << " " << int(k) << " scale " << scale << " norm " << norm;
+    for (OptimizerKind k :
+         {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kAdagrad, OptimizerKind::kLion}) {
+      HyperParams hp = default_hyper_params(k);
+      hp.weight_decay = 0.1;
+      const StepPolicy policy = make_step_policy(k, hp, 1.0, DType::kF16, schedule);
+      for (double scale : {1.0, 3.0, 1024.0, 65536.0})
+        for (int64_t opt_step : {1, 2, 7, 1000}) {
+          const StepScalars spec = decide_step(policy, 1, 0.0, 0, scale, opt_step).scalars;
+          for (double norm : {1e-30, 0.3, 0.999999, 1.0}) {  // at or below the clip: coefficient 1
+            const StepDecision d = decide_step(policy, 1, norm * scale * norm * scale, 0, scale, opt_step);
+            EXPECT_FALSE(d.clipped);
+            EXPECT_TRUE(same_bits(d.scalars, spec))
+                << lr_schedule_name(schedule.kind) << " " << int(k) << " scale " << scale << " norm " << norm;
+          }
+          const StepDecision clipped = decide_step(policy, 1, 4.0 * scale * scale, 0, scale, opt_step);  // norm 2
+          EXPECT_TRUE(clipped.clipped);
+          EXPECT_FALSE(same_bits(clipped.scalars, spec));
         }
-        const StepDecision clipped = decide_step(policy, 1, 4.0 * scale * scale, 0, scale, opt_step);  // norm 2
-        EXPECT_TRUE(clipped.clipped);
-        EXPECT_FALSE(same_bits(clipped.scalars, spec));
-      }
-  }
+    }
 }
 
 TEST(Speculation, SameBitsComparesEveryField) {
