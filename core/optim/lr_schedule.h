@@ -42,8 +42,11 @@ struct LrSchedule {
 // an overflow (deepspeed/runtime/engine.py _take_model_step), and the scheduler starts at
 // last_batch_iteration -1 without a step at construction. So update t runs at DeepSpeed's
 // last_batch_iteration t - 2: update 1 at -1, where WarmupLR and WarmupDecayLR give warmup_min_lr and
-// WarmupCosineLR gives 0, update 2 at 0 (the warm-up's first point, also warmup_min_lr for both warm-up
-// types), update t at gamma(t - 2). The arithmetic is DeepSpeed's, operation for operation, in double.
+// WarmupCosineLR gives 0, update 2 at 0 (the warm-up's first point, where gamma is 0 for both warm-up
+// types: warmup_min_lr, or the base x warmup_min_ratio), update t at t - 2. The arithmetic is DeepSpeed's,
+// operation for operation, in double, as of kDeepSpeedCompatibility's master: WarmupCosineLR's progress is
+// clamped to 1 past total_num_steps (older releases let the lr rise again) and warmup_num_steps < 1 is
+// refused (older releases took max(2, n) of any n).
 // Throws InputError for step < 1 or an invalid schedule (check_lr_schedule).
 double lr_at(const LrSchedule& s, int64_t step);
 
