@@ -644,6 +644,143 @@ void read_optimizer_section(MapReader& m, Ctx& ctx, const ClientSettings& client
   s.optimizer = read_ds_optimizer(*ds_opt, scen_params, ctx);
 }
 
+// ---- lr scheduler -------------------------------------------------------------------------------
+
+// DeepSpeed builds the scheduler its `type` names with `params` as keyword arguments
+// (deepspeed/runtime/engine.py _scheduler_from_config: getattr(lr_schedules, type), else
+// torch.optim.lr_scheduler's class of that name), so the name is exact and an unknown param fails there;
+// the section's other keys are never read (config.py get_scheduler_name / get_scheduler_params).
+constexpr std::string_view kSchedulerKeys[] = {"type", "params"};
+constexpr std::string_view kDsSchedulers =
+    "WarmupLR, WarmupDecayLR, WarmupCosineLR, or no scheduler section (a constant lr)";
+
+LrScheduleKind read_ds_scheduler_kind(const Node& tn) {
+  const std::string t = config::read_string(tn);
+  constexpr LrScheduleKind kinds[] = {LrScheduleKind::kWarmupLr, LrScheduleKind::kWarmupDecayLr,
+                                      LrScheduleKind::kWarmupCosineLr};
+  for (LrScheduleKind k : kinds)
+    if (t == lr_schedule_name(k)) return k;
+  for (LrScheduleKind k : kinds)
+    if (ascii_lower(t) == ascii_lower(lr_schedule_name(k)))
+      config::fail(tn, "'" + config::excerpt(t) +
+                           "': DeepSpeed looks scheduler names up exactly (engine.py _scheduler_from_config), so it "
+                           "refuses this spelling too; write " +
+                           std::string(lr_schedule_name(k)));
+  if (t == "LRRangeTest" || t == "OneCycle")
+    config::fail(tn, "DeepSpeed's " + t + " is not supported by Twin-Flow; allowed: " + std::string(kDsSchedulers));
+  config::fail(tn, "'" + config::excerpt(t) +
+                       "' is not supported by Twin-Flow (DeepSpeed would also look it up among "
+                       "torch.optim.lr_scheduler's classes); allowed: " +
+                       std::string(kDsSchedulers));
+}
+
+// What the Hugging Face Trainer fills into an "auto" the scenario does not give
+// (transformers/integrations/deepspeed.py trainer_config_process / trainer_config_finalize):
+// warmup_min_lr 0 (no training argument), warmup_max_lr the learning rate (here the optimizer's, once
+// resolved), total_num_steps the number of training steps (training.steps). Nothing for the others
+// (warmup_num_steps: the Trainer's warmup_steps has no counterpart but the scenario's scheduler).
+std::optional<std::pair<double, std::string>> trainer_fill(std::string_view key, const Ctx& ctx) {
+  const bool lr_resolved = std::none_of(ctx.unresolved.begin(), ctx.unresolved.end(),
+                                        [](const UnresolvedAuto& u) { return u.path == "optimizer.params.lr"; });
+  if (key == "warmup_min_lr") return std::pair{0.0, std::string("the Hugging Face Trainer's fill for \"auto\"")};
+  if (key == "warmup_max_lr" && lr_resolved)
+    return std::pair{ctx.s->optimizer.hp.lr,
+                     std::string("\"auto\": the optimizer's lr, as the Hugging Face Trainer fills learning_rate")};
+  if (key == "total_num_steps")
+    return std::pair{double(ctx.s->training.steps),
+                     std::string("\"auto\": training.steps, as the Hugging Face Trainer fills the training steps")};
+  return std::nullopt;
+}
+
+// The params of the ds_config's scheduler, "auto" ones from the scenario's scheduler params (`scen`)
+// or the Trainer's fills. Returns false when some "auto" stays unresolved (reported with the others).
+bool read_ds_scheduler_params(const Node* pn, const Node* scen, Ctx& ctx, LrSchedule& s, const Node& at) {
+  std::optional<MapReader> p;
+  if (pn) p.emplace(*pn, ctx.warnings(), "the scheduler's params");
+  const size_t unresolved_before = ctx.unresolved.size();
+  for (std::string_view key : lr_schedule_params(s.kind)) {
+    const Node* ds = p ? p->find(key) : nullptr;
+    const Node* sc = key_of(scen, key);
+    const std::string path = "scheduler.params." + std::string(key);
+    if (is_auto(ds) && !sc)
+      if (const auto fill = trainer_fill(key, ctx)) {
+        Node v = *ds;
+        v.quoted = false;
+        v.scalar = key == "total_num_steps" ? std::to_string(int64_t(fill->first)) : number_text(fill->first);
+        read_lr_schedule_param(key, v, s);
+        ctx.add_default(path, lr_schedule_param_value(key, s), fill->second);
+        continue;
+      }
+    const auto read = [&ctx, key, kind = s.kind](const Node& n) {
+      LrSchedule l;
+      l.kind = kind;
+      read_lr_schedule_param(key, as_converted(n, Conv::kAsIs, ctx, false), l);
+      return lr_schedule_param_value(key, l);
+    };
+    // where the scenario gives it: warmup_max_lr's "auto" is the Trainer's learning_rate, the optimizer's lr
+    const std::string scen_key = key == "warmup_max_lr" ? "optimizer.params.lr (or " + path + ")" : path;
+    const Picked<std::string> v = pick<std::string>(ctx, ds, sc, scen_key, read, read, Both::kDsWins);
+    if (v.node) {
+      read_lr_schedule_param(key, *v.node, s);
+    } else if (!is_auto(ds)) {
+      if (key == "total_num_steps")
+        config::fail(pn ? at_key(*pn, key) : at_key(at, "params"),
+                     "missing; DeepSpeed's " + std::string(lr_schedule_name(s.kind)) +
+                         " takes total_num_steps as a required argument (the step its decay ends at)");
+      if (const std::optional<std::string> why = default_lr_schedule_param(key, s, ctx.s->optimizer.hp.lr))
+        ctx.add_default(path, lr_schedule_param_value(key, s), *why);
+    }
+  }
+  if (p)
+    for (size_t i : p->take_unread()) {
+      const Node& c = pn->children[i];
+      const std::vector<std::string_view> known(lr_schedule_params(s.kind).begin(), lr_schedule_params(s.kind).end());
+      const std::string near = closest_match(pn->keys[i], known);
+      throw InputError(c.key_where() + ": " + c.path + ": unknown key `" + printable(pn->keys[i], 256) + "`" +
+                       (near.empty() ? "" : "; did you mean `" + near + "`?") + " not a parameter of DeepSpeed's " +
+                       std::string(lr_schedule_name(s.kind)) + " (" + join(known) +
+                       "), whose constructor DeepSpeed passes scheduler.params to (so it fails there too)");
+    }
+  return ctx.unresolved.size() == unresolved_before;
+}
+
+// The ds_config's scheduler; without one, the scenario's (DeepSpeed takes the client's lr_scheduler
+// then), else the constant lr.
+void read_scheduler_section(MapReader& m, Ctx& ctx, const ClientSettings& client) {
+  OptimizerConfig& o = ctx.s->optimizer;
+  const Node* ds = m.find("scheduler");
+  if (!ds) {
+    if (client.scheduler)
+      o.schedule = read_native_scheduler(*client.scheduler, ctx, o);
+    else
+      finish_lr_schedule(o.schedule, o, m.node(), ctx);
+    return;
+  }
+  if (client.scheduler) {
+    Scenario scratch;  // validates the scenario's section; its values only fill "auto"
+    scratch.cluster = ctx.s->cluster;
+    Ctx check{ctx.base_dir, ctx.display_dir, &scratch};
+    read_native_scheduler(*client.scheduler, check, o, true);
+    ctx.warn(*client.scheduler, "the ds_config's scheduler section (" + ds->where() +
+                                    ") is used; this section only fills the values it gives as \"auto\"");
+  }
+  MapReader sm(*ds, ctx.warnings(), "the scheduler {type, params}");
+  const Node* tn = sm.find("type");
+  const Node* pn = sm.find("params");
+  finish_section(sm, ctx, kSchedulerKeys, Unknown::kWarn);
+  if (!tn) {  // config.py get_scheduler_name: no type, no scheduler
+    ctx.warn(*ds, "no type: DeepSpeed builds no scheduler (config.py get_scheduler_name), so the lr is constant");
+    finish_lr_schedule(o.schedule, o, *ds, ctx);
+    return;
+  }
+  LrSchedule s;
+  s.kind = read_ds_scheduler_kind(*tn);
+  if (read_ds_scheduler_params(pn, key_of(client.scheduler, "params"), ctx, s, *ds)) {
+    finish_lr_schedule(s, o, *ds, ctx);
+    o.schedule = s;
+  }
+}
+
 // ---- ZeRO ---------------------------------------------------------------------------------------
 
 [[noreturn]] void fail_stage0(const Node& at, const std::string& why) {
@@ -884,6 +1021,7 @@ void read_ds_config(const Node& root, Ctx& ctx, const ClientSettings& client, co
     ctx.add_default("prescale_gradients", "false", "DeepSpeed's (deepspeed/runtime/constants.py)");
 
   read_optimizer_section(m, ctx, client);
+  read_scheduler_section(m, ctx, client);
   read_zero_section(m, ctx);
   read_checkpoint_section(m, ctx);
   refuse_top_features(m, ctx);

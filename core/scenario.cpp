@@ -432,6 +432,7 @@ void parse(const Node& root, Ctx& ctx, const DsSource& ds_text) {
   else
     detail::default_training(ctx);
   client.optimizer = top.find("optimizer");
+  client.scheduler = top.find("scheduler");
 
   if (has_ds) {
     if (const Node* v = top.find("zero"))
@@ -444,6 +445,10 @@ void parse(const Node& root, Ctx& ctx, const DsSource& ds_text) {
         client.optimizer ? *client.optimizer
                          : top.require("optimizer", "{type: adamw|adam|adagrad|lion, params: {...}}"),
         ctx);
+    if (client.scheduler)
+      s.optimizer.schedule = detail::read_native_scheduler(*client.scheduler, ctx, s.optimizer);
+    else
+      detail::finish_lr_schedule(s.optimizer.schedule, s.optimizer, root, ctx);
     s.zero = detail::read_native_zero(
         top.require("zero", "{stage: 1|2|3, offload_optimizer: {device, ratio, pin_memory}}"), ctx);
   }
@@ -579,6 +584,11 @@ std::vector<ReportedSetting> settings_report(const Scenario& s) {
     num("optimizer.lr_decay", o.hp.lr_decay);
     num("optimizer.initial_accumulator_value", o.hp.initial_accumulator_value);
   }
+  text("scheduler.type", std::string(lr_schedule_name(o.schedule.kind)));
+  for (std::string_view key : detail::lr_schedule_params(o.schedule.kind))
+    if (key != "last_batch_iteration")  // numbers but warmup_type, as lr_schedule_param_value writes them
+      out.push_back(
+          {"scheduler." + std::string(key), detail::lr_schedule_param_value(key, o.schedule), key != "warmup_type"});
   const OffloadOptimizerConfig& off = s.zero.offload_optimizer;
   text("zero.offload_optimizer.device", std::string(offload_device_name(off.device)));
   if (off.ratio_auto)

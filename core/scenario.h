@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/hardware.h"
 #include "core/model.h"
+#include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
 
 namespace tf::core {
@@ -59,6 +60,9 @@ struct TrainingConfig {
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kAdamW;
   HyperParams hp = default_hyper_params(OptimizerKind::kAdamW);
+  // The lr of each step (core::lr_at): the scenario's `scheduler` section or the ds_config's; constant
+  // (hp.lr) without one. Its base_lr is hp.lr.
+  LrSchedule schedule;
 };
 
 struct OffloadOptimizerConfig {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -55,6 +56,7 @@ struct ClientSettings {
   const Node* gradient_clipping = nullptr;
   const Node* prescale_gradients = nullptr;
   const Node* optimizer = nullptr;  // the optimizer section
+  const Node* scheduler = nullptr;  // the scheduler section {type, params}
 };
 
 // A stand-in node naming a key that is absent (for errors about values taken from elsewhere).
@@ -63,6 +65,8 @@ Node at_key(const Node& parent, std::string_view key);
 std::string join(const std::vector<std::string_view>& v);
 
 // ---- one reader (and so one range) per setting, shared by the native schema and the ds_config ----
+inline constexpr int64_t kMaxSteps = int64_t(1) << 40;  // training.steps, a schedule's step counts
+inline constexpr double kMaxHyper = 1e6;                // lr, weight decay, lr decay, a schedule's lrs and ratios
 int64_t read_micro_batch(const Node& n);
 int64_t read_grad_accum(const Node& n);
 double read_clipping(const Node& n);
@@ -109,6 +113,28 @@ void read_offload_ratio(const Node& n, OffloadOptimizerConfig& o, ReadNum read_n
 }
 // Warnings shared by both schemas: a ratio with device none; partial offload below stage 3.
 void check_offload(const ZeroConfig& z, const Node* ratio_node, const Node& zero_node, Ctx& ctx, bool ds);
+
+// ---- lr schedules (lr_schedule_config.cpp): the scenario's `scheduler: {type, params}` and the
+// ds_config's `scheduler`, each parameter one of DeepSpeed's keyword arguments ----
+// The parameters a kind takes, DeepSpeed's keyword arguments (deepspeed/runtime/lr_schedules.py
+// __init__), last_batch_iteration included (only -1 is accepted).
+std::span<const std::string_view> lr_schedule_params(LrScheduleKind k);
+// One parameter into s, with its range: lrs and ratios in [0, 1e6], warmup_num_steps and total_num_steps
+// integers >= 1, warmup_type log | linear, last_batch_iteration -1.
+void read_lr_schedule_param(std::string_view key, const Node& n, LrSchedule& s);
+std::string lr_schedule_param_value(std::string_view key, const LrSchedule& s);
+// Sets DeepSpeed's default of parameter `key` in s and says whose it is; nothing for a parameter
+// without one (total_num_steps: the error names it; last_batch_iteration: not a setting).
+std::optional<std::string> default_lr_schedule_param(std::string_view key, LrSchedule& s, double optimizer_lr);
+// The scenario's `scheduler: {type, params}` for optimizer `o` (its lr is the base and WarmupLR's
+// default warmup_max_lr): type constant, WarmupLR, WarmupDecayLR or WarmupCosineLR (case-insensitive).
+// fill_only (beside a ds_config's scheduler, whose "auto" values it fills): its keys and values are
+// checked, but what it leaves out is not an error and gets no default.
+LrSchedule read_native_scheduler(const Node& n, Ctx& ctx, const OptimizerConfig& o, bool fill_only = false);
+// A schedule read from `at` (the scheduler section) against its optimizer: base_lr = o.hp.lr, then
+// check_lr_schedule and the peak lr against the optimizer's ranges (lr x weight_decay <= 1), errors at
+// `at`; warns, as DeepSpeed does, when total_num_steps < warmup_num_steps.
+void finish_lr_schedule(LrSchedule& s, const OptimizerConfig& o, const Node& at, Ctx& ctx);
 
 // ---- the DeepSpeed config (ds_config.cpp) ----
 // Reads a ds_config into ctx.s's training, optimizer and zero settings. Throws one InputError listing

@@ -13,9 +13,7 @@ namespace tf::core::detail {
 
 namespace {
 
-constexpr int64_t kMaxSteps = int64_t(1) << 40;
 constexpr double kMaxClip = 1e30;
-constexpr double kMaxHyper = 1e6;  // lr, weight decay, lr decay
 
 std::string why_native(std::string_view what) { return "the scenario schema's default" + std::string(what); }
 

@@ -53,7 +53,8 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
                      std::to_string(kMaxBatch) + "]");
   s.partition = {sc.zero.stage, s.world, int64_t(kStatsTile)};
   const DType grad = grad_dtype_of(sc.training.precision);
-  s.policy = make_step_policy(sc.optimizer.kind, sc.optimizer.hp, sc.training.gradient_clipping, grad);
+  s.policy =
+      make_step_policy(sc.optimizer.kind, sc.optimizer.hp, sc.training.gradient_clipping, grad, sc.optimizer.schedule);
   const int64_t speculation = o.speculation_bytes.value_or(sc.training.speculation_bytes.value_or(kSpeculationAuto));
   if (speculation < 0 && speculation != kSpeculationAuto)
     throw InputError("speculation must be auto or >= 0 bytes, got " + std::to_string(speculation));

@@ -38,7 +38,7 @@ struct RunSettings {
   ModelDesc model;
   int world = 1;
   PartitionOptions partition;  // the scenario's ZeRO stage, `world`, 2048-element alignment (the statistics tile)
-  StepPolicy policy;           // optimizer, hyper-parameters, clipping, overflow policy
+  StepPolicy policy;           // optimizer, hyper-parameters, lr schedule, clipping, overflow policy
   StepConfig step;             // micro-batch, accumulation, dtypes, what the optimizers wait for; its
                                // staging_slots may be kStagingAuto (core::plan_rank resolves it)
   LossScaler loss_scaler;      // fp16: the scenario's initial scale and dynamics; else 1 and fixed

@@ -3,19 +3,30 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 #include "core/error.h"
 
 namespace tf::core {
 
-StepPolicy make_step_policy(OptimizerKind kind, const HyperParams& hp, double clip, DType grad_dtype) {
-  return {kind, hp, clip, grad_dtype == DType::kF16};
+StepPolicy make_step_policy(OptimizerKind kind, const HyperParams& hp, double clip, DType grad_dtype,
+                            LrSchedule schedule) {
+  schedule.base_lr = hp.lr;
+  check_lr_schedule(schedule);
+  HyperParams peak = hp;
+  peak.lr = lr_peak(schedule);
+  validate(kind, peak);
+  return {kind, hp, clip, grad_dtype == DType::kF16, schedule};
 }
 
 StepDecision decide_step(const StepPolicy& p, int step, double sumsq, uint64_t nonfinite, double loss_scale,
                          int64_t opt_step) {
+  if (p.schedule.base_lr != p.hp.lr)
+    throw std::logic_error(
+        "decide_step: the policy's schedule.base_lr differs from hp.lr; build it with make_step_policy");
   StepDecision d;
+  d.lr = lr_at(p.schedule, opt_step);
   d.norm = std::sqrt(sumsq) / loss_scale;
   if (nonfinite > 0) {
     if (!p.skip_nonfinite)
@@ -28,7 +39,9 @@ StepDecision decide_step(const StepPolicy& p, int step, double sumsq, uint64_t n
   }
   d.clipped = p.clip > 0 && d.norm > p.clip;
   const double coef = d.clipped ? p.clip / (d.norm + 1e-6) : 1.0;
-  d.scalars = make_step_scalars(p.kind, p.hp, opt_step, coef / loss_scale);
+  HyperParams hp = p.hp;
+  hp.lr = d.lr;
+  d.scalars = make_step_scalars(p.kind, hp, opt_step, coef / loss_scale);
   return d;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/optim/dtype.h"
+#include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
 
 namespace tf::core {
@@ -15,22 +16,31 @@ struct StepPolicy {
   HyperParams hp = default_hyper_params(OptimizerKind::kAdamW);
   double clip = 0;              // max global L2 norm of the unscaled gradient; 0: off
   bool skip_nonfinite = false;  // fp16 loss scaling: a non-finite gradient skips the step; else it stops
+  // The lr of each optimizer step (core::lr_at); its base_lr is hp.lr (make_step_policy copies it, and
+  // decide_step refuses a policy where they differ).
+  LrSchedule schedule;
 };
 
-// The policy of an optimizer, a clip and a gradient dtype: fp16 gradients come with loss scaling, so a
-// non-finite gradient skips the step; bf16/fp32 training stops on one.
-StepPolicy make_step_policy(OptimizerKind kind, const HyperParams& hp, double clip, DType grad_dtype);
+// The policy of an optimizer, a clip, a gradient dtype and an lr schedule (its base_lr taken from
+// hp.lr): fp16 gradients come with loss scaling, so a non-finite gradient skips the step; bf16/fp32
+// training stops on one. Throws InputError for a schedule that check_lr_schedule refuses or whose peak
+// lr breaks the optimizer's ranges (validate: lr x weight_decay <= 1 for AdamW and Lion).
+StepPolicy make_step_policy(OptimizerKind kind, const HyperParams& hp, double clip, DType grad_dtype,
+                            LrSchedule schedule = {});
 
 struct StepDecision {
   bool skip = false;
   bool clipped = false;  // the clip coefficient was below 1 (the norm exceeded the clip)
   double norm = 0;       // global L2 norm of the unscaled gradient (inf when skipped)
-  StepScalars scalars;
+  double lr = 0;         // the lr of this update (lr_at(policy.schedule, opt_step)), set when skipped too
+  StepScalars scalars;   // made with hp.lr = lr
 };
 
 // sumsq: canonical sum of squares of the loss-scaled gradient; nonfinite: elements that are NaN/Inf;
-// opt_step: the 1-based optimizer step this update would be. Throws RuntimeFailure naming `step`
-// when non-finite gradients are found and the policy does not skip (nothing has been updated yet).
+// opt_step: the 1-based optimizer step this update would be (its lr is lr_at(p.schedule, opt_step), so
+// a step's lr is known when the step begins: core::Speculation's scalars use it too). Throws
+// RuntimeFailure naming `step` when non-finite gradients are found and the policy does not skip
+// (nothing has been updated yet).
 StepDecision decide_step(const StepPolicy& p, int step, double sumsq, uint64_t nonfinite, double loss_scale,
                          int64_t opt_step);
 

@@ -167,6 +167,10 @@ void publish(Registry& reg, const StepSample& s, const RunLabels& labels) {
   reg.gauge("twinflow_loss_scale", "Loss scale of the last step (1 without loss scaling).", kRs)
       .with(rs)
       .set(s.loss_scale);
+  if (std::isfinite(s.learning_rate))
+    reg.gauge("twinflow_learning_rate", "Learning rate of the last step's update (its lr schedule's).", kRs)
+        .with(rs)
+        .set(s.learning_rate);
   reg.counter("twinflow_skipped_steps_total", "Optimizer steps skipped because of non-finite gradients.", kRs)
       .with(rs)
       .inc(s.skipped ? 1 : 0);

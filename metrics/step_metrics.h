@@ -18,6 +18,7 @@
 //     s.memory = {{"gpu", "params", bytes}, {"host", "optimizer", bytes}};
 //     s.pcie_d2h_bytes = ...; s.pcie_h2d_bytes = ...;         // moved in this step
 //     s.loss = loss;  s.loss_scale = scaler.scale();  s.skipped = overflow;  s.tokens = tokens_this_rank;
+//     s.learning_rate = decision.lr;                          // NaN (the default): not published
 //     tf::metrics::publish(registry, s, labels);
 //   }
 //
@@ -42,6 +43,7 @@
 //   twinflow_pcie_bytes_total{direction}           counter: bytes over PCIe, direction d2h or h2d
 //   twinflow_loss                                  gauge: last loss (NaN when the backend has none)
 //   twinflow_loss_scale                            gauge: loss scale of the last step (1 without scaling)
+//   twinflow_learning_rate                         gauge: lr of the last step's update (its lr schedule's)
 //   twinflow_skipped_steps_total                   counter: steps skipped (fp16 overflow)
 //   twinflow_speculated_steps_total                counter: steps whose CPU optimizer speculated
 //   twinflow_failed_speculations_total             counter: ... whose speculation did not hold
@@ -115,6 +117,7 @@ struct StepSample {
   int64_t pcie_h2d_bytes = 0;
   double loss = kNotMeasured;  // published as NaN when not measured (Grafana draws a gap)
   double loss_scale = 1;       // fp16 dynamic loss scale used in this step; 1 without loss scaling
+  double learning_rate = kNotMeasured;  // the lr of this step's update (core::lr_at); NaN: not published
   bool skipped = false;        // the optimizer step was skipped (overflow)
   bool speculated = false;     // the CPU optimizer's speculative updates ran (docs/ARCHITECTURE.md, "Speculation")
   bool speculation_failed = false;  // ... and did not hold (the step clipped or was skipped: redone)

@@ -388,6 +388,7 @@ class RunMetrics {
     smp.pcie_h2d_bytes = r.h2d_bytes;
     smp.loss = r.loss;
     smp.loss_scale = r.loss_scale;
+    smp.learning_rate = r.lr;
     smp.skipped = r.skipped;
     smp.speculated = r.speculated;
     smp.speculation_failed = r.speculated && !r.speculation_held;
@@ -517,9 +518,9 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
            RunCheckpoints* ck) {
   const bool decoder = ec.settings.workload == core::WorkloadType::kDecoder;
   const bool planned = pt.speculated_layers > 0;
-  std::vector<std::string> head = {"step", "loss",      "grad_norm", "scale", "step",    "fwd",
-                                   "bwd",  "ag",        "rs",        "d2h",   "cpu_opt", "gpu_opt",
-                                   "h2d",  "opt_phase", "exp_xfer",  "spec",  "cpu_hid", "bound"};
+  std::vector<std::string> head = {"step",      "loss",     "grad_norm", "scale",   "lr",      "step",    "fwd",
+                                   "bwd",       "ag",       "rs",        "d2h",     "cpu_opt", "gpu_opt", "h2d",
+                                   "opt_phase", "exp_xfer", "spec",      "cpu_hid", "bound"};
   if (decoder) head.insert(head.end(), {"tok/s", "MFU"});
   Table t(head);
   const int first = ck ? int(ck->first_step()) : 1;
@@ -533,6 +534,7 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
                                     num(r.loss, 5),
                                     num(r.grad_norm, 4),
                                     num(r.loss_scale, 0),
+                                    fmt_lr(r.lr),
                                     num(ms(tl.step_ns)),
                                     num(kind_ms(tl, core::OpKind::kForward)),
                                     num(kind_ms(tl, core::OpKind::kBackward)),
@@ -557,7 +559,7 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
     t.add(row);
     if (ec.rank == 0)
       std::cerr << "  step " << r.step << "/" << o.steps << ": " << num(ms(tl.step_ns)) << " ms"
-                << (std::isnan(r.loss) ? "" : ", loss " + num(r.loss, 5)) << rate
+                << (std::isnan(r.loss) ? "" : ", loss " + num(r.loss, 5)) << ", lr " << fmt_lr(r.lr) << rate
                 << (r.skipped ? " (skipped: overflow)" : "")
                 << (planned ? ", speculation " + speculation_text(r, planned) : "") << ", CPU pass "
                 << num(100 * ov.overlap_fraction, 0) << "% hidden\n";
@@ -715,6 +717,7 @@ nlohmann::json step_json(const cu::StepReport& r) {
   js["loss"] = std::isnan(r.loss) ? nlohmann::json() : nlohmann::json(r.loss);
   js["grad_norm"] = std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json();
   js["loss_scale"] = r.loss_scale;
+  js["lr"] = r.lr;
   js["skipped"] = r.skipped;
   js["speculated"] = r.speculated;
   js["speculation_held"] = r.speculation_held;

@@ -113,6 +113,7 @@ void replay_metrics(const core::Scenario& sc, const std::vector<backend::sim::Si
       for (size_t r = 0; r < samples.size(); ++r) {
         metrics::StepSample s = samples[r];
         s.step = step;
+        s.learning_rate = core::lr_at(rs.policy.schedule, step);  // the cost model skips no step
         metrics::publish(registry, s, {int(r), sc.name, "sim"});
       }
     }
@@ -298,16 +299,16 @@ size_t differing(const backend::sim::FunctionalResult& got, const backend::sim::
 }
 
 Table functional_table() {
-  return Table({"ratio", "world", "stage", "steps", "skipped", "last grad norm", "last loss", "PCIe MB each way",
-                "master vs loop"});
+  return Table({"ratio", "world", "stage", "steps", "skipped", "last grad norm", "last loss", "last lr",
+                "PCIe MB each way", "master vs loop"});
 }
 void add_functional_row(Table& t, double ratio, const backend::sim::FunctionalConfig& fc,
                         const backend::sim::FunctionalResult& got, size_t diff) {
   t.add({fmt(ratio, 3), std::to_string(fc.world), std::to_string(fc.stage),
          std::to_string(got.first_step) + ".." + std::to_string(got.last_step),
          std::to_string(got.skipped_steps.size()), fmt(got.grad_norms.back(), 6),
-         got.losses.empty() ? "-" : fmt(got.losses.back(), 5), fmt(double(got.d2h_bytes) / 1e6, 2),
-         diff ? std::to_string(diff) + " differ" : "bit-identical"});
+         got.losses.empty() ? "-" : fmt(got.losses.back(), 5), fmt_lr(got.lrs.back()),
+         fmt(double(got.d2h_bytes) / 1e6, 2), diff ? std::to_string(diff) + " differ" : "bit-identical"});
 }
 
 // With checkpoints (the scenario's checkpoint.dir, or --resume): one ratio, saved as `run` saves

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/optim/grad_stats.h"
 #include "core/random.h"
+#include "core/step_decision.h"
 
 namespace tf::harness {
 
@@ -67,7 +68,7 @@ std::string describe(const Problem& p) {
   os << core::optimizer_name(p.kind) << " grad=" << core::dtype_name(p.grad) << " copy=" << core::dtype_name(p.copy)
      << " n=" << p.n << " chunks=" << p.chunks << " steps=" << p.steps << " seed=" << p.seed << " lr=" << p.hp.lr
      << " b1=" << p.hp.beta1 << " b2=" << p.hp.beta2 << " eps=" << p.hp.eps << " wd=" << p.hp.weight_decay
-     << " loss_scale=" << p.loss_scale;
+     << " loss_scale=" << p.loss_scale << " schedule=" << core::lr_schedule_name(p.schedule.kind);
   return os.str();
 }
 
@@ -160,10 +161,12 @@ Result run_backend(backend::OptimizerBackend& be, const Problem& p) {
     if (p.copy != DType::kNone) ch.param_copy = {x.copy->data(), len, p.copy};
   }
   Result r;
+  // the engines' step scalars: decide_step's (no clip, no non-finite count: the kernels mask elements)
+  const core::StepPolicy policy = core::make_step_policy(p.kind, p.hp, 0, p.grad, p.schedule);
   for (int s = 1; s <= p.steps; ++s) {
     const std::vector<uint8_t> g = raw_grad(p, s);
     for (size_t c = 0; c < nc; ++c) be.upload(*bufs[c].grad, g.data() + b[c] * gb, (b[c + 1] - b[c]) * gb);
-    const core::StepScalars sc = core::make_step_scalars(p.kind, p.hp, s, 1.0 / p.loss_scale);
+    const core::StepScalars sc = core::decide_step(policy, s, 0.0, 0, p.loss_scale, s).scalars;
     r.stats.push_back(be.step(p.kind, chunks, sc));
   }
   r.param.resize(p.n);
@@ -216,7 +219,7 @@ Result run_reference(const Problem& p) {
       }
     }
     auto saved = st;
-    backend::reference::step(p.kind, p.hp, st, g);
+    backend::reference::step(p.kind, p.hp, p.schedule, st, g);
     for (size_t i : bad) {  // untouched, as the kernels leave them
       const auto k = Eigen::Index(i);
       st.param[k] = saved.param[k];

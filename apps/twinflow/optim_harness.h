@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
 
 namespace tf::harness {
@@ -24,8 +25,9 @@ struct Problem {
   int chunks = 1;  // the elements split into this many chunks (random sizes, seeded)
   int steps = 5;
   uint64_t seed = 1;
-  double loss_scale = 1;    // grads are stored multiplied by this; grad_scale = 1/loss_scale
-  int nonfinite_every = 0;  // > 0: every k-th element of step 2's gradient is NaN/+Inf/-Inf
+  double loss_scale = 1;      // grads are stored multiplied by this; grad_scale = 1/loss_scale
+  int nonfinite_every = 0;    // > 0: every k-th element of step 2's gradient is NaN/+Inf/-Inf
+  core::LrSchedule schedule;  // the lr of each step (core::lr_at; base_lr is hp.lr); constant: hp.lr
 };
 
 std::string describe(const Problem& p);

@@ -19,6 +19,12 @@ std::string fmt(double v, int precision) {
   return os.str();
 }
 
+std::string fmt_lr(double lr) {
+  std::ostringstream os;
+  os << std::setprecision(4) << lr;
+  return os.str();
+}
+
 void Table::print(std::ostream& os) const {
   std::vector<size_t> w(cols_.size());
   for (size_t c = 0; c < cols_.size(); ++c) w[c] = cols_[c].size();

@@ -26,5 +26,7 @@ class Table {
 };
 
 std::string fmt(double v, int precision = 2);
+// A learning rate: 4 significant digits ("1e-05", "0.0003"), as `run` and `simulate --functional` print it.
+std::string fmt_lr(double lr);
 
 }  // namespace tf::app

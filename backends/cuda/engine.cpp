@@ -997,6 +997,7 @@ StepReport EngineImpl::report(double scale) {
   rep.loss_scale = scale;
   const core::StepDecision& d = decision();
   rep.skipped = d.skip;
+  rep.lr = d.lr;
   rep.grad_norm = norm_op_ >= 0 ? d.norm : std::numeric_limits<double>::quiet_NaN();
   std::vector<OpInterval> iv(plan_.ops.size());
   for (const core::Op& op : plan_.ops) {

@@ -61,6 +61,7 @@ struct StepReport {
   double loss = 0;                       // mean over this rank's micro-batches (NaN: the workload has no loss)
   double grad_norm = 0;                  // global L2 norm of the unscaled gradient (inf on an fp16 overflow)
   double loss_scale = 1;                 // the scale this step used
+  double lr = 0;                         // the lr of this step's update (core::StepDecision::lr)
   bool skipped = false;                  // fp16 overflow: nothing updated
   bool speculated = false;               // the CPU optimizer's speculative updates ran (core/speculation.h)
   bool speculation_held = false;         // ... and the decided scalars were the speculated ones

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
 
 namespace tf::backend::reference {
@@ -77,6 +78,19 @@ void step(core::OptimizerKind k, const core::HyperParams& hp, OptimState<T>& st,
       break;
     }
   }
+}
+
+// One optimizer step at the lr `schedule` gives the state's next step (core::lr_at at st.step + 1, with
+// the schedule's base_lr taken from hp.lr as core::make_step_policy takes it): what a DeepSpeed
+// scheduler sets in the param group before torch.optim's step.
+template <class T>
+void step(core::OptimizerKind k, const core::HyperParams& hp, const core::LrSchedule& schedule, OptimState<T>& st,
+          const Vec<T>& grad) {
+  core::LrSchedule s = schedule;
+  s.base_lr = hp.lr;
+  core::HyperParams at = hp;
+  at.lr = core::lr_at(s, st.step + 1);
+  step(k, at, st, grad);
 }
 
 }  // namespace tf::backend::reference

@@ -174,7 +174,7 @@ void rethrow_first(const std::vector<std::exception_ptr>& errors) {
 }
 
 core::StepPolicy policy(const FunctionalConfig& c) {
-  return core::make_step_policy(c.kind, c.hp, c.clip, c.grad_dtype);
+  return core::make_step_policy(c.kind, c.hp, c.clip, c.grad_dtype, c.schedule);
 }
 
 // One micro-batch per micro-shard a rank owns, the configuration's staging rings.
@@ -476,6 +476,7 @@ class FunctionalRun {
     if (!step_cfg_.clip_gradients && !step_cfg_.loss_scaling)
       decision_.norm = std::sqrt(global_sumsq()) / scaler_.scale;
     res_.grad_norms.push_back(decision_.norm);
+    res_.lrs.push_back(decision_.lr);
     if (decoder_) res_.losses.push_back(loss_sum_ / c_.micro_shards);
     if (decision_.skip) res_.skipped_steps.push_back(step);
     core::Speculation::Outcome spec;
@@ -712,6 +713,7 @@ FunctionalConfig functional_config(const core::RunSettings& s, double ratio, int
   c.grad_dtype = s.step.grad_dtype;
   c.kind = s.policy.kind;
   c.hp = s.policy.hp;
+  c.schedule = s.policy.schedule;
   c.clip = s.policy.clip;
   c.loss_scaler = s.loss_scaler;
   c.seed = s.seed;
@@ -763,6 +765,7 @@ FunctionalResult run_reference_loop(const core::ModelDesc& model, const Function
     const double sumsq = core::canonical_nan(core::fold_tile_sums(tiles.data(), tiles.size()));
     const core::StepDecision d = core::decide_step(policy(c), step, sumsq, nonfinite, scaler.scale, opt_step + 1);
     res.grad_norms.push_back(d.norm);
+    res.lrs.push_back(d.lr);
     scaler.update(d.skip);
     if (d.skip) {
       res.skipped_steps.push_back(step);

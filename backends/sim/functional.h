@@ -43,6 +43,8 @@ struct FunctionalConfig {
   core::DType grad_dtype = core::DType::kBF16;  // bf16 (bf16 training) or fp16 (fp16 training)
   core::OptimizerKind kind = core::OptimizerKind::kAdamW;
   core::HyperParams hp = core::default_hyper_params(core::OptimizerKind::kAdamW);
+  // The lr of each optimizer step (core::lr_at); its base_lr is hp.lr (core::make_step_policy copies it).
+  core::LrSchedule schedule;
   double clip = 1.0;  // max global L2 norm; 0: off
   // fp16: the dynamic loss scale, run exactly as the engine runs it (halved on an overflow, not below
   // min_scale; doubled after `window` clean steps). bf16: 1, never updated (an overflow stops).
@@ -90,6 +92,7 @@ struct FunctionalResult {
   std::vector<double> grad_norms;        // before clipping, unscaled; inf on overflow
   std::vector<int> skipped_steps;        // 1-based steps skipped on overflow
   std::vector<double> loss_scales;       // loss scale used at each step
+  std::vector<double> lrs;               // the lr of each step (core::StepDecision::lr; a skipped step's too)
   std::vector<double> losses;            // kDecoder: per step, the mean loss over the micro-shards (unscaled)
   std::vector<int> speculated_steps;     // 1-based steps that ran their speculative CPU updates
   std::vector<int> failed_speculations;  // ... of those, the steps whose speculation did not hold (redone or skipped)

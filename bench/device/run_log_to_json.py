@@ -19,19 +19,22 @@ head = next(l for l in lines if l.startswith("run: "))
 doc = {"scenario": head.split("|")[0][5:].strip(), "rank": 0, "world": a.world, "threads": a.threads,
        "gpu": head.split("|")[3].split(",")[-1].strip(), "workload": "mlp", "params": 0,
        "recovered_from_log": a.log, "points": []}
-cols = ["step", "loss", "grad_norm", "scale", "step_ms", "forward", "backward", "allgather", "reduce_scatter",
-        "d2h", "cpu_optimizer", "gpu_optimizer", "h2d", "opt_phase", "exp_xfer"]
+kinds = ["forward", "backward", "allgather", "reduce_scatter", "d2h", "cpu_optimizer", "gpu_optimizer", "h2d"]
+# tables printed since the lr schedule (2026-11-24) have an lr column after the loss scale
+old_cols = ["step", "loss", "grad_norm", "scale", "step_ms"] + kinds + ["opt_phase", "exp_xfer"]
+new_cols = ["step", "loss", "grad_norm", "scale", "lr", "step_ms"] + kinds + ["opt_phase", "exp_xfer"]
 i = 0
 while i < len(lines):
     m = re.match(r"^ratio (\S+) \(actual (\S+)\)$", lines[i])
     if m and i + 2 < len(lines) and lines[i + 1].startswith("step "):
         p = {"ratio": float(m.group(1)), "actual_ratio": float(m.group(2)), "steps": []}
+        cols = new_cols if lines[i + 1].split()[4] == "lr" else old_cols
         j = i + 3
         while j < len(lines) and re.match(r"^\d+ ", lines[j]):
             v = dict(zip(cols, lines[j].split()))
             ns = lambda k: int(round(float(v[k]) * 1e6))
             p["steps"].append({"step": int(v["step"]), "step_ns": ns("step_ms"), "optimizer_phase_ns": ns("opt_phase"),
-                               "kind_ns": {k: ns(k) for k in cols[5:13]}})
+                               "kind_ns": {k: ns(k) for k in kinds}})
             j += 1
         doc["points"].append(p)
         i = j

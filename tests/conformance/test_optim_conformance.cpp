@@ -93,6 +93,31 @@ TEST_P(OptimConformance, WithinToleranceOfDoubleReferenceOver100Steps) {
   }
 }
 
+// An lr schedule reaches every backend and the double reference alike: 30 steps of a WarmupCosineLR
+// (warm-up over 8, cosine to step 30) bit for bit against the scalar path and within the stated
+// tolerance (at the schedule's peak lr) of the reference, which with the constant lr lands elsewhere.
+TEST_P(OptimConformance, ScheduledLrReachesEveryBackendAndTheReference) {
+  const Case& c = GetParam();
+  harness::Problem p = harness::random_problem(314 + uint64_t(c.kind), c.kind, c.grad, c.copy, 3000);
+  p.steps = 30;
+  p.schedule.kind = core::LrScheduleKind::kWarmupCosineLr;
+  p.schedule.warmup_num_steps = 8;
+  p.schedule.warmup_min_ratio = 0.05;
+  p.schedule.cos_min_ratio = 0.1;
+  p.schedule.total_num_steps = 30;
+  const auto got = harness::run_backend(*backend_, p);
+  const auto bits = harness::compare_bits(got, harness::run_backend(*scalar_, p));
+  EXPECT_TRUE(bits.equal) << harness::describe(p) << "\n" << bits.mismatches << " mismatches, first " << bits.first;
+  const auto ref = harness::run_reference(p);
+  const auto tol = harness::stated_tolerance(c.kind, p.hp, p.steps);  // the peak lr is the optimizer's
+  const auto rep = harness::compare_tolerance(got, ref, tol);
+  EXPECT_TRUE(rep.within) << harness::describe(p) << "\nmax abs err " << rep.max_abs << " at " << rep.worst_array << "["
+                          << rep.worst_index << "]";
+  harness::Problem constant = p;
+  constant.schedule = {};
+  EXPECT_FALSE(harness::compare_tolerance(got, harness::run_reference(constant), tol).within) << harness::describe(p);
+}
+
 // NaN/Inf gradients are counted; those elements keep their old master, states and copy; all other
 // elements match the reference that skips the same elements.
 TEST_P(OptimConformance, NonFiniteGradientsAreCountedAndLeaveStateUntouched) {

@@ -32,8 +32,9 @@ struct Case {
   core::OptimizerKind kind = core::OptimizerKind::kAdamW;
   int steps = 3;
   int overflow_at = -1;
-  int64_t scale_window = 0;  // fp16: clean steps before the loss scale doubles (0: never)
+  int64_t scale_window = 0;                 // fp16: clean steps before the loss scale doubles (0: never)
   int staging_slots = core::kStagingSlots;  // slots per host staging ring (0: full-size staging)
+  core::LrSchedule schedule = {};           // the lr of each step (constant: the optimizer's)
 };
 
 core::ModelDesc small_model() { return core::describe_model(core::make_mlp({96, 160, 80, 48})); }
@@ -45,7 +46,7 @@ core::RunSettings settings(const core::ModelDesc& m, const Case& c) {
   s.world = 1;
   s.partition = {3, 1, int64_t(core::kStatsTile)};
   const core::DType grad = c.fp16 ? core::DType::kF16 : core::DType::kBF16;
-  s.policy = core::make_step_policy(c.kind, core::default_hyper_params(c.kind), c.clip, grad);
+  s.policy = core::make_step_policy(c.kind, core::default_hyper_params(c.kind), c.clip, grad, c.schedule);
   s.step = core::make_step_config(s.policy, grad, 1, c.grad_accum, false);
   s.step.staging_slots = c.staging_slots;
   s.loss_scaler = {c.fp16 ? 65536.0 : 1.0, c.scale_window, 1.0, 0};
@@ -86,6 +87,7 @@ void expect_bit_identical(const core::ModelDesc& m, const Case& c) {
         std::find(ref.skipped_steps.begin(), ref.skipped_steps.end(), s + 1) != ref.skipped_steps.end();
     EXPECT_EQ(reps[size_t(s)].skipped, skipped) << "step " << s + 1;
     EXPECT_EQ(reps[size_t(s)].loss_scale, ref.loss_scales[size_t(s)]) << "step " << s + 1;
+    EXPECT_EQ(reps[size_t(s)].lr, ref.lrs[size_t(s)]) << "step " << s + 1;
     if (c.clip > 0 || c.fp16) {
       EXPECT_EQ(reps[size_t(s)].grad_norm, ref.grad_norms[size_t(s)]) << "step " << s + 1;
     }
@@ -140,6 +142,31 @@ TEST(CudaEngine, BitIdenticalForLionAndAdagrad) {
     c.kind = k;
     expect_bit_identical(m, c);
   }
+}
+
+// An lr schedule (docs/ARCHITECTURE.md, "Learning-rate schedule"): every step's lr is the functional
+// simulator's and so are the bits, while the lr warms up and decays, at ratios 0, 0.3 and 1, with an fp16
+// overflow (the schedule does not advance) and clipping (the speculation's scalars carry the lr).
+TEST(CudaEngine, LrScheduleBitIdenticalToFunctionalSimulator) {
+  SKIP_WITHOUT_GPU();
+  const core::ModelDesc m = small_model();
+  core::LrSchedule cosine;
+  cosine.kind = core::LrScheduleKind::kWarmupCosineLr;
+  cosine.warmup_num_steps = 3;
+  cosine.warmup_type = core::WarmupType::kLinear;
+  cosine.warmup_min_ratio = 0.1;
+  cosine.total_num_steps = 6;
+  for (double r : {0.0, 0.3, 1.0})
+    for (bool fp16 : {false, true}) {
+      Case c;
+      c.ratio = r;
+      c.steps = 8;
+      c.schedule = cosine;
+      c.fp16 = fp16;
+      c.overflow_at = fp16 ? 3 : -1;
+      SCOPED_TRACE("ratio " + std::to_string(r) + (fp16 ? " fp16" : " bf16"));
+      expect_bit_identical(m, c);
+    }
 }
 
 TEST(CudaEngine, Fp16OverflowSkipsTheStepLikeTheSimulator) {

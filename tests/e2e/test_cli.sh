@@ -81,6 +81,25 @@ zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}
 YAML
 expect 0 "functional simulation of a tiny scenario" -- "$tf" simulate "$tmp/tiny.yaml" --functional --sweep 0:1:0.5
 contains "$tmp/out" "every ratio bit-identical" "functional verdict"
+# an lr schedule: bit-identical to the plain loop, the last step's lr printed, echoed in --json's settings
+cp "$tmp/tiny.yaml" "$tmp/sched.yaml"
+printf 'scheduler: {type: WarmupDecayLR, params: {warmup_num_steps: 2, total_num_steps: 4, warmup_type: linear}}\n' \
+  >>"$tmp/sched.yaml"
+expect 0 "functional simulation with an lr schedule" -- "$tf" simulate "$tmp/sched.yaml" --functional \
+  --sweep 0:1:0.5 --json "$tmp/sched.json"
+contains "$tmp/out" "every ratio bit-identical" "scheduled functional verdict"
+contains "$tmp/out" "last lr" "the functional table has the lr"
+python3 - "$tmp/sched.json" <<'PY' && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: schedule in --json"; }
+import json, sys
+s = json.load(open(sys.argv[1]))["settings"]
+assert s["scheduler.type"] == "WarmupDecayLR" and s["scheduler.total_num_steps"] == 4, s
+assert s["scheduler.warmup_max_lr"] == 0.001 and s["scheduler.warmup_type"] == "linear", s
+PY
+printf 'model: {type: mlp, dims: [256, 512, 256]}\ncluster: {profile: h200x2-32core}\ntraining: {micro_batch: 1}\n' \
+  >"$tmp/badsched.yaml"
+printf 'optimizer: {type: adamw}\nzero: {stage: 3}\nscheduler: {type: OneCycle}\n' >>"$tmp/badsched.yaml"
+expect 2 "an unknown scheduler type" -- "$tf" simulate "$tmp/badsched.yaml"
+contains "$tmp/err" "scheduler.type: 'OneCycle' is not supported; allowed: constant, WarmupLR" "the types are listed"
 cat >"$tmp/gpt.yaml" <<'YAML'
 name: tiny-gpt
 model: {preset: gpt-tiny, seq: 32}

@@ -206,26 +206,50 @@ TEST(Speculation, SpareSlotsInTheAllocationPlanAndTheMemoryModel) {
   EXPECT_THROW(check_ratio_fits(mlp(), part, explicit_budget, 1.0, big_gpu, base), InputError);
 }
 
+// The lr schedules the speculation tests run under: constant, and each DeepSpeed kind with a warm-up
+// that is still running at some of the tested steps.
+std::vector<LrSchedule> schedules_under_test() {
+  LrSchedule warm;
+  warm.kind = LrScheduleKind::kWarmupLr;
+  warm.warmup_min_lr = 1e-5;
+  warm.warmup_max_lr = 2e-3;
+  warm.warmup_num_steps = 10;
+  LrSchedule decay = warm;
+  decay.kind = LrScheduleKind::kWarmupDecayLr;
+  decay.warmup_type = WarmupType::kLinear;
+  decay.total_num_steps = 500;
+  LrSchedule cosine;
+  cosine.kind = LrScheduleKind::kWarmupCosineLr;
+  cosine.warmup_min_ratio = 0.1;
+  cosine.warmup_num_steps = 10;
+  cosine.total_num_steps = 500;
+  return {LrSchedule{}, warm, decay, cosine};
+}
+
 // The speculated scalars are decide_step's at a zero norm: bit for bit those of any step that neither
-// clips nor overflows, at every loss scale, step and optimizer.
+// clips nor overflows, at every loss scale, step, optimizer and lr schedule (a step's lr depends only
+// on its optimizer step, known when the step begins).
 TEST(Speculation, SpeculatedScalarsAreThoseOfAnUnclippedStep) {
-  for (OptimizerKind k : {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kAdagrad, OptimizerKind::kLion}) {
-    HyperParams hp = default_hyper_params(k);
-    hp.weight_decay = 0.1;
-    const StepPolicy policy{k, hp, 1.0, true};
-    for (double scale : {1.0, 3.0, 1024.0, 65536.0})
-      for (int64_t opt_step : {1, 2, 7, 1000}) {
-        const StepScalars spec = decide_step(policy, 1, 0.0, 0, scale, opt_step).scalars;
-        for (double norm : {1e-30, 0.3, 0.999999, 1.0}) {  // at or below the clip: coefficient 1
-          const StepDecision d = decide_step(policy, 1, norm * scale * norm * scale, 0, scale, opt_step);
-          EXPECT_FALSE(d.clipped);
-          EXPECT_TRUE(same_bits(d.scalars, spec)) << int(k) << " scale " << scale << " norm " << norm;
+  for (const LrSchedule& schedule : schedules_under_test())
+    for (OptimizerKind k :
+         {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kAdagrad, OptimizerKind::kLion}) {
+      HyperParams hp = default_hyper_params(k);
+      hp.weight_decay = 0.1;
+      const StepPolicy policy = make_step_policy(k, hp, 1.0, DType::kF16, schedule);
+      for (double scale : {1.0, 3.0, 1024.0, 65536.0})
+        for (int64_t opt_step : {1, 2, 7, 1000}) {
+          const StepScalars spec = decide_step(policy, 1, 0.0, 0, scale, opt_step).scalars;
+          for (double norm : {1e-30, 0.3, 0.999999, 1.0}) {  // at or below the clip: coefficient 1
+            const StepDecision d = decide_step(policy, 1, norm * scale * norm * scale, 0, scale, opt_step);
+            EXPECT_FALSE(d.clipped);
+            EXPECT_TRUE(same_bits(d.scalars, spec))
+                << lr_schedule_name(schedule.kind) << " " << int(k) << " scale " << scale << " norm " << norm;
+          }
+          const StepDecision clipped = decide_step(policy, 1, 4.0 * scale * scale, 0, scale, opt_step);  // norm 2
+          EXPECT_TRUE(clipped.clipped);
+          EXPECT_FALSE(same_bits(clipped.scalars, spec));
         }
-        const StepDecision clipped = decide_step(policy, 1, 4.0 * scale * scale, 0, scale, opt_step);  // norm 2
-        EXPECT_TRUE(clipped.clipped);
-        EXPECT_FALSE(same_bits(clipped.scalars, spec));
-      }
-  }
+    }
 }
 
 TEST(Speculation, SameBitsComparesEveryField) {
@@ -254,7 +278,8 @@ TEST(Speculation, TheRuleAcrossSteps) {
   const StepPlan plan = plan_step(mlp(), part, split, cfg);
   Speculation spec(plan);
   ASSERT_EQ(spec.layers(), (std::vector<int32_t>{3, 2, 1}));
-  const StepPolicy policy{OptimizerKind::kAdamW, default_hyper_params(OptimizerKind::kAdamW), 1.0, true};
+  const StepPolicy policy =
+      make_step_policy(OptimizerKind::kAdamW, default_hyper_params(OptimizerKind::kAdamW), 1.0, DType::kF16);
   const double scale = 1024;
   auto run = [&](int step, int64_t opt_step, double sumsq, uint64_t nonfinite, Speculation::Commit expect) {
     spec.begin_step(policy, step, scale, opt_step);
@@ -302,7 +327,8 @@ TEST(Speculation, ResetSlotsForARestore) {
   const Partition part = make_partition(mlp(), {3, 1, 2048});
   const TwinFlowSplit split = split_shard(part.ranks[0], 1.0, 2048);
   Speculation spec(plan_step(mlp(), part, split, clipped(kSpeculationAuto)));
-  const StepPolicy policy{OptimizerKind::kAdamW, default_hyper_params(OptimizerKind::kAdamW), 1.0, false};
+  const StepPolicy policy =
+      make_step_policy(OptimizerKind::kAdamW, default_hyper_params(OptimizerKind::kAdamW), 1.0, DType::kBF16);
   spec.begin_step(policy, 1, 1.0, 0);  // clean: every speculated layer adopts its spare slot
   StepDecision d = decide_step(policy, 1, 0.25, 0, 1.0, 1);
   for (int32_t l : spec.layers()) ASSERT_EQ(spec.commit(l, d), Speculation::Commit::kAdopt);
