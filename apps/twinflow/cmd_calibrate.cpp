@@ -31,6 +31,7 @@
 #include "core/model.h"
 #include "core/output_file.h"
 #include "core/scenario.h"
+#include "core/strings.h"
 #if defined(TWINFLOW_HAVE_CUDA)
 #include "backends/cuda/calibrate.h"
 #include "backends/cuda/cuda_backend.h"
