@@ -1,7 +1,9 @@
-// The allocation plan of one rank: the engine's buffers, the workload's and the context estimate.
+// The allocation plan of one rank: the engine's buffers, the workload's and the GPU memory no buffer names.
 #include "core/alloc_plan.h"
 
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
 
 #include "core/decoder_layout.h"
 #include "core/error.h"
@@ -57,8 +59,8 @@ namespace {
 class Lister {
  public:
   Lister(MemPlace place, std::vector<BufferSpec>& out) : place_(place), out_(out) {}
-  void add(std::string_view name, MemKind kind, int64_t bytes) {
-    out_.push_back({std::string(name), place_, kind, bytes});
+  void add(std::string_view name, MemKind kind, int64_t bytes, bool allocated = true) {
+    out_.push_back({std::string(name), place_, kind, bytes, allocated});
   }
 
  private:
@@ -237,7 +239,46 @@ std::vector<BufferSpec> decoder_buffers(const ModelDesc& model, const StepConfig
   return out;
 }
 
+// The GPU memory no buffer names, after the named buffers (docs/ARCHITECTURE.md, "Memory a rank has").
+void add_unnamed_gpu(const UnnamedGpuMemory& u, AllocPlan& plan) {
+  int64_t rounding = 0;
+  for (const BufferSpec& b : plan.buffers)
+    if (b.place == MemPlace::kGpu && b.allocated)
+      rounding += round_up_bytes(b.bytes, u.alloc_granularity_bytes) - b.bytes;
+  const auto map_bytes = int64_t(std::ceil(double(plan.bytes(MemPlace::kHost)) * u.pinned_host_map_bytes_per_gb / 1e9));
+  Lister gpu(MemPlace::kGpu, plan.buffers);
+  gpu.add(buf::kContext, MemKind::kContext, u.context_bytes, false);
+  if (rounding > 0) gpu.add(buf::kAllocRounding, MemKind::kContext, rounding, false);
+  if (map_bytes > 0) gpu.add(buf::kPinnedHostMap, MemKind::kContext, map_bytes, false);
+  plan.context_measured = u.context_measured;
+}
+
 }  // namespace
+
+int64_t round_up_bytes(int64_t bytes, int64_t granularity) {
+  if (granularity < 1) throw std::invalid_argument("round_up_bytes: granularity must be >= 1");
+  return (bytes + granularity - 1) / granularity * granularity;
+}
+
+int64_t granularity_of(const std::vector<std::pair<int64_t, int64_t>>& size_cost) {
+  if (size_cost.empty()) return 0;
+  for (int64_t g = int64_t(1) << 30; g >= 256; g /= 2)
+    if (std::all_of(size_cost.begin(), size_cost.end(),
+                    [&](const auto& sc) { return sc.first >= 1 && round_up_bytes(sc.first, g) == sc.second; }))
+      return g;
+  return 0;
+}
+
+UnnamedGpuMemory unnamed_gpu_memory(const GpuProfile& gpu, int world) {
+  UnnamedGpuMemory u;
+  if (gpu.context_bytes > 0 && (world <= 1 || gpu.nccl_comm_bytes > 0)) {
+    u.context_bytes = gpu.context_bytes + (world > 1 ? gpu.nccl_comm_bytes : 0);
+    u.context_measured = true;
+  }
+  u.alloc_granularity_bytes = std::max<int64_t>(1, gpu.alloc_granularity_bytes);
+  u.pinned_host_map_bytes_per_gb = gpu.pinned_host_map_bytes_per_gb;
+  return u;
+}
 
 std::vector<int64_t> replica_layer_offsets(const Partition& part) {
   std::vector<int64_t> off(part.layer_slice.size() + 1, 0);
@@ -306,8 +347,7 @@ AllocPlan plan_allocations(const ModelDesc& model, const Partition& part, const 
   engine_gpu_buffers(model, part, shard, split, step, plan.buffers);
   engine_host_buffers(split, step, plan.buffers);
   for (BufferSpec& b : workload_buffers(model, opt.workload, step)) plan.buffers.push_back(std::move(b));
-  plan.buffers.push_back(
-      {std::string(buf::kContext), MemPlace::kGpu, MemKind::kContext, opt.context_reserve_bytes, false});
+  add_unnamed_gpu(opt.unnamed, plan);
   return plan;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/model.h"
@@ -25,7 +26,8 @@ enum class MemKind : uint8_t {
   kComm,         // all-gather prefetch, layer-gradient and receive buffers (whole layers)
   kWorkspace,    // small buffers of the step (statistics tables, counters, descriptors), cuBLAS's workspace
   kStaging,      // host: the CPU segment's gradient landing and bf16 copy rings, the decoder's batches
-  kContext,      // GPU memory nobody allocates by name: the CUDA context, NCCL's internal buffers (estimated)
+  kContext,      // GPU memory nobody allocates by name: the CUDA context and libraries, cudaMalloc's rounding,
+                 // the device's mapping of pinned host memory (UnnamedGpuMemory: measured or estimated)
 };
 const char* mem_kind_name(MemKind k);
 
@@ -40,6 +42,7 @@ struct BufferSpec {
 
 struct AllocPlan {
   std::vector<BufferSpec> buffers;
+  bool context_measured = false;  // buf::kContext is the profile's measurement (else kContextEstimateBytes)
   int64_t bytes(MemPlace place) const;
   int64_t bytes(MemPlace place, MemKind kind) const;
   // The buffer named `name`; core::InputError naming it when the plan has none.
@@ -52,12 +55,12 @@ std::string buffer_name(std::string_view family, int index);
 
 // The engine's buffer names (the workloads' are in workload_buffers).
 namespace buf {
-inline constexpr std::string_view kParams = "params";             // (shard) bf16, what the optimizers write
-inline constexpr std::string_view kReplica = "replica";           // (world x shard) bf16: stages 1/2, world > 1, the
-                                                                  // replicated model, padded layers in model order
-inline constexpr std::string_view kGpuMaster = "gpu_master";      // (gpu_elems) fp32
-inline constexpr std::string_view kGpuState1 = "gpu_state1";      // (gpu_elems) fp32
-inline constexpr std::string_view kGpuState2 = "gpu_state2";      // (gpu_elems) fp32, two-state optimizers
+inline constexpr std::string_view kParams = "params";         // (shard) bf16, what the optimizers write
+inline constexpr std::string_view kReplica = "replica";       // (world x shard) bf16: stages 1/2, world > 1, the
+                                                              // replicated model, padded layers in model order
+inline constexpr std::string_view kGpuMaster = "gpu_master";  // (gpu_elems) fp32
+inline constexpr std::string_view kGpuState1 = "gpu_state1";  // (gpu_elems) fp32
+inline constexpr std::string_view kGpuState2 = "gpu_state2";  // (gpu_elems) fp32, two-state optimizers
 inline constexpr std::string_view kGrads = "grads";  // (shard) grad dtype; stage 1: (world x shard), every rank's
                                                      // reduced shard, this rank's first (core::stage1_grad_block)
 inline constexpr std::string_view kGradAccum = "grad_accum";      // (shard) fp32, grad_accum > 1
@@ -69,19 +72,24 @@ inline constexpr std::string_view kFoldScratch = "fold_scratch";  // (max(tiles,
 inline constexpr std::string_view kCounters = "counters";         // (2) u64
 inline constexpr std::string_view kOptimizerTileSums = "optimizer_tile_sums";  // (max(gpu tiles, 1)) f64
 inline constexpr std::string_view kDescriptors = "descriptors";  // (1 + statistics ranges) chunk descriptors
-inline constexpr std::string_view kContext = "cuda_context";     // estimate, not allocated
-inline constexpr std::string_view kHostMaster = "host_master";   // (cpu_elems) fp32
-inline constexpr std::string_view kHostState1 = "host_state1";   // (cpu_elems) fp32
-inline constexpr std::string_view kHostState2 = "host_state2";   // (cpu_elems) fp32, two-state optimizers
+// GPU memory no buffer names (kind kContext, not allocated; UnnamedGpuMemory): the CUDA context, cuBLAS,
+// the streams and NCCL; cudaMalloc's rounding of every allocated GPU buffer; the page tables that map the
+// plan's pinned host memory into the device.
+inline constexpr std::string_view kContext = "cuda_context";
+inline constexpr std::string_view kAllocRounding = "alloc_rounding";
+inline constexpr std::string_view kPinnedHostMap = "pinned_host_map";
+inline constexpr std::string_view kHostMaster = "host_master";  // (cpu_elems) fp32
+inline constexpr std::string_view kHostState1 = "host_state1";  // (cpu_elems) fp32
+inline constexpr std::string_view kHostState2 = "host_state2";  // (cpu_elems) fp32, two-state optimizers
 // The staging rings (core::staging_ring): slot s from element offsets[s], indexed by Op::staging_slot.
-inline constexpr std::string_view kHostGrad = "host_grad";       // (ring elems) grad dtype, D2H landing ring
-inline constexpr std::string_view kHostCopy = "host_copy";       // (ring elems) bf16, H2D staging ring
+inline constexpr std::string_view kHostGrad = "host_grad";  // (ring elems) grad dtype, D2H landing ring
+inline constexpr std::string_view kHostCopy = "host_copy";  // (ring elems) bf16, H2D staging ring
 // The speculated layers' second state slot (core/speculation.h): the tail of the CPU segment that
 // core::spare_range gives, present when some layer speculates.
 inline constexpr std::string_view kHostMasterSpare = "host_master_spare";  // (spare elems) fp32
 inline constexpr std::string_view kHostState1Spare = "host_state1_spare";  // (spare elems) fp32
 inline constexpr std::string_view kHostState2Spare = "host_state2_spare";  // (spare elems) fp32, two-state optimizers
-inline constexpr std::string_view kHostNorm = "host_norm";       // (2) f64: the folded norm and count
+inline constexpr std::string_view kHostNorm = "host_norm";                 // (2) f64: the folded norm and count
 inline constexpr std::string_view kCublasWorkspace = "cublas_workspace";
 inline constexpr std::string_view kMlpAct = "mlp.act";    // .l, (B x d_l) bf16 + GEMM slack
 inline constexpr std::string_view kMlpDy = "mlp.dy";      // .c, (B x d_{l+1}) bf16 + slack, alternating
@@ -140,24 +148,51 @@ std::vector<int64_t> replica_layer_offsets(const Partition& part);
 // gradients reads them where stages 2/3 keep them. The block (0-based) that holds `owner`'s shard.
 int stage1_grad_block(int rank, int owner, int world);
 
+// The context term when the hardware profile has no measurement of it: the CUDA context, cuBLAS's and NCCL's
+// own memory. An estimate: the H100 runs of 2026-11-24 held 555-585 MiB beyond their buffers, their
+// rounding and their pinned-host mappings (scenarios/hardware/MEASUREMENTS.md, "Unnamed GPU memory").
+inline constexpr int64_t kContextEstimateBytes = int64_t(512) << 20;
+
+// GPU memory a rank holds beyond its named buffers (docs/ARCHITECTURE.md, "Memory a rank has"): the allocation
+// plan lists it as the kContext entries buf::kContext, buf::kAllocRounding and buf::kPinnedHostMap.
+struct UnnamedGpuMemory {
+  int64_t context_bytes = kContextEstimateBytes;  // the CUDA context, cuBLAS, the streams (+ NCCL, world > 1)
+  bool context_measured = false;                  // false: kContextEstimateBytes
+  int64_t alloc_granularity_bytes = 1;            // a GPU buffer costs its size rounded up to this (1: exact)
+  double pinned_host_map_bytes_per_gb = 0;        // GPU bytes per GB (1e9 B) of the plan's pinned host memory
+  bool operator==(const UnnamedGpuMemory&) const = default;
+};
+// The profile's measurements (twinflow calibrate: gpu.context_bytes, with several ranks + gpu.nccl_comm_bytes;
+// gpu.alloc_granularity_bytes; gpu.pinned_host_map_bytes_per_gb), each where the profile has it; the context
+// is kContextEstimateBytes unless the profile measured every part a run of `world` ranks has.
+UnnamedGpuMemory unnamed_gpu_memory(const GpuProfile& gpu, int world);
+// `bytes` rounded up to a multiple of `granularity` (>= 1).
+int64_t round_up_bytes(int64_t bytes, int64_t granularity);
+// The allocation granularity measured costs show (twinflow calibrate: N cudaMallocs of one odd size, what
+// the device's used bytes grew by over N): the largest power of two g in [256, 2^30] with
+// round_up_bytes(size, g) == cost for every (size, cost) pair; 0 when none explains them all (no
+// rounding to one granularity: the costs are noise or something else). A size of k MiB + 1 tells every g
+// apart: it costs g when g > k MiB, and k MiB + g below.
+int64_t granularity_of(const std::vector<std::pair<int64_t, int64_t>>& size_cost);
+
 struct MemoryOptions {
   StepConfig step;  // dtypes, optimizer, micro-batch, accumulation, checkpointing, prefetch depth
   // The workload's buffers (workload_buffers): the engine's own workload, or kAuto for the model
   // trained for real (what the simulator times).
   WorkloadType workload = WorkloadType::kAuto;
-  // GPU memory the rank uses that no buffer names: the CUDA context, NCCL's and cuBLAS's internal
-  // allocations. Not measured yet: an estimate, listed as a buffer that is not allocated.
-  int64_t context_reserve_bytes = int64_t(512) << 20;
+  // GPU memory the rank uses that no buffer names (the plan's kContext entries).
+  UnnamedGpuMemory unnamed;
   // Host bytes the rank may use: what `staging_slots: auto` checks full-size staging against
   // (core::resolve_staging_slots) and `speculation: auto` fills (core::resolve_speculation_bytes). 0: not
   // known, full-size staging and every eligible layer speculates.
   int64_t host_bytes_per_rank = 0;
 };
 
-// Every buffer of one rank (shard `shard`, split `split`): the engine's, then the workload's, then the
-// context estimate. ZeRO stages 1/2 keep the whole bf16 model (with several ranks a replica beside the
-// shard the optimizers write; one rank's shard is the whole padded model) and, stage 1, the whole
-// model's reduced gradients. The staging rings and the speculated layers' spare slots are those of
+// Every buffer of one rank (shard `shard`, split `split`): the engine's, then the workload's, then the GPU
+// memory no buffer names (opt.unnamed: the context, the rounding of every allocated GPU buffer to the
+// allocation granularity, the mapping of the plan's host bytes). ZeRO stages 1/2 keep the whole bf16 model (with
+// several ranks a replica beside the shard the optimizers write; one rank's shard is the whole padded model) and, stage
+// 1, the whole model's reduced gradients. The staging rings and the speculated layers' spare slots are those of
 // opt.step with its staging slots (resolve_staging_slots), then its speculation budget
 // (resolve_speculation_bytes) resolved.
 AllocPlan plan_allocations(const ModelDesc& model, const Partition& part, const RankShard& shard,

@@ -184,6 +184,13 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
          {std::pair{"compute_slowdown_during_collectives", &GpuProfile::compute_slowdown_during_collectives},
           std::pair{"compute_slowdown_during_dma", &GpuProfile::compute_slowdown_during_dma}})
       if (g.has(key)) p.gpu.*field = fig_num(g, key, p, 1, 100);
+    for (const auto& [key, field] : {std::pair{"context_bytes", &GpuProfile::context_bytes},
+                                     std::pair{"nccl_comm_bytes", &GpuProfile::nccl_comm_bytes}})
+      if (g.has(key)) p.gpu.*field = fig_int(g, key, p, 0, int64_t(1) << 40);
+    if (g.has("alloc_granularity_bytes"))
+      p.gpu.alloc_granularity_bytes = fig_int(g, "alloc_granularity_bytes", p, 1, int64_t(1) << 30);
+    if (g.has("pinned_host_map_bytes_per_gb"))
+      p.gpu.pinned_host_map_bytes_per_gb = fig_num(g, "pinned_host_map_bytes_per_gb", p, 0, 1e9);
     if (g.has("bf16_gemm_tflops_by_shape"))
       p.gpu.bf16_gemm_tflops_by_shape = read_gemm_points(figure(g, "bf16_gemm_tflops_by_shape", p));
     g.warn_unknown();
@@ -398,6 +405,12 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
     w.figure(2, "compute_slowdown_during_collectives", num(g.compute_slowdown_during_collectives));
   if (g.compute_slowdown_during_dma != 0)
     w.figure(2, "compute_slowdown_during_dma", num(g.compute_slowdown_during_dma));
+  if (measured(double(g.context_bytes), "gpu.context_bytes")) w.figure(2, "context_bytes", integer(g.context_bytes));
+  if (measured(double(g.nccl_comm_bytes), "gpu.nccl_comm_bytes"))
+    w.figure(2, "nccl_comm_bytes", integer(g.nccl_comm_bytes));
+  if (g.alloc_granularity_bytes != 0) w.figure(2, "alloc_granularity_bytes", integer(g.alloc_granularity_bytes));
+  if (measured(g.pinned_host_map_bytes_per_gb, "gpu.pinned_host_map_bytes_per_gb"))
+    w.figure(2, "pinned_host_map_bytes_per_gb", num(g.pinned_host_map_bytes_per_gb));
   if (!g.bf16_gemm_tflops_by_shape.empty()) {
     std::vector<std::string> rows;
     for (const GemmPoint& e : g.bf16_gemm_tflops_by_shape)

@@ -47,6 +47,13 @@ struct GpuProfile {
   double compute_slowdown_during_collectives = 0;
   double compute_slowdown_during_dma = 0;
   std::vector<GemmPoint> bf16_gemm_tflops_by_shape;  // cuBLAS bf16 GEMM rates, in measurement order
+  // GPU memory a process holds beyond its own cudaMallocs (the allocation plan's unnamed entries,
+  // core::unnamed_gpu_memory), as cudaMemGetInfo counts it:
+  int64_t context_bytes = 0;            // the CUDA context, a cuBLAS handle that ran a GEMM, the engine's 4 streams
+  int64_t nccl_comm_bytes = 0;          // what a NCCL communicator over the node's GPUs adds on one of them, after the
+                                        // engine's collectives (all-gather, send/recv, all-reduce) ran once
+  int64_t alloc_granularity_bytes = 0;  // cudaMalloc's: a buffer costs its size rounded up to this
+  double pinned_host_map_bytes_per_gb = 0;  // device bytes per GB of page-locked host memory (its mapping)
   bool operator==(const GpuProfile&) const = default;
 };
 

@@ -17,6 +17,50 @@ std::string format_gb(int64_t bytes) {
   return buf;
 }
 
+std::string unnamed_gpu_text(const AllocPlan& plan) {
+  const auto bytes_of = [&](std::string_view name) { return plan.has(name) ? plan.at(name).bytes : int64_t(0); };
+  std::string t = "unnamed GPU memory " + format_gb(plan.bytes(MemPlace::kGpu, MemKind::kContext)) +
+                  ": CUDA context and libraries " + format_gb(bytes_of(buf::kContext)) +
+                  (plan.context_measured ? " (measured)" : " (estimate: the profile has no gpu.context_bytes)");
+  if (plan.has(buf::kAllocRounding)) t += ", allocation rounding " + format_gb(bytes_of(buf::kAllocRounding));
+  if (plan.has(buf::kPinnedHostMap)) t += ", pinned-host mapping " + format_gb(bytes_of(buf::kPinnedHostMap));
+  return t;
+}
+
+int64_t margin_bytes(const MemoryMargin& m, int64_t total_bytes) {
+  return std::max(m.bytes, int64_t(std::floor(m.fraction * double(std::max<int64_t>(total_bytes, 0)))));
+}
+
+std::string margin_text(const MemoryMargin& m) {
+  const auto bytes = [](int64_t b) {
+    for (const auto& [unit, size] : {std::pair{"TiB", int64_t(1) << 40}, std::pair{"GiB", int64_t(1) << 30},
+                                     std::pair{"MiB", int64_t(1) << 20}, std::pair{"KiB", int64_t(1) << 10}})
+      if (b >= size && b % size == 0) return std::to_string(b / size) + " " + unit;
+    return std::to_string(b) + " B";
+  };
+  char pct[32];
+  std::snprintf(pct, sizeof pct, "%.4g%%", m.fraction * 100);
+  if (m.fraction == 0) return bytes(m.bytes);
+  if (m.bytes == 0) return pct;
+  return "max(" + bytes(m.bytes) + ", " + pct + ")";
+}
+
+int64_t pinnable_host_bytes_per_rank(int64_t host_bytes, int local_ranks, const MemoryMargin& reserve) {
+  if (local_ranks < 1) throw std::invalid_argument("pinnable_host_bytes_per_rank: local_ranks must be >= 1");
+  return std::max<int64_t>(0, host_bytes - margin_bytes(reserve, host_bytes)) / local_ranks;
+}
+
+std::string headroom_warning(double ratio, int64_t gpu_planned_bytes, int64_t gpu_bytes, int64_t headroom_bytes) {
+  if (gpu_planned_bytes + headroom_bytes <= gpu_bytes) return {};
+  char r[32];
+  std::snprintf(r, sizeof r, "%.3g", ratio);
+  return std::string("ratio ") + r + " leaves " + format_gb(std::max<int64_t>(0, gpu_bytes - gpu_planned_bytes)) +
+         " of the GPU beyond the allocation plan (" + format_gb(gpu_planned_bytes) + " of " + format_gb(gpu_bytes) +
+         "), less than training.gpu_headroom (" + format_gb(headroom_bytes) +
+         "): allocator fragmentation or a library's late allocation may run out of GPU memory; `ratio: auto` keeps "
+         "the headroom";
+}
+
 RankMemory sum_by_kind(const AllocPlan& plan) {
   RankMemory m;
   for (const BufferSpec& b : plan.buffers) {
@@ -100,7 +144,8 @@ std::string breakdown(const RankMemory& m) {
   std::ostringstream os;
   os << "params " << format_gb(m.gpu_params) << " + grads " << format_gb(m.gpu_grads) << " + optimizer "
      << format_gb(m.gpu_optimizer) << " + activations " << format_gb(m.gpu_activations) << " + comm buffers "
-     << format_gb(m.gpu_comm) << " + workspace " << format_gb(m.gpu_workspace) << " + CUDA context (estimate) "
+     << format_gb(m.gpu_comm) << " + workspace " << format_gb(m.gpu_workspace)
+     << " + unnamed (CUDA context and libraries, allocation rounding, pinned-host mapping) "
      << format_gb(m.gpu_context);
   return os.str();
 }

@@ -23,7 +23,8 @@ struct RankMemory {
   int64_t gpu_activations = 0;  // one micro-batch, with or without checkpointing
   int64_t gpu_comm = 0;         // all-gather prefetch + reduce-scatter buffers (whole layers)
   int64_t gpu_workspace = 0;    // the step's small buffers and cuBLAS's workspace
-  int64_t gpu_context = 0;      // the CUDA context and libraries' own memory: an estimate (not allocated by name)
+  int64_t gpu_context = 0;      // GPU memory no buffer names: the CUDA context and libraries, cudaMalloc's rounding,
+                                // the mapping of pinned host memory (the plan's kContext entries)
   int64_t gpu_total = 0;
   int64_t host_optimizer = 0;  // pinned fp32 master + states of the CPU segment (+ the speculated layers' spare slot)
   int64_t host_staging = 0;    // pinned gradient (D2H) and bf16 copy (H2D) rings of the CPU segment, and the
@@ -77,5 +78,25 @@ std::string staging_choice_text(const StagingChoice& c);
 
 // "85.3 GB" (1 GB = 1e9 B)
 std::string format_gb(int64_t bytes);
+
+// The plan's GPU memory no buffer names, e.g. "unnamed GPU memory 0.91 GB: CUDA context and libraries 0.61 GB
+// (measured), allocation rounding 0.20 GB, pinned-host mapping 0.10 GB".
+std::string unnamed_gpu_text(const AllocPlan& plan);
+
+// The bytes a margin keeps of `total_bytes` (>= 0): max(m.bytes, floor(m.fraction x total_bytes)).
+int64_t margin_bytes(const MemoryMargin& m, int64_t total_bytes);
+// A margin as a scenario writes it: "max(1 GiB, 1%)", "2147483648 B", "2%".
+std::string margin_text(const MemoryMargin& m);
+
+// What one rank may pin (docs/ARCHITECTURE.md, "Choosing the ratio"): the host's memory less the reserve
+// (margin_bytes of the whole host), shared equally by the host's `local_ranks` (>= 1); 0 when the reserve
+// takes it all. The memory model's host limit (core::rank_budget, from the profile), `staging_slots: auto`,
+// `speculation: auto` and the engine (`twinflow run`, from the machine) all take it from here.
+int64_t pinnable_host_bytes_per_rank(int64_t host_bytes, int local_ranks, const MemoryMargin& reserve);
+
+// The warning for a ratio that fits but eats into the GPU headroom (an explicit ratio: `ratio: auto` keeps
+// the headroom), e.g. "ratio 0.33 leaves 0.1 GB of the GPU beyond the allocation plan (85.0 of 85.0 GB
+// planned), less than training.gpu_headroom (1.1 GB): ..."; empty when plan + headroom fits.
+std::string headroom_warning(double ratio, int64_t gpu_planned_bytes, int64_t gpu_bytes, int64_t headroom_bytes);
 
 }  // namespace tf::core

@@ -15,7 +15,10 @@ int ranks_per_node(const Scenario& s, int world) {
 
 RankBudget rank_budget(const Scenario& s, int world) {
   const HardwareProfile& hw = s.cluster.hardware;
-  return {hw.gpu.hbm_bytes, hw.host_memory_bytes / ranks_per_node(s, world)};
+  return {hw.gpu.hbm_bytes,
+          pinnable_host_bytes_per_rank(hw.host_memory_bytes, ranks_per_node(s, world), s.training.host_reserve),
+          margin_bytes(s.training.gpu_headroom, hw.gpu.hbm_bytes),
+          margin_bytes(s.training.host_reserve, hw.host_memory_bytes)};
 }
 
 std::string format_ratio(double r) {
@@ -58,14 +61,15 @@ std::string shortfall_text(const FitReport& r) {
   std::string t;
   if (r.gpu_short_bytes > 0)
     t = "GPU memory is short by " + format_gb(r.gpu_short_bytes) + " per rank at ratio " +
-        format_ratio(r.shortfall_ratio) + " (needs " + format_gb(r.needed.gpu_total) + ", a GPU has " +
+        format_ratio(r.shortfall_ratio) + " (needs " + format_gb(r.needed.gpu_total) + " + the headroom " +
+        format_gb(r.budget.gpu_headroom_bytes) + " (training.gpu_headroom), a GPU has " +
         format_gb(r.budget.gpu_bytes) + "; activations " + format_gb(r.needed.gpu_activations) + ", parameters " +
         format_gb(r.needed.gpu_params) + ", gradients " + format_gb(r.needed.gpu_grads) + ", optimizer " +
         format_gb(r.needed.gpu_optimizer) + ")";
   if (r.host_short_bytes > 0)
     t += std::string(t.empty() ? "" : "; ") + "pinned host memory is short by " + format_gb(r.host_short_bytes) +
          " per rank at ratio " + format_ratio(r.shortfall_ratio) + " (needs " + format_gb(r.needed.host_total) +
-         ", a rank has " + format_gb(r.budget.host_bytes) + ")";
+         ", a rank may pin " + format_gb(r.budget.host_bytes) + " after training.host_reserve)";
   return t;
 }
 
@@ -75,7 +79,8 @@ FitReport check_fit(const Scenario& s, const SettingsOverrides& overrides) {
   const FitInputs f = fit_inputs(s, overrides);
   FitReport r;
   r.budget = f.budget;
-  r.range = feasible_ratios(f.rs.model, f.part, f.mo, r.budget.gpu_bytes, r.budget.host_bytes);
+  const int64_t gpu_usable = std::max<int64_t>(0, r.budget.gpu_bytes - r.budget.gpu_headroom_bytes);
+  r.range = feasible_ratios(f.rs.model, f.part, f.mo, gpu_usable, r.budget.host_bytes);
   if (r.range.feasible) {
     r.at_min = rank_memory_at(f.rs.model, f.part, f.mo, r.range.min_ratio);
     r.at_max = rank_memory_at(f.rs.model, f.part, f.mo, r.range.max_ratio);
@@ -83,10 +88,10 @@ FitReport check_fit(const Scenario& s, const SettingsOverrides& overrides) {
   }
   // The GPU alone: its smallest fitting ratio is where the host needs the least.
   const RatioRange gpu_only =
-      feasible_ratios(f.rs.model, f.part, f.mo, r.budget.gpu_bytes, std::numeric_limits<int64_t>::max());
+      feasible_ratios(f.rs.model, f.part, f.mo, gpu_usable, std::numeric_limits<int64_t>::max());
   r.shortfall_ratio = gpu_only.feasible ? gpu_only.min_ratio : 1.0;
   r.needed = rank_memory_at(f.rs.model, f.part, f.mo, r.shortfall_ratio);
-  r.gpu_short_bytes = std::max<int64_t>(0, r.needed.gpu_total - r.budget.gpu_bytes);
+  r.gpu_short_bytes = std::max<int64_t>(0, r.needed.gpu_total - gpu_usable);
   r.host_short_bytes = std::max<int64_t>(0, r.needed.host_total - r.budget.host_bytes);
   r.shortfall = shortfall_text(r);
   return r;

@@ -19,18 +19,24 @@ namespace tf::core {
 // its profile's (a command that changes the world fills nodes of the profile).
 int ranks_per_node(const Scenario& s, int world);
 
-// The memory one rank may use on the scenario's machine: its GPU's (the profile's gpu.hbm_bytes), and
-// its node's host memory (host.memory_bytes) shared equally by the node's ranks.
+// The memory one rank may use on the scenario's machine: its GPU's (the profile's gpu.hbm_bytes), and what
+// it may pin of its node's host memory (host.memory_bytes less training.host_reserve, shared equally by the
+// node's ranks: core::pinnable_host_bytes_per_rank); and the GPU headroom `ratio: auto` keeps free
+// (training.gpu_headroom of gpu_bytes).
 struct RankBudget {
   int64_t gpu_bytes = 0;
   int64_t host_bytes = 0;
+  int64_t gpu_headroom_bytes = 0;
+  int64_t host_reserve_bytes = 0;  // of the whole node
 };
 RankBudget rank_budget(const Scenario& s, int world);
 
 // What the memory model says of a scenario at `world` ranks (the settings of resolve_settings with
-// `overrides`; the memory of `overrides.workload` when given, else of the model trained for real).
+// `overrides`; the memory of `overrides.workload` when given, else of the model trained for real), for
+// choosing a ratio: a ratio fits when its plan + the GPU headroom fits the GPU and its host bytes what a
+// rank may pin.
 struct FitReport {
-  RatioRange range;            // the ratios that fit (core::feasible_ratios)
+  RatioRange range;            // the ratios that fit (core::feasible_ratios at gpu_bytes - gpu_headroom_bytes)
   RankBudget budget;           // per rank
   RankMemory at_min, at_max;   // feasible: at range.min_ratio and range.max_ratio
   RankMemory needed;           // infeasible: at the ratio the shortfall is measured at

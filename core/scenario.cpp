@@ -6,6 +6,7 @@
 
 #include "core/config_node.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/scenario_builtin.h"
 #include "core/scenario_read.h"
 #include "core/strings.h"
@@ -563,6 +564,8 @@ std::vector<ReportedSetting> settings_report(const Scenario& s) {
     num("training.speculation", double(*t.speculation_bytes));
   else
     text("training.speculation", "auto");
+  text("training.gpu_headroom", margin_text(t.gpu_headroom));
+  text("training.host_reserve", margin_text(t.host_reserve));
   num("training.steps", double(t.steps));
   const bool fp16 = t.precision == Precision::kFP16;
   text("training.loss_scaling", !fp16 ? "off" : t.loss_scaling.dynamic() ? "dynamic" : "static");

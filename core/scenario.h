@@ -42,6 +42,19 @@ struct LossScaleConfig {
   double initial_loss_scale() const { return dynamic() ? std::ldexp(1.0, initial_scale_power) : loss_scale; }
 };
 
+// Memory kept free (training.gpu_headroom, training.host_reserve): the larger of `bytes` and `fraction` of
+// the memory it is kept from (core::margin_bytes). A scenario gives one of the two; the defaults give both.
+struct MemoryMargin {
+  int64_t bytes = 0;
+  double fraction = 0;  // [0, 1)
+  bool operator==(const MemoryMargin&) const = default;
+};
+// training.gpu_headroom's default, max(1 GiB, 1% of the GPU): what `ratio: auto` keeps free of the GPU beyond
+// the allocation plan (docs/ARCHITECTURE.md, "Choosing the ratio").
+inline constexpr MemoryMargin kDefaultGpuHeadroom{int64_t(1) << 30, 0.01};
+// training.host_reserve's default, max(8 GiB, 10% of the host): what no rank of a host pins (ibid.).
+inline constexpr MemoryMargin kDefaultHostReserve{int64_t(8) << 30, 0.10};
+
 struct TrainingConfig {
   int64_t micro_batch = 1;  // samples per GPU per micro-step
   int64_t grad_accum = 1;
@@ -55,6 +68,12 @@ struct TrainingConfig {
   // Twin-Flow's speculative CPU updates (docs/ARCHITECTURE.md, "Speculation"): host bytes per rank for the
   // speculated layers' second state slot; 0 off; nullopt `auto` (what the host has beyond the plan).
   std::optional<int64_t> speculation_bytes;
+  // GPU memory `ratio: auto` keeps free beyond the plan (a ratio fits when plan + headroom <= the GPU); an
+  // explicit ratio is checked without it and warned about when it eats into it.
+  MemoryMargin gpu_headroom = kDefaultGpuHeadroom;
+  // Host memory no rank pins, of the whole host (the OS, the process's pageable memory, other processes);
+  // the rest is shared equally by the host's ranks (core::pinnable_host_bytes_per_rank).
+  MemoryMargin host_reserve = kDefaultHostReserve;
 };
 
 struct OptimizerConfig {

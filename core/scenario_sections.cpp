@@ -1,9 +1,11 @@
 // The native schema's training, optimizer and ZeRO sections, and the one reader (one range) per setting
 // that the native schema and the DeepSpeed config reader share.
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "core/scenario_read.h"
@@ -168,6 +170,51 @@ std::optional<int64_t> read_speculation(const Node& v) {
   return config::read_int(v, 0, int64_t(1) << 50);
 }
 
+// The number at the start of `t` and the rest, trimmed; nullopt when `t` does not start with a finite number.
+std::optional<std::pair<double, std::string>> leading_number(std::string_view t) {
+  double v = 0;
+  const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (r.ec != std::errc() || !std::isfinite(v)) return std::nullopt;
+  std::string rest(r.ptr, t.data() + t.size());
+  rest.erase(0, rest.find_first_not_of(" \t"));
+  return std::pair{v, rest};
+}
+
+// training.gpu_headroom / training.host_reserve: bytes (a whole number, or with a unit: "8 GiB", "1.5 GB"), or
+// a fraction of the memory it is kept from (a number below 1, or a percentage: "2%"). `of` names that memory.
+MemoryMargin read_memory_margin(const Node& v, const std::string& of) {
+  const std::string forms =
+      "allowed: bytes (a whole number such as 2147483648, or with a unit: \"8 GiB\", "
+      "\"1.5 GB\", \"512 MiB\") or a fraction of " +
+      of +
+      " (a number below 1 such as 0.02, "
+      "or a percentage: \"2%\")";
+  if (!v.is_scalar()) config::fail(v, "expected bytes or a fraction, got " + v.describe() + "; " + forms);
+  const auto num = leading_number(v.scalar);
+  if (!num) config::fail(v, "'" + config::excerpt(v.scalar) + "' is not a size; " + forms);
+  const auto [x, unit] = *num;
+  if (x < 0) config::fail(v, "'" + config::excerpt(v.scalar) + "' is negative; " + forms);
+  static constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"b", 1.0},         {"kb", 1e3},           {"mb", 1e6},
+      {"gb", 1e9},        {"tb", 1e12},          {"kib", 1024.0},
+      {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  const double max_bytes = double(int64_t(1) << 50);
+  if (unit == "%") {
+    if (x >= 100) config::fail(v, "'" + config::excerpt(v.scalar) + "' is not below 100%; " + forms);
+    return {0, x / 100};
+  }
+  if (unit.empty() && x < 1) return {0, x};
+  double scale = unit.empty() ? 1.0 : 0.0;
+  for (const auto& [name, bytes] : kUnits)
+    if (ascii_lower(unit) == name) scale = bytes;
+  if (scale == 0) config::fail(v, "unknown unit '" + config::excerpt(unit) + "'; " + forms);
+  if (unit.empty() && x != std::floor(x))
+    config::fail(
+        v, "'" + config::excerpt(v.scalar) + "' is neither a whole number of bytes nor a fraction below 1; " + forms);
+  if (x * scale > max_bytes) config::fail(v, "'" + config::excerpt(v.scalar) + "' is over 2^50 bytes; " + forms);
+  return {int64_t(std::llround(x * scale)), 0};
+}
+
 }  // namespace
 
 void read_training(const Node& n, Ctx& ctx, bool has_ds, ClientSettings& client, const Node*& precision_node) {
@@ -197,6 +244,9 @@ void read_training(const Node& n, Ctx& ctx, bool has_ds, ClientSettings& client,
   // Twin-Flow's own optimisation, not a training setting: its default (auto) is in settings_report, not
   // among the recorded defaults
   if (const Node* v = m.find("speculation")) t.speculation_bytes = read_speculation(*v);
+  // Twin-Flow's memory margins (docs/ARCHITECTURE.md, "Choosing the ratio"), read with a ds_config too
+  if (const Node* v = m.find("gpu_headroom")) t.gpu_headroom = read_memory_margin(*v, "the GPU's memory");
+  if (const Node* v = m.find("host_reserve")) t.host_reserve = read_memory_margin(*v, "the host's memory");
   m.fail_unknown();
   if (has_ds) return;  // read_ds_config takes the rest
 

@@ -68,6 +68,9 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   s.data_train = sc.data.train;
   s.init_from = sc.init.from;
   s.cpu_threads = sc.cluster.cpu_cores_per_gpu;
+  s.unnamed_gpu = unnamed_gpu_memory(sc.cluster.hardware.gpu, s.world);
+  s.gpu_headroom = sc.training.gpu_headroom;
+  s.host_reserve = sc.training.host_reserve;
   return s;
 }
 

@@ -47,11 +47,16 @@ struct RunSettings {
   std::filesystem::path data_train;                  // the decoder's token file (validated); empty: the built-in stream
   std::filesystem::path init_from;  // the decoder's Hugging Face weights; empty: GPT-2's init from `seed`
   int cpu_threads = 1;              // CPU optimizer threads per rank (the scenario's cpu_cores_per_gpu)
-  // The allocation plan's options: `step` and `workload` (the simulator counts kAuto instead).
+  // GPU memory no buffer names, from the scenario's profile at `world` ranks (core::unnamed_gpu_memory)
+  UnnamedGpuMemory unnamed_gpu;
+  MemoryMargin gpu_headroom = kDefaultGpuHeadroom;  // training.gpu_headroom
+  MemoryMargin host_reserve = kDefaultHostReserve;  // training.host_reserve
+  // The allocation plan's options: `step`, `workload` (the simulator counts kAuto instead) and `unnamed_gpu`.
   MemoryOptions memory_options() const {
     MemoryOptions m;
     m.step = step;
     m.workload = workload;
+    m.unnamed = unnamed_gpu;
     return m;
   }
 };

@@ -43,6 +43,7 @@ nlohmann::json auto_ratio_json(const backend::sim::AutoRatio& a) {
   j["why"] = a.why;
   j["profile"] = a.profile;
   j["fits"] = {a.range.min_ratio, a.range.max_ratio};
+  j["gpu_headroom_bytes"] = a.gpu_headroom_bytes;
   for (const backend::sim::RatioPoint& p : a.table)
     j["table"].push_back({{"ratio", p.ratio},
                           {"requested", p.requested},

@@ -1,13 +1,17 @@
 // Command-line helpers shared by the twinflow subcommands (see cli.h).
 #include "apps/twinflow/cli.h"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/system/system_error.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <mutex>
 #include <new>
@@ -22,6 +26,8 @@
 #include "core/output_file.h"
 #include "core/step.h"
 #include "core/strings.h"
+
+extern char** environ;  // the environment run_self_capture passes on (unistd.h)
 
 namespace tf::app {
 
@@ -278,6 +284,58 @@ std::string self_executable(const std::string& who) {
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) throw core::RuntimeFailure(who + ": cannot find this executable (/proc/self/exe)");
   return std::string(self, size_t(len));
+}
+
+std::string run_self_capture(const std::string& who, const std::vector<std::string>& args,
+                             const std::vector<std::string>& env) {
+  std::vector<std::string> all = {self_executable(who)};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> envs = env;  // `env` first: its names win over this process's
+  for (char** e = environ; *e; ++e) {
+    const std::string_view kv(*e);
+    const std::string_view name = kv.substr(0, kv.find('=') + 1);
+    bool replaced = false;
+    for (const std::string& mine : env) replaced = replaced || std::string_view(mine).substr(0, name.size()) == name;
+    if (!replaced) envs.emplace_back(kv);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw core::RuntimeFailure(who + ": pipe: " + std::strerror(errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  std::string text;
+  if (rc == 0) {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) != 0;) {
+      if (n > 0)
+        text.append(buf, size_t(n));
+      else if (errno != EINTR)
+        break;
+    }
+  }
+  ::close(out[0]);
+  std::string command = "twinflow";
+  for (const std::string& a : args) command += " " + a;
+  if (rc != 0) throw core::RuntimeFailure(who + ": cannot start `" + command + "`: " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw core::RuntimeFailure(who + ": waitpid: " + std::strerror(errno));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw core::RuntimeFailure(who + ": `" + command + "` failed (" +
+                               (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                                  : "signal " + std::to_string(WTERMSIG(status))) +
+                               "); its output: " + core::printable(text, 400));
+  return text;
 }
 
 // ---- messages for people and exit codes -----------------------------------------------------------------

@@ -135,6 +135,11 @@ std::optional<int64_t> read_speculation_option(const po::variables_map& vm);
 // This executable's path (/proc/self/exe), to run another twinflow subcommand; core::RuntimeFailure
 // naming `who` when it cannot be read.
 std::string self_executable(const std::string& who);
+// Runs this executable with `args` (a twinflow subcommand) and `env` added to (or replacing in) this
+// process's environment, and returns what it wrote to stdout (its stderr passes through). A non-zero exit
+// is a core::RuntimeFailure naming `who`, the command and the exit status.
+std::string run_self_capture(const std::string& who, const std::vector<std::string>& args,
+                             const std::vector<std::string>& env = {});
 
 // ---- messages for people and exit codes ---------------------------------------------------------------
 // The one place text reaches the terminal as a diagnostic: "PREFIX: MESSAGE\n" with control characters

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,12 +24,14 @@
 #include "apps/twinflow/cpu_ranks.h"
 #include "apps/twinflow/measure.h"
 #include "apps/twinflow/table.h"
+#include "core/alloc_plan.h"
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/hardware.h"
 #include "core/model.h"
 #include "core/output_file.h"
 #include "core/scenario.h"
+#include "core/strings.h"
 #if defined(TWINFLOW_HAVE_CUDA)
 #include "backends/cuda/calibrate.h"
 #include "backends/cuda/cuda_backend.h"
@@ -230,6 +233,20 @@ const double kAdamWBf16Bytes =
     double(core::bytes_per_element(core::OptimizerKind::kAdamW, core::DType::kBF16, core::DType::kBF16).total());
 const std::string kAdamWBf16Text = fmt(kAdamWBf16Bytes, 0) + " B/element";
 
+// Odd sizes whose cudaMalloc cost shows the allocation granularity: k MiB + 1 costs g when g > k MiB and
+// k MiB + g below it (core::granularity_of); the large one checks that big buffers round alike.
+constexpr int64_t kGranularityProbeBytes[] = {(int64_t(1) << 20) + 1, (int64_t(2) << 20) + 1, (int64_t(5) << 20) + 4097,
+                                              (int64_t(64) << 20) + 1};
+
+// The child of measure_gpu_memory: this fresh process's set-up stages on device 0, one "key bytes" per line.
+int print_process_memory(int gpus) {
+  const cal::ProcessMemory m = cal::process_memory_stages(gpus);
+  std::cout << "after_context " << m.after_context << "\nafter_cublas " << m.after_cublas << "\nafter_streams "
+            << m.after_streams << "\nafter_nccl " << m.after_nccl << "\n"
+            << std::flush;
+  return kExitOk;
+}
+
 // One calibration run: the machine, the sizes, the figures measured so far (the profile and their
 // sources) and the table; one method per group of measurements, in the order they run.
 class Calibrator {
@@ -261,6 +278,7 @@ class Calibrator {
 
   int run() {
     announce();
+    measure_gpu_memory();  // first: the probe's baseline is this process with nothing allocated
     measure_gemms();
     measure_gemm_dtypes();
     measure_device_memory();
@@ -296,8 +314,9 @@ class Calibrator {
   // reduce-scatter's (3 rows per size), the GEMM under both collectives
   int planned_steps() const {
     const int random_rows = o_.gemm_relu ? int(gemms_.size() - builtin_cases_) : 0;
-    return int(gemms_.size()) + random_rows + 2 + 3 + 8 + 5 + int(threads_.size()) + int(cpu_ranks_.size()) + 3 + 2 +
-           (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
+    const int memory = 3 + (gpus_ > 1 ? 1 : 0) + int(std::size(kGranularityProbeBytes)) + 2;
+    return memory + int(gemms_.size()) + random_rows + 2 + 3 + 8 + 5 + int(threads_.size()) + int(cpu_ranks_.size()) +
+           3 + 2 + (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
   }
 
   void announce() const {
@@ -305,6 +324,113 @@ class Calibrator {
               << ", " << dev_.sm_count << " SMs), " << cpu_name_ << " (" << cores_ << " cores, " << allowed_cpus_
               << " CPUs allowed); " << (o_.quick ? "--quick" : "full") << ", " << R_ << " repetitions per figure; "
               << (o_.quick ? "about 10 s" : "well under a minute") << "\n";
+  }
+
+  // ---- GPU memory beyond the process's own allocations (the allocation plan's unnamed entries) -----------
+  // The set-up stages of fresh processes (`calibrate --process-memory-probe`), each over what the device held
+  // before it started (this process's context, nothing allocated, and anything else on the GPU): the largest
+  // of min(R, 3) probes. Then cudaMalloc's granularity and the pinned host's mapping, in this process.
+  void measure_gpu_memory() {
+    const int64_t baseline = cal::device_used_bytes(0);
+    std::vector<cal::ProcessMemory> probes;
+    for (int i = 0; i < std::min(R_, 3); ++i) probes.push_back(process_memory_probe());
+    const auto most = [&](auto stage) {
+      std::vector<double> v;
+      for (const cal::ProcessMemory& m : probes) v.push_back(double(stage(m)));
+      return cal::make_stat(std::move(v));
+    };
+    const cal::Stat ctx = most([&](const auto& m) { return m.after_context - baseline; });
+    const cal::Stat cublas = most([](const auto& m) { return m.after_cublas - m.after_context; });
+    const cal::Stat streams = most([](const auto& m) { return m.after_streams - m.after_cublas; });
+    const cal::Stat total = most([&](const auto& m) { return m.after_streams - baseline; });
+    c_.done("process memory: CUDA context", ctx.median / 1048576, "MiB", ctx);
+    c_.done("process memory: + cuBLAS handle after one GEMM (workspace excluded)", cublas.median / 1048576, "MiB",
+            cublas);
+    c_.done("process memory: + 4 streams", streams.median / 1048576, "MiB", streams, "gpu.context_bytes");
+    p_.gpu.context_bytes = int64_t(*std::max_element(total.samples.begin(), total.samples.end()));
+    src()["gpu.context_bytes"] = c_.source(
+        "device 0's used bytes (cudaMemGetInfo total - free) in a fresh process after the CUDA context, a cuBLAS "
+        "handle that ran a bf16 GEMM (its workspace, a named buffer, freed) and 4 streams, over what the device held "
+        "before it started; the largest of the probes (context " +
+            with_units(ctx.median) + ", cuBLAS " + with_units(cublas.median) + ", streams " +
+            with_units(streams.median) + "), " + gpu_label_,
+        total);
+    if (gpus_ > 1) {
+      const cal::Stat nccl = most([](const auto& m) { return m.after_nccl - m.after_streams; });
+      c_.done("process memory: + NCCL communicator over " + std::to_string(gpus_) +
+                  " GPUs after the engine's "
+                  "collectives",
+              nccl.median / 1048576, "MiB", nccl, "gpu.nccl_comm_bytes");
+      p_.gpu.nccl_comm_bytes = int64_t(*std::max_element(nccl.samples.begin(), nccl.samples.end()));
+      src()["gpu.nccl_comm_bytes"] = c_.source(
+          "what a NCCL communicator over devices 0.." + std::to_string(gpus_ - 1) +
+              " (ncclCommInitAll in the probe process) added on device 0 after one all-gather, one send/recv "
+              "reduce-scatter and one f64 all-reduce, its message buffers excluded; the largest of the probes, " +
+              gpu_label_,
+          nccl);
+    }
+    measure_alloc_granularity();
+    measure_pinned_host_map();
+  }
+
+  // One fresh process's set-up stages (`twinflow calibrate --process-memory-probe`).
+  cal::ProcessMemory process_memory_probe() const {
+    const std::string out = run_self_capture(
+        "calibrate", {"calibrate", "--process-memory-probe", "--gpus", std::to_string(gpus_)}, {"NCCL_NVLS_ENABLE=0"});
+    std::map<std::string, int64_t> v;
+    std::istringstream in(out);
+    for (std::string key; in >> key;) in >> v[key];
+    for (const char* key : {"after_context", "after_cublas", "after_streams", "after_nccl"})
+      if (!v.count(key))
+        throw core::RuntimeFailure("calibrate: the process memory probe did not report " + std::string(key) +
+                                   "; it wrote: " + core::printable(out, 200));
+    return {v["after_context"], v["after_cublas"], v["after_streams"], v["after_nccl"]};
+  }
+
+  // N buffers of each odd size, what the device's used bytes grew by: the largest power of two every size's
+  // cost is a rounding to (core::granularity_of); and, for the table, small buffers' cost.
+  void measure_alloc_granularity() {
+    constexpr int kCount = 8;
+    std::vector<std::pair<int64_t, int64_t>> size_cost;
+    std::string seen;
+    for (const int64_t bytes : kGranularityProbeBytes) {
+      const cal::AllocCost c = cal::alloc_cost(0, bytes, kCount);
+      const double per = double(c.total_bytes) / kCount;
+      c_.done("cudaMalloc of " + std::to_string(bytes) + " B, cost per buffer (" + std::to_string(kCount) + " buffers)",
+              per, "B", cal::make_stat({per}), "gpu.alloc_granularity_bytes");
+      size_cost.emplace_back(bytes, c.total_bytes % kCount == 0 ? c.total_bytes / kCount : -1);
+      seen += (seen.empty() ? "" : ", ") + std::to_string(bytes) + " B -> " + fmt(per, 0) + " B";
+    }
+    const int64_t g = core::granularity_of(size_cost);
+    if (g == 0)
+      throw core::RuntimeFailure("calibrate: cudaMalloc's costs (" + seen +
+                                 ") are not one rounding of each size: was another process allocating on the GPU? "
+                                 "Rerun on an idle GPU");
+    p_.gpu.alloc_granularity_bytes = g;
+    src()["gpu.alloc_granularity_bytes"] = c_.origin() + ": " + std::to_string(kCount) +
+                                           " cudaMallocs of each size, device 0's used bytes (cudaMemGetInfo) " +
+                                           "grew by the size rounded up to this per buffer (" + seen + "), " +
+                                           gpu_label_;
+    const cal::AllocCost small = cal::alloc_cost(0, 256, 64);
+    const double per_small = double(small.total_bytes) / 64;
+    c_.done("cudaMalloc of 256 B, cost per buffer (64 buffers; the plan rounds every buffer to the granularity)",
+            per_small, "B", cal::make_stat({per_small}));
+  }
+
+  // The device's mapping of page-locked host memory, pinned as the engine pins its CPU segment.
+  void measure_pinned_host_map() {
+    // 16 GiB (an eighth of the host at most), --quick too: the mapping is ~0.2% of it, and cudaMemGetInfo
+    // counts whole 2 MiB pages
+    const size_t bytes = std::min<size_t>(size_t(16) << 30, size_t(host_memory_bytes()) / 8 / 4096 * 4096);
+    const int64_t map = cal::pinned_host_map_bytes(0, bytes);
+    const double per_gb = double(map) / (double(bytes) / 1e9);
+    c_.done("device bytes per GB of pinned host memory (" + with_units(double(bytes)) + " registered)", per_gb, "B/GB",
+            cal::make_stat({per_gb}), "gpu.pinned_host_map_bytes_per_gb");
+    p_.gpu.pinned_host_map_bytes_per_gb = sig4(per_gb);
+    src()["gpu.pinned_host_map_bytes_per_gb"] = c_.origin() + ": device 0's used bytes (cudaMemGetInfo) grew by " +
+                                                with_units(double(map)) + " while " + with_units(double(bytes)) +
+                                                " of host memory was page-locked as the engine pins its CPU segment " +
+                                                "(cpu::HostRegion, cudaHostRegister portable), " + gpu_label_;
   }
 
   // ---- GEMM ---------------------------------------------------------------------------------------
@@ -817,7 +943,11 @@ std::vector<std::pair<std::string, double>> profile_figures(const core::Hardware
                      {"gpu.event_record_ns", g.event_record_ns},
                      {"gpu.event_sync_ns", g.event_sync_ns},
                      {"gpu.compute_slowdown_during_collectives", g.compute_slowdown_during_collectives},
-                     {"gpu.compute_slowdown_during_dma", g.compute_slowdown_during_dma}});
+                     {"gpu.compute_slowdown_during_dma", g.compute_slowdown_during_dma},
+                     {"gpu.context_bytes", double(g.context_bytes)},
+                     {"gpu.nccl_comm_bytes", double(g.nccl_comm_bytes)},
+                     {"gpu.alloc_granularity_bytes", double(g.alloc_granularity_bytes)},
+                     {"gpu.pinned_host_map_bytes_per_gb", g.pinned_host_map_bytes_per_gb}});
   for (const core::GemmPoint& e : g.bf16_gemm_tflops_by_shape)
     f.emplace_back("gpu.bf16_gemm " + std::string(core::gemm_pass_name(e.pass)) + " " + std::to_string(e.m) + "x" +
                        std::to_string(e.n) + "x" + std::to_string(e.k),
@@ -885,6 +1015,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   add("tolerance", po::value<double>()->default_value(5.0), "with --compare: the allowed difference, %");
   add("gemm-data", po::value<std::string>()->default_value("relu"),
       "operands of the bf16 GEMM table: relu (as a ReLU MLP's: half the activations 0) or random");
+  add("process-memory-probe", po::bool_switch(),
+      "internal: report this fresh process's GPU memory after each set-up stage (calibrate runs it)");
   add("scenario", po::value<std::vector<std::string>>(),
       "also measure every GEMM of this scenario's model at its micro-batch, in the layout of each pass "
       "(repeatable)");
@@ -908,6 +1040,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     if (!(tol >= 0)) throw core::InputError("--tolerance must be >= 0");
     return compare_profiles(files[0], files[1], tol);
   }
+#if defined(TWINFLOW_HAVE_CUDA)
+  if (vm["process-memory-probe"].as<bool>()) return print_process_memory(std::max(1, vm["gpus"].as<int>()));
+#endif
   Options o;
   if (!vm.count("out"))
     throw core::InputError("--out is required: the profile to write, e.g. --out scenarios/hardware/my-box.yaml");

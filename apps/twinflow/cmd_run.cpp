@@ -328,11 +328,9 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
   base.cpu_cpus = share.worker_cpus;
   base.pin_memory = !o.no_pin;
   base.overflow_at_step = o.inject_inf_at;
-  base.host_bytes_limit = 0;
-  if (env.local_world_size > 1) {
-    const int64_t phys = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
-    base.host_bytes_limit = phys / env.local_world_size;
-  }
+  // what this rank may pin of the machine: its memory less training.host_reserve, shared by the host's ranks
+  const int64_t phys = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  base.host_bytes_limit = core::pinnable_host_bytes_per_rank(phys, env.local_world_size, o.sc.training.host_reserve);
   return base;
 }
 
@@ -622,6 +620,7 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
               << ", CPU segment " << pt.cpu_elems << " elements; GPU " << core::format_gb(pt.memory.gpu_used_by_process)
               << " in use (model " << core::format_gb(pt.memory.planned.gpu_total) << "), host pinned "
               << core::format_gb(pt.memory.host_pinned) << "\n";
+  if (rank == 0) std::cerr << "model's " << core::unnamed_gpu_text(pt.memory.plan) << "\n";
   if (rank == 0 && pt.cpu_elems > 0) std::cerr << core::staging_choice_text(pt.memory.staging) << "\n";
   if (rank == 0 && pt.speculated_layers > 0)
     std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "

@@ -459,6 +459,9 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
             << core::optimizer_name(sc.optimizer.kind) << "\n\n";
   t.print(std::cout);
   std::cout << "\n" << w.pts.size() << " point(s) simulated in " << fmt(w.wall_s, 3) << " s\n";
+  if (!w.pts.empty())
+    std::cout << "GPU GB includes the " << w.pts.front().unnamed_gpu << " (ratio " << fmt(w.pts.front().ratio, 3)
+              << ")\n";
   for (const auto& p : w.pts)
     if (p.oom) {
       std::cout << "OOM at ratio " << fmt(p.ratio, 3) << ": " << p.oom_reason << "\n";
@@ -546,7 +549,9 @@ void write_sweep_trace(const SimulateOptions& o, const Sweep& w, const std::stri
 
 std::string machine_text(const core::Scenario& sc, const core::RankBudget& b, int world) {
   return sc.cluster.hardware.name + ", " + std::to_string(world) + " rank(s): " + core::format_gb(b.gpu_bytes) +
-         " GPU and " + core::format_gb(b.host_bytes) + " host memory per rank";
+         " GPU (" + core::format_gb(b.gpu_headroom_bytes) + " of it kept free: training.gpu_headroom) and " +
+         core::format_gb(b.host_bytes) + " pinnable host memory per rank (the node's less training.host_reserve " +
+         core::format_gb(b.host_reserve_bytes) + ")";
 }
 
 std::string training_text(const core::Scenario& sc) {
@@ -566,6 +571,8 @@ int print_fit(const SimulateOptions& o) {
                       {"world", world},
                       {"gpu_bytes_per_rank", r.budget.gpu_bytes},
                       {"host_bytes_per_rank", r.budget.host_bytes},
+                      {"gpu_headroom_bytes", r.budget.gpu_headroom_bytes},
+                      {"host_reserve_bytes", r.budget.host_reserve_bytes},
                       {"fits", r.range.feasible}};
   if (r.range.feasible) {
     std::cout << "fits at ratios " << core::ratio_range_text(r.range) << ": at " << fmt(r.range.min_ratio, 3) << " GPU "

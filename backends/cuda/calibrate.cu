@@ -19,6 +19,7 @@
 #include <thread>
 #include <utility>
 
+#include "backends/cpu/host_region.h"
 #include "backends/cuda/calibrate.h"
 #include "backends/cuda/cublas_gemm.cuh"
 #include "backends/cuda/cuda_check.cuh"
@@ -310,6 +311,83 @@ Stat rw_kernel_gbps(int device, size_t bytes, int reps) {
   std::vector<double> gbps;
   for (double s : event_timed(stream.get(), reps, 1, call)) gbps.push_back(2.0 * double(bytes) / s / 1e9);
   return make_stat(std::move(gbps));
+}
+
+// ---- GPU memory beyond a process's own allocations -----------------------------------------------------
+
+int64_t device_used_bytes(int device) {
+  DeviceGuard guard(device);
+  size_t free_b = 0, total_b = 0;
+  TF_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return int64_t(total_b - free_b);
+}
+
+namespace {
+// A cuBLAS handle with the engine's workspace setting (core::kCublasWorkspaceBytes of our own, freed after)
+// that ran one bf16 forward GEMM of 1024^3 on `s`, then its operands freed: what stays is cuBLAS's.
+std::unique_ptr<CublasHandle> cublas_after_one_gemm(cudaStream_t s) {
+  constexpr int kN = 1024;
+  auto workspace = std::make_unique<DeviceMemory>(size_t(core::kCublasWorkspaceBytes));
+  auto h = std::make_unique<CublasHandle>(workspace->get(), workspace->bytes());
+  h->set_stream(s);
+  {
+    DeviceMemory a(size_t(kN) * kN * 2), b(size_t(kN) * kN * 2), c(size_t(kN) * kN * 2);  // (1024, 1024) bf16
+    fill_random(GemmType::kBF16, a.get(), size_t(kN) * kN, 1, s);
+    fill_random(GemmType::kBF16, b.get(), size_t(kN) * kN, 2, s);
+    const GemmArgs g = forward_gemm(LinearDims{kN, kN, kN});
+    const float alpha = 1.0f, beta = 0.0f;
+    TF_CUBLAS_CHECK(cublasGemmEx(h->get(), g.ta, g.tb, g.m, g.n, g.k, &alpha, a.get(), CUDA_R_16BF, g.lda, b.get(),
+                                 CUDA_R_16BF, g.ldb, &beta, c.get(), CUDA_R_16BF, g.ldc, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+    TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  workspace.reset();  // the plan names it (buf::kCublasWorkspace): not part of what is measured
+  return h;
+}
+}  // namespace
+
+ProcessMemory process_memory_stages(int gpus) {
+  check_device(0);
+  ProcessMemory m;
+  TF_CUDA_CHECK(cudaSetDevice(0));
+  TF_CUDA_CHECK(cudaFree(nullptr));  // the primary context
+  m.after_context = device_used_bytes(0);
+  Stream first;
+  const std::unique_ptr<CublasHandle> cublas = cublas_after_one_gemm(first.get());
+  m.after_cublas = device_used_bytes(0);
+  Stream more[3];  // the engine's compute, comm, d2h and h2d streams: `first` and these
+  m.after_streams = device_used_bytes(0);
+  if (gpus >= 2) {
+    constexpr int64_t kMessage = int64_t(4) << 20;
+    NcclGroup group(gpus, size_t(kMessage));
+    group.run_engine_collectives_once(group.message_bytes_for(kMessage));
+    m.after_nccl = device_used_bytes(0) - group.message_buffer_bytes_per_device();
+  }
+  return m;
+}
+
+AllocCost alloc_cost(int device, int64_t bytes, int count) {
+  if (bytes < 1 || count < 1) throw core::InputError("alloc_cost: bytes and count must be >= 1");
+  check_device(device);
+  DeviceGuard guard(device);
+  const int64_t before = device_used_bytes(device);
+  std::vector<DeviceMemory> bufs;
+  bufs.reserve(size_t(count));
+  for (int i = 0; i < count; ++i) bufs.emplace_back(size_t(bytes));
+  const int64_t with = device_used_bytes(device);
+  return {bytes, count, with - before};
+}
+
+int64_t pinned_host_map_bytes(int device, size_t bytes) {
+  check_device(device);
+  DeviceGuard guard(device);
+  cpu::HostRegion region(bytes);
+  const size_t pages = (bytes + 4095) / 4096 * 4096;
+  const int64_t before = device_used_bytes(device);
+  TF_CUDA_CHECK(cudaHostRegister(region.data(), pages, cudaHostRegisterPortable));
+  const int64_t with = device_used_bytes(device);
+  TF_CUDA_CHECK(cudaHostUnregister(region.data()));
+  return with - before;
 }
 
 // ---- PCIe --------------------------------------------------------------------------------------------
@@ -689,6 +767,26 @@ struct NcclGroup::Impl {
                              " must be a positive multiple of 2 x ranks and at most " + std::to_string(max_bytes));
   }
 };
+
+void NcclGroup::run_engine_collectives_once(int64_t message_bytes) {
+  impl_->check_size(message_bytes, "NcclGroup::run_engine_collectives_once");
+  impl_->launch(Collective::kAllGather, message_bytes);
+  impl_->launch(Collective::kReduceScatter, message_bytes);
+  const size_t doubles = size_t(message_bytes) / 8;  // the statistics table's all-reduce (engine.cpp)
+  TF_NCCL_CHECK(ncclGroupStart());
+  ncclResult_t first = ncclSuccess;
+  for (int r = 0; r < impl_->n() && first == ncclSuccess; ++r) {
+    Impl::Rank& k = *impl_->ranks[size_t(r)];
+    first = ncclAllReduce(k.send.get(), k.recv.get(), doubles, ncclFloat64, ncclSum, impl_->comms.c[size_t(r)],
+                          k.stream.get());
+  }
+  const ncclResult_t end = ncclGroupEnd();  // always closes the group
+  if (first != ncclSuccess) nccl_fail(first, "ncclAllReduce(...)", __FILE__, __LINE__);
+  if (end != ncclSuccess) nccl_fail(end, "ncclGroupEnd()", __FILE__, __LINE__);
+  impl_->sync();
+}
+
+int64_t NcclGroup::message_buffer_bytes_per_device() const { return 3 * int64_t(impl_->max_bytes); }
 
 BackgroundLoad NcclGroup::background(Collective kind, int64_t message_bytes) {
   impl_->check_size(message_bytes, "NcclGroup::background");

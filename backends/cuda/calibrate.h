@@ -70,6 +70,32 @@ Stat d2d_copy_gbps(int device, size_t bytes, int reps);
 // A streaming kernel reading `bytes` and writing `bytes` (16-byte vectors, grid-stride); GB/s of both.
 Stat rw_kernel_gbps(int device, size_t bytes, int reps);
 
+// ---- GPU memory beyond a process's own allocations (gpu.context_bytes, ...) -------------------------------
+// Device 0's used bytes (cudaMemGetInfo: total - free) now.
+int64_t device_used_bytes(int device);
+// Device 0's used bytes after each stage of a process's set-up as the engine does it, every buffer of our
+// own freed before the reading: the CUDA context (cudaSetDevice, cudaFree(0)); a cuBLAS handle with the
+// engine's workspace setting that ran one bf16 GEMM (cuBLAS loads its kernel); the engine's 4 streams; and
+// with gpus >= 2 a NCCL communicator over devices 0..gpus-1 (ncclCommInitAll, one process) after the
+// engine's collectives ran once: an all-gather, its send/recv reduce-scatter and an f64 all-reduce (NCCL
+// connects its peers at first use). Meant for a fresh process: its first CUDA call creates the context.
+struct ProcessMemory {
+  int64_t after_context = 0, after_cublas = 0, after_streams = 0;
+  int64_t after_nccl = 0;  // gpus >= 2; the communicator's own buffers and the probe's messages excluded
+};
+ProcessMemory process_memory_stages(int gpus);
+// What `count` cudaMallocs of `bytes` each cost on `device`: its used bytes with them minus without, per buffer
+// (the allocations are freed before returning).
+struct AllocCost {
+  int64_t bytes = 0;
+  int count = 0;
+  int64_t total_bytes = 0;  // the used bytes they added together
+};
+AllocCost alloc_cost(int device, int64_t bytes, int count);
+// The device bytes that page-locking `bytes` of host memory costs on `device`, as the engine pins its CPU
+// segment (cpu::HostRegion, then cudaHostRegister in place, portable): the device's mapping of those pages.
+int64_t pinned_host_map_bytes(int device, size_t bytes);
+
 // ---- PCIe ----------------------------------------------------------------------------------------
 enum class Direction { kH2D, kD2H };
 // One pinned copy of `bytes` at a time; GB/s.
@@ -147,6 +173,11 @@ class NcclGroup {
     Stat whole_us, sum_us, exchange_bus_gbps;
   };
   ReduceScatterStat engine_reduce_scatter(int64_t message_bytes, int reps);
+  // Runs the engine's collectives once each (an all-gather, the send/recv reduce-scatter, an f64 all-reduce)
+  // over `message_bytes` and waits: NCCL sets up what they need at first use.
+  void run_engine_collectives_once(int64_t message_bytes);
+  // The device memory this group allocated for its messages on each device (send, receive, reduced slice).
+  int64_t message_buffer_bytes_per_device() const;
   // `kind` of `message_bytes` on every rank, back to back from a host thread, while the load runs
   // (its stop returns the bus GB/s moved; it rethrows a failure of that thread).
   BackgroundLoad background(Collective kind, int64_t message_bytes);

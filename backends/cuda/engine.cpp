@@ -257,14 +257,26 @@ class EngineImpl final : public Engine {
                              " buffer reuse(s) unordered, e.g. " + hazards.front());
   }
 
+  // What this rank may pin: the caller's limit, else the machine's memory less training.host_reserve as if
+  // this rank were alone on it (core::pinnable_host_bytes_per_rank).
   int64_t host_limit() const {
     if (cfg_.host_bytes_limit > 0) return cfg_.host_bytes_limit;
-    return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+    return core::pinnable_host_bytes_per_rank(int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE)), 1,
+                                              s_.host_reserve);
   }
 
+  // The ratio is checked without the GPU headroom (`ratio: auto` chose it with the headroom kept, an explicit
+  // ratio is the caller's), and warned about when it eats into it.
   void check_memory() {
     const int64_t gpu_limit = cfg_.gpu_bytes_limit > 0 ? cfg_.gpu_bytes_limit : total_gpu_bytes_;
     core::check_ratio_fits(s_.model, part_, s_.memory_options(), cfg_.ratio, gpu_limit, host_limit());
+    const std::string w = core::headroom_warning(cfg_.ratio, mem_.planned.gpu_total, gpu_limit,
+                                                 core::margin_bytes(s_.gpu_headroom, gpu_limit));
+    if (w.empty()) return;
+    if (cfg_.warn)
+      cfg_.warn("warning: " + w);
+    else
+      std::fprintf(stderr, "warning: %s\n", w.c_str());
   }
 
   // A decoder's init.from, read and checked (names, shapes: core::load_hf_weights) before anything is
@@ -910,7 +922,7 @@ class EngineImpl final : public Engine {
   std::optional<core::Speculation> spec_;  // the per-step rule and each layer's current slot
   std::unique_ptr<cpu::CpuSegment> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
-  std::vector<Event> events_;  // (2 x ops): each op's start and end
+  std::vector<Event> events_;                     // (2 x ops): each op's start and end
   std::optional<Event> t0_;
   std::optional<NcclComm> comm_;
   std::unique_ptr<Workload> workload_;

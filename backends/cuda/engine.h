@@ -52,7 +52,8 @@ struct EngineConfig {
   int overflow_at_step = -1;  // synthetic workload: element 0 of micro-shard 0 is +Inf at this step (tests)
   // Memory the rank may use: the plan is checked against these before anything is allocated.
   int64_t gpu_bytes_limit = 0;                   // 0: the device's total memory
-  int64_t host_bytes_limit = 0;                  // 0: physical memory / ranks on this host
+  int64_t host_bytes_limit = 0;                  // what this rank may pin; 0: the machine's memory less
+                                                 // training.host_reserve, as one rank
   std::function<void(const std::string&)> warn;  // one-line warnings (pageable fallback, ...); default stderr
 };
 

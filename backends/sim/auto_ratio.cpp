@@ -114,7 +114,8 @@ void search_range(Search& search, double lo, double hi, const AutoRatioOptions& 
 
 std::string explain(const AutoRatio& a, size_t evaluated, const RatioPoint& at_one) {
   std::string why = "ratio " + core::format_ratio(a.actual_ratio) + ": smallest that fits is " +
-                    core::format_ratio(a.range.min_ratio) + ", fastest predicted is " +
+                    core::format_ratio(a.range.min_ratio) + " (" + core::format_gb(a.gpu_headroom_bytes) +
+                    " of the GPU kept free beyond the plan: training.gpu_headroom), fastest predicted is " +
                     core::format_ratio(a.actual_ratio) + ", " + seconds_text(a.step_ns);
   why += " (" + std::to_string(evaluated) + " ratios simulated over " + core::ratio_range_text(a.range) +
          " with profile '" + a.profile + "'";
@@ -135,6 +136,7 @@ AutoRatio choose_ratio(const core::Scenario& s, const AutoRatioOptions& opt) {
     throw std::logic_error("choose_ratio: the memory model's feasible range holds no point the simulator fits");
   AutoRatio a;
   a.range = fit.range;
+  a.gpu_headroom_bytes = fit.budget.gpu_headroom_bytes;
   a.profile = s.cluster.hardware.name;
   a.table = search.points();
   a.ratio = a.table[b].requested;

@@ -26,11 +26,12 @@ struct RatioPoint {
 struct AutoRatio {
   double ratio = 0;  // the chosen ratio, as requested (its split: actual_ratio)
   double actual_ratio = 0;
-  int64_t step_ns = 0;            // its predicted step
-  core::RatioRange range;         // the ratios that fit
-  std::vector<RatioPoint> table;  // every evaluated point, ascending ratio
-  std::string profile;            // the hardware profile's name
-  std::string why;  // "ratio 0.35: smallest that fits is 0.22, fastest predicted is 0.35, 0.41 s/step ..."
+  int64_t step_ns = 0;             // its predicted step
+  core::RatioRange range;          // the ratios that fit with the GPU headroom kept free (core::check_fit)
+  int64_t gpu_headroom_bytes = 0;  // that headroom (training.gpu_headroom of the profile's GPU)
+  std::vector<RatioPoint> table;   // every evaluated point, ascending ratio
+  std::string profile;             // the hardware profile's name
+  std::string why;  // "ratio 0.35: smallest that fits is 0.22 (1.1 GB of the GPU kept free: ...), fastest ..."
 };
 
 // The search: a grid of `grid_points` ratios spread evenly over the feasible range (ends included), then

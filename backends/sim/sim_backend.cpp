@@ -580,6 +580,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   p.ratio = rp.largest.split.actual_ratio;
   p.pcie_bytes_each_way = rp.largest.step.pcie_d2h_bytes;
   p.memory = core::sum_by_kind(rp.largest.alloc);
+  p.unnamed_gpu = core::unnamed_gpu_text(rp.largest.alloc);
   p.host_per_cpu_param = core::host_bytes_per_cpu_param(rp.largest.alloc, rp.largest.split.cpu_elems);
   p.staging = rp.largest.staging;
   try {

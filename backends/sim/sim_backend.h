@@ -47,7 +47,8 @@ struct SimPoint {
   int64_t exposed_transfer_ns = 0;
   // The CPU queue's busy time while the compute queue is busy too (rank 0; StepTimeline::cpu_overlapped_ns)
   int64_t cpu_overlapped_ns = 0;
-  core::RankMemory memory;  // of the largest shard
+  core::RankMemory memory;                     // of the largest shard
+  std::string unnamed_gpu;                     // its GPU memory no buffer names, in words (core::unnamed_gpu_text)
   core::HostBytesPerParam host_per_cpu_param;  // of the largest shard's CPU segment (issue 16)
   core::StagingChoice staging;                 // of the largest shard (core::choose_staging)
   int64_t pcie_bytes_each_way = 0;

@@ -84,6 +84,7 @@ TEST(AutoRatio, FreeCpuAndPcieChooseTheLargestRatioThatFits) {
   hw.gpu.event_sync_ns = 0;
   hw.gpu.optimizer_gbps = 1;  // 28 B an element: 28 ns each on the GPU
   hw.host_memory_bytes = memory_at(s, 0.6).host_total;
+  s.training.host_reserve = {};  // the host's edge exactly at 0.6
   const AutoRatio a = choose_ratio(s, full_staging());
   ASSERT_TRUE(a.range.feasible);
   EXPECT_LT(a.range.max_ratio, 0.61);
@@ -95,23 +96,38 @@ TEST(AutoRatio, FreeCpuAndPcieChooseTheLargestRatioThatFits) {
 }
 
 // A CPU that takes forever: every element on the CPU lengthens the step, so the answer is the smallest
-// ratio that fits. GPU memory is cut so that it is above 0.
-TEST(AutoRatio, SlowCpuChoosesTheSmallestRatioThatFits) {
+// ratio that fits. GPU memory is cut so that it is above 0: the plan at 0.3 and the default headroom
+// (max(1 GiB, 1% of the GPU): 1 GiB here) fill it. The chosen ratio's plan + headroom fits the GPU; one
+// 2048-element unit less does not.
+TEST(AutoRatio, SlowCpuChoosesTheSmallestRatioThatFitsWithTheHeadroom) {
   Scenario s = gpt2_scenario();
   tf::core::HardwareProfile& hw = s.cluster.hardware;
   hw.cpu.optimizer_gparam_s_by_threads = {{1, 1e-3}};
   hw.cpu.optimizer_node_gparam_s_by_ranks.clear();
   hw.cpu.optimizer_gparam_s_per_core = hw.cpu.optimizer_gparam_s_all_cores = 1e-3;
-  hw.gpu.hbm_bytes = memory_at(s, 0.3).gpu_total;
+  const int64_t headroom = int64_t(1) << 30;
+  hw.gpu.hbm_bytes = memory_at(s, 0.3).gpu_total + headroom;
+  ASSERT_LT(hw.gpu.hbm_bytes / 100, headroom);  // 1 GiB is the larger
   const AutoRatio a = choose_ratio(s);
   ASSERT_TRUE(a.range.feasible);
+  EXPECT_EQ(a.gpu_headroom_bytes, headroom);
   EXPECT_GT(a.range.min_ratio, 0.29);
   EXPECT_LT(a.range.min_ratio, 0.31);
   EXPECT_EQ(a.actual_ratio, a.range.min_ratio);
   EXPECT_EQ(a.ratio, a.range.min_ratio);
   expect_fastest_of_table(a);
-  EXPECT_TRUE(contains(a.why, "smallest that fits is 0.3")) << a.why;
+  for (const auto& p : a.table) EXPECT_LE(p.gpu_bytes + headroom, hw.gpu.hbm_bytes) << "ratio " << p.ratio;
+  const tf::core::Partition part = tf::core::make_partition(tf::core::describe_model(s.model), {3, 1, 2048});
+  const double unit = 2048.0 / double(part.ranks[0].elems);
+  EXPECT_GT(memory_at(s, a.actual_ratio - unit).gpu_total + headroom, hw.gpu.hbm_bytes);
+  EXPECT_TRUE(contains(a.why,
+                       "smallest that fits is 0.3 (1.1 GB of the GPU kept free beyond the plan: "
+                       "training.gpu_headroom)"))
+      << a.why;
   EXPECT_TRUE(contains(a.why, "fastest predicted is 0.3")) << a.why;
+  // without the headroom the same GPU fits smaller ratios
+  s.training.gpu_headroom = {};
+  EXPECT_LT(choose_ratio(s).range.min_ratio, a.range.min_ratio - 10 * unit);
 }
 
 // On the calibrated H100 profile the search (41 points + refinement) predicts within 0.2% of the best of
@@ -147,13 +163,15 @@ TEST(AutoRatio, NothingFitsNamesTheShortfallAndWhatToChange) {
   Scenario s = gpt2_scenario("micro_batch: 64, gradient_clipping: 1.0");
   const tf::core::RankMemory at_one = memory_at(s, 1.0);
   s.cluster.hardware.gpu.hbm_bytes = at_one.gpu_total - 2'000'000'000;  // 2 GB short at ratio 1
+  ASSERT_LT(s.cluster.hardware.gpu.hbm_bytes / 100, int64_t(1) << 30);  // + the headroom, 1 GiB: 3.07 GB
   try {
     (void)choose_ratio(s);
     FAIL() << "no error";
   } catch (const tf::core::InputError& e) {
     const std::string m = e.what();
     EXPECT_TRUE(contains(m, "zero.offload_optimizer.ratio: auto: no ratio fits")) << m;
-    EXPECT_TRUE(contains(m, "GPU memory is short by 2.0 GB per rank at ratio 1")) << m;
+    EXPECT_TRUE(contains(m, "GPU memory is short by 3.1 GB per rank at ratio 1")) << m;
+    EXPECT_TRUE(contains(m, "+ the headroom 1.1 GB (training.gpu_headroom)")) << m;
     EXPECT_TRUE(contains(m, "Changes that fit:")) << m;
     EXPECT_TRUE(contains(m, "training.activation_checkpointing: true fits at ratios")) << m;
     EXPECT_TRUE(contains(m, "training.micro_batch: ")) << m;
@@ -168,8 +186,11 @@ TEST(AutoRatio, SpeculationAutoFitsWithItsSpareSlotsCounted) {
   using tf::core::kSpeculationAuto;
   Scenario s = gpt2_scenario("micro_batch: 2, gradient_clipping: 1.0, speculation: auto");
   const int64_t slack = 300'000'000;  // host bytes per rank beyond the plan (no spare slots) at ratio 0.6
+  // the host: the ranks' share and the default reserve, max(8 GiB, 10%): 8 GiB below 80 GiB
+  const int64_t reserve = int64_t(8) << 30;
   s.cluster.hardware.host_memory_bytes =
-      (memory_at(s, 0.6).host_total + slack) * tf::core::ranks_per_node(s, s.cluster.world_size());
+      (memory_at(s, 0.6).host_total + slack) * tf::core::ranks_per_node(s, s.cluster.world_size()) + reserve;
+  ASSERT_LT(s.cluster.hardware.host_memory_bytes, int64_t(80) << 30);
   const int64_t host_budget = tf::core::rank_budget(s, s.cluster.world_size()).host_bytes;
   ASSERT_EQ(host_budget, memory_at(s, 0.6).host_total + slack);
 

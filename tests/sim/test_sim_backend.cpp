@@ -10,6 +10,7 @@
 #include "backends/backend.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/plan_hazards.h"
 #include "core/rank_plan.h"
 #include "core/scenario.h"
@@ -348,7 +349,9 @@ TEST(SimBackend, RanksRunThePlanTheEngineBuilds) {
   ASSERT_EQ(p.plans.size(), 4u);
   for (int r = 0; r < 4; ++r) {
     tf::core::MemoryOptions mo = rs.memory_options();
-    mo.host_bytes_per_rank = s.cluster.hardware.host_memory_bytes / 4;  // `speculation: auto` fills it
+    // what a rank may pin, which `speculation: auto` fills: the host less its reserve, over its 4 ranks
+    mo.host_bytes_per_rank =
+        tf::core::pinnable_host_bytes_per_rank(s.cluster.hardware.host_memory_bytes, 4, s.training.host_reserve);
     const tf::core::RankPlan rp = tf::core::plan_rank(rs.model, part, r, 0.3, mo);
     EXPECT_EQ(p.plans[size_t(r)], rp.step) << r;
     EXPECT_TRUE(tf::core::check_plan_hazards(rp.step).empty()) << r;

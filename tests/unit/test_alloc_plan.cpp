@@ -58,7 +58,7 @@ TEST(AllocPlan, HandComputedToyOneRank) {
   o.step.micro_batch = 4;
   o.step.grad_accum = 2;
   o.workload = WorkloadType::kMlp;
-  o.context_reserve_bytes = 1000;
+  o.unnamed.context_bytes = 1000;
   const std::map<std::string, int64_t> b = bytes_by_name(plan_allocations(m, p, s, t, o));
   const int64_t g = t.gpu_elems, n = t.cpu_elems;
   const int64_t tiles = 1467 + 2931 + 10;  // ceil(params / 2048) per layer
@@ -129,8 +129,8 @@ TEST(AllocPlan, WorldsAndStages) {
       }
       // the toy's layers padded to world x 2048: 3003000, 6002000, 20010 -> the padded model
       const int64_t unit = world * 2048;
-      const int64_t model = (3003000 + unit - 1) / unit * unit + (6002000 + unit - 1) / unit * unit +
-                            (20010 + unit - 1) / unit * unit;
+      const int64_t model =
+          (3003000 + unit - 1) / unit * unit + (6002000 + unit - 1) / unit * unit + (20010 + unit - 1) / unit * unit;
       ASSERT_EQ(world * p.ranks[0].elems, model);
       EXPECT_EQ(a.at(buf::kParams).bytes, model / world * 2) << "the shard the optimizers write, every stage";
       EXPECT_EQ(a.has(buf::kReplica), stage < 3 && world > 1);
@@ -487,4 +487,21 @@ TEST(AllocPlan, StagingAutoIsResolvedBeforeTheSpeculationBudget) {
   EXPECT_EQ(rp.alloc.at(buf::kHostMasterSpare).bytes, 1 * layer * 4);
   EXPECT_EQ(plan_allocations(m, p, shard, t, o).at(buf::kHostMasterSpare).bytes, 1 * layer * 4);
   EXPECT_LE(rp.alloc.bytes(MemPlace::kHost), o.host_bytes_per_rank);
+}
+
+// What calibrate derives cudaMalloc's granularity from: sizes of k MiB + 1 cost their rounding to it.
+TEST(AllocPlan, GranularityOfMeasuredCosts) {
+  const int64_t MiB = int64_t(1) << 20;
+  // a 2 MiB granularity: 2, 4, 6 and 66 MiB
+  EXPECT_EQ(
+      granularity_of({{MiB + 1, 2 * MiB}, {2 * MiB + 1, 4 * MiB}, {5 * MiB + 4097, 6 * MiB}, {64 * MiB + 1, 66 * MiB}}),
+      2 * MiB);
+  // 64 KiB: k MiB + 64 KiB each
+  EXPECT_EQ(granularity_of({{MiB + 1, MiB + 65536}, {2 * MiB + 1, 2 * MiB + 65536}}), 65536);
+  // one size alone tells them apart too: 1 MiB + 1 costs g above 1 MiB
+  EXPECT_EQ(granularity_of({{MiB + 1, 4 * MiB}}), 4 * MiB);
+  // no one rounding explains these (another process allocated between the readings)
+  EXPECT_EQ(granularity_of({{MiB + 1, 2 * MiB}, {2 * MiB + 1, 6 * MiB}}), 0);
+  EXPECT_EQ(granularity_of({{MiB + 1, -1}}), 0);
+  EXPECT_EQ(granularity_of({}), 0);
 }

@@ -69,6 +69,10 @@ HardwareProfile full_profile() {
   p.cpu.optimizer_node_gparam_s_by_ranks = {{1, 5.125}, {2, 4.75}, {4, 4.5}};
   p.gpu.compute_slowdown_during_collectives = 1.0625;
   p.gpu.compute_slowdown_during_dma = 1.015625;
+  p.gpu.context_bytes = 612345678;
+  p.gpu.nccl_comm_bytes = 301989888;
+  p.gpu.alloc_granularity_bytes = 2097152;
+  p.gpu.pinned_host_map_bytes_per_gb = 1953125.5;
   p.host_memory_bytes = 274877906944;
   for (const char* key : {"gpus_per_node",
                           "gpu.hbm_bytes",
@@ -84,6 +88,10 @@ HardwareProfile full_profile() {
                           "gpu.compute_slowdown_during_collectives",
                           "gpu.compute_slowdown_during_dma",
                           "gpu.bf16_gemm_tflops_by_shape",
+                          "gpu.context_bytes",
+                          "gpu.nccl_comm_bytes",
+                          "gpu.alloc_granularity_bytes",
+                          "gpu.pinned_host_map_bytes_per_gb",
                           "pcie.h2d_gbps",
                           "pcie.d2h_gbps",
                           "pcie.bidir_total_gbps",
@@ -163,15 +171,19 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   p.intra_node.reduce_scatter_bus_gbps_by_message_bytes.clear();
   p.cpu.optimizer_gparam_s_by_threads.clear();
   p.cpu.optimizer_node_gparam_s_by_ranks.clear();
+  p.gpu.context_bytes = p.gpu.nccl_comm_bytes = p.gpu.alloc_granularity_bytes = 0;
+  p.gpu.pinned_host_map_bytes_per_gb = 0;
   p.description.clear();
   for (const char* key : {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "gpu.optimizer_gbps",
                           "gpu.compute_slowdown_during_collectives", "gpu.compute_slowdown_during_dma",
-                          "pcie.pageable_h2d_gbps", "pcie.copy_latency_ns"})
+                          "pcie.pageable_h2d_gbps", "pcie.copy_latency_ns", "gpu.context_bytes", "gpu.nccl_comm_bytes",
+                          "gpu.alloc_granularity_bytes", "gpu.pinned_host_map_bytes_per_gb"})
     p.sources.erase(key);  // zero without a source: not measured
   const std::string text = format_hardware_profile(p);
-  for (const char* key : {"hbm_copy_gbps", "event_record_ns", "event_sync_ns", "optimizer_gbps",
-                          "bf16_gemm_tflops_by_shape", "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes",
-                          "by_threads", "by_ranks", "compute_slowdown", "description"})
+  for (const char* key :
+       {"hbm_copy_gbps", "event_record_ns", "event_sync_ns", "optimizer_gbps", "bf16_gemm_tflops_by_shape",
+        "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads", "by_ranks", "compute_slowdown",
+        "description", "context_bytes", "nccl_comm_bytes", "alloc_granularity", "pinned_host_map"})
     EXPECT_FALSE(contains(text, key)) << key;
   HardwareProfile q = parse_hardware_profile(text, "min.yaml");
   // sources of the figures not written are not read back

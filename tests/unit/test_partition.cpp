@@ -98,7 +98,7 @@ TEST(Memory, HandComputedToyBytes) {
   MemoryOptions o;
   o.step.param_dtype = o.step.grad_dtype = DType::kBF16;
   o.step.optimizer = OptimizerKind::kAdamW;  // master + 2 states
-  o.context_reserve_bytes = 1000;
+  o.unnamed.context_bytes = 1000;
   o.step.micro_batch = 4;
   const TwinFlowSplit t = split_shard(s, 0.5, 2048);
   const RankMemory r = rank_memory(m, p, s, t, o);
@@ -131,7 +131,7 @@ TEST(Memory, FeasibleRangeAndInfeasibleRatioMessage) {
   const ModelDesc m = toy();
   const Partition p = make_partition(m, {3, 1, 2048});
   MemoryOptions o;
-  o.context_reserve_bytes = 0;
+  o.unnamed.context_bytes = 0;
   const RankShard& s = p.ranks[0];
   const int64_t at_half = rank_memory(m, p, s, split_shard(s, 0.5, 2048), o).gpu_total;
   const RatioRange r = feasible_ratios(m, p, o, at_half, int64_t(1) << 40);

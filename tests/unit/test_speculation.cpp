@@ -180,7 +180,12 @@ TEST(Speculation, SpareSlotsInTheAllocationPlanAndTheMemoryModel) {
   // auto with a host limit: what is left beyond the plan without speculation
   const int64_t base = without.bytes(MemPlace::kHost);
   MemoryOptions limited = mo;
-  limited.host_bytes_per_rank = base + 264192 * 12 + 5;  // room for layer 3 only
+  // what the rank may pin: a host of this plan, layer 3's spare slot, 5 bytes and the default reserve
+  // (max(8 GiB, 10%): 8 GiB for a host below 80 GiB), alone on its host
+  const int64_t host = base + 264192 * 12 + 5 + (int64_t(8) << 30);
+  ASSERT_LT(host, int64_t(80) << 30);
+  limited.host_bytes_per_rank = pinnable_host_bytes_per_rank(host, 1, kDefaultHostReserve);
+  EXPECT_EQ(limited.host_bytes_per_rank, base + 264192 * 12 + 5);  // room for layer 3 only
   EXPECT_EQ(resolve_speculation_bytes(mlp(), part, shard, split, limited), 264192 * 12 + 5);
   EXPECT_EQ(plan_allocations(mlp(), part, shard, split, limited).at(buf::kHostMasterSpare).bytes, 264192 * 4);
   limited.host_bytes_per_rank = base - 1;  // nothing left
