@@ -272,27 +272,22 @@ uint64_t run_tiles(const P& pass, size_t n, size_t t0, size_t t1, double* tile_s
   return bad;
 }
 
-// run_tiles with the tuning's interleave and unroll (check_tuning has vetted them), then the fence that
-// orders streaming stores before the caller's next synchronisation.
+// run_tiles with S and the tuning's unroll (check_tuning has vetted it).
+template <class T, class P, unsigned S>
+uint64_t run_unrolled(const P& pass, size_t n, size_t t0, size_t t1, double* tile_sums) {
+  switch (pass.tune.unroll) {
+    case 4: return run_tiles<T, P, S, 4>(pass, n, t0, t1, tile_sums);
+    case 2: return run_tiles<T, P, S, 2>(pass, n, t0, t1, tile_sums);
+    default: return run_tiles<T, P, S, 1>(pass, n, t0, t1, tile_sums);
+  }
+}
+
+// run_tiles with the tuning's interleave and unroll, then the fence that orders streaming stores before
+// the caller's next synchronisation.
 template <class T, class P>
 uint64_t run_tuned(const P& pass, size_t n, size_t t0, size_t t1, double* tile_sums, bool streamed) {
-  uint64_t bad = 0;
-  const KernelTuning& k = pass.tune;
-  if (k.interleave == 2) {
-    if (k.unroll == 4)
-      bad = run_tiles<T, P, 2, 4>(pass, n, t0, t1, tile_sums);
-    else if (k.unroll == 2)
-      bad = run_tiles<T, P, 2, 2>(pass, n, t0, t1, tile_sums);
-    else
-      bad = run_tiles<T, P, 2, 1>(pass, n, t0, t1, tile_sums);
-  } else {
-    if (k.unroll == 4)
-      bad = run_tiles<T, P, 1, 4>(pass, n, t0, t1, tile_sums);
-    else if (k.unroll == 2)
-      bad = run_tiles<T, P, 1, 2>(pass, n, t0, t1, tile_sums);
-    else
-      bad = run_tiles<T, P, 1, 1>(pass, n, t0, t1, tile_sums);
-  }
+  const uint64_t bad = pass.tune.interleave == 2 ? run_unrolled<T, P, 2>(pass, n, t0, t1, tile_sums)
+                                                 : run_unrolled<T, P, 1>(pass, n, t0, t1, tile_sums);
   if (streamed) T::store_fence();
   return bad;
 }

@@ -431,6 +431,7 @@ class EngineImpl final : public Engine {
     co.threads = cfg_.cpu_threads;
     co.pin_threads = cfg_.pin_threads;
     co.cpus = cfg_.cpu_cpus;
+    cpu::apply_tuning_spec(co, cfg_.cpu_tuning, "cpu tuning");
     const auto segment = [&] {
       const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),    h_s2_.as<float>(),
                                      h_grad_.as<void>(),    h_copy_.as<void>(),   s_.step.grad_dtype,
@@ -910,7 +911,7 @@ class EngineImpl final : public Engine {
   std::optional<core::Speculation> spec_;  // the per-step rule and each layer's current slot
   std::unique_ptr<cpu::CpuSegment> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
-  std::vector<Event> events_;  // (2 x ops): each op's start and end
+  std::vector<Event> events_;                     // (2 x ops): each op's start and end
   std::optional<Event> t0_;
   std::optional<NcclComm> comm_;
   std::unique_ptr<Workload> workload_;

@@ -8,11 +8,13 @@
 #     streamed copy, work-stealing block, pool spin) and huge pages on/off, each row against the
 #     read-modify-write bound of the optimizer's own streams measured by the same processes (plain and
 #     streamed copy stores), the simulator's node time from the fresh profile beside the default row;
+#     then the default rows once more (how much the check itself moves between two measurements);
 #  3. per core: the same sweep with 1 thread, and 4 threads alone (torch's k = 4 share, alone);
 #  4. torch fused CPU AdamW, k processes on the same shares, their timed windows started together
 #     (--start-at) and checked for overlap, plus 1 and 4 threads alone;
 #  5. the engine's own CPU ops of mlp-2b at ratio 0.05 (k = 1, 2, 4) against the simulator;
-#  6. the real step: `twinflow run` mlp-2b at ratio 0.05 (the engine's defaults), beside torch.
+#  6. the real step: `twinflow run` mlp-2b at ratio 0.05 (the engine's defaults), beside torch, and again
+#     with the sweep's best variant at k = 1 (--cpu-tuning).
 # Results: $OUT/cpukern.md and $OUT/cpukern.json (the best variant per k first), the logs in
 # $OUT/cpukern.tar.gz. Without a GPU (a dry run here) the sizes shrink and the GPU steps fail with their rc;
 # the report is still written. N (elements over all ranks), ITERS, KS override.
@@ -49,6 +51,11 @@ timeout 100 $B/twinflow bench --cpu-ranks "$KS" --n "$N" --iters "$ITERS" --opti
   --variants "$VARIANTS" --huge-pages both "${PROFILE[@]}" --json "$W/ranks.json" > "$W/ranks.log" 2> "$W/ranks.err"
 echo "rc $?"; sed -n '/^ranks /,$p' "$W/ranks.log" | head -60; grep -E "rank [0-9]+:|bound:" "$W/ranks.err"
 
+step "the simulator's check again: the default rows of every k, measured a second time (the check's own spread)"
+timeout 40 $B/twinflow bench --cpu-ranks "$KS" --n "$N" --iters "$ITERS" --optimizers adamw --grads bf16 \
+  "${PROFILE[@]}" --json "$W/repeat.json" > "$W/repeat.log" 2> "$W/repeat.err"
+echo "rc $?"; sed -n '/^ranks /,$p' "$W/repeat.log" | head -8
+
 step "per core: 1 thread, and 4 threads alone (every variant)"
 timeout 40 $B/twinflow bench --cpu-ranks 1 --threads 1 --n $((N / 8)) --iters "$ITERS" --optimizers adamw \
   --grads bf16 --variants "$VARIANTS" --json "$W/percore.json" > "$W/percore.log" 2> "$W/percore.err"
@@ -60,20 +67,7 @@ echo "rc $?"; sed -n '/^ranks /,$p' "$W/four.log" | head -12
 
 step "torch fused CPU AdamW: k processes on the same shares, timed windows started together"
 if python3 -c "import torch" 2> /dev/null; then
-  for k in ${KS//,/ }; do
-    mapfile -t shares < <(grep -E "^cpu ranks $k:" -A$k "$W/ranks.err" | grep -E "rank [0-9]+:" |
-                          sed -E 's/.*: ([0-9]+) threads on CPUs (.*)/\1 \2/')
-    start=$(python3 -c "import time; print(time.time() + 12)")  # import, allocation and warm-up first
-    pids=()
-    for r in $(seq 0 $((k - 1))); do
-      read -r t cpus <<< "${shares[$r]:-$((CORES / k)) 0-$((CORES - 1))}"
-      timeout 45 taskset -c "$cpus" python3 bench/peer/torch_adamw.py --cpu-only --threads "$t" --n $((N / k)) \
-        --iters $((2 * ITERS)) --start-at "$start" --json "$W/torch-k$k-r$r.json" > "$W/torch-k$k-r$r.log" 2>&1 &
-      pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p"; done
-    cat "$W"/torch-k$k-r*.log
-  done
+  for k in ${KS//,/ }; do torch_at_once "$k" "$N" $((2 * ITERS)) "$W/ranks.err"; done
   timeout 30 taskset -c 0 python3 bench/peer/torch_adamw.py --cpu-only --threads 1 --n $((N / 8)) \
     --iters $((2 * ITERS)) --json "$W/torch-alone-t1.json" > "$W/torch-alone-t1.log" 2>&1
   timeout 30 taskset -c "0-$((FOUR - 1))" python3 bench/peer/torch_adamw.py --cpu-only --threads "$FOUR" \
@@ -93,6 +87,18 @@ step "the engine on a real step: mlp-2b at ratio 0.05 (0.107 B CPU params), 6 st
 timeout 75 $B/twinflow run scenarios/real/mlp-2b.yaml --ratio 0.05 --steps 6 --json "$W/run-2b.json" \
   > "$W/run-2b.log" 2>&1
 echo "rc $?"; grep -E "^run:|CPU optimizer threads" "$W/run-2b.log" | head -2
+
+step "the real step again with the sweep's best variant at k = 1 (--cpu-tuning)"
+BEST=$(python3 -c "
+import json, sys
+rows = [r for r in json.load(open('$W/ranks.json')) if r['ranks'] == 1 and r['dma'] == 'off' and 'huge=0' not in r['tuning']]
+print(max(rows, key=lambda r: r['Gparam/s'])['tuning'])" 2> /dev/null)
+echo "best at k = 1: ${BEST:-none}"
+if [ -n "$BEST" ] && [ "$BEST" != default ]; then
+  timeout 75 $B/twinflow run scenarios/real/mlp-2b.yaml --ratio 0.05 --steps 6 --cpu-tuning "$BEST" \
+    --json "$W/run-2b-best.json" > "$W/run-2b-best.log" 2>&1
+  echo "rc $?"; grep -E "^run:" "$W/run-2b-best.log" | head -1
+fi
 
 step "report"
 python3 bench/device/cpukern_report.py "$W" "$OUT/cpukern.md" "$OUT/cpukern.json"
