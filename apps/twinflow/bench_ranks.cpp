@@ -96,7 +96,10 @@ class RanksBench {
     if (o.profile) cpu_profile_ = core::find_hardware_profile(*o.profile).cpu;
     backend::cpu::CpuOptions check;
     backend::cpu::apply_tuning_spec(check, o.tuning, "--tuning");  // bad specs fail before any measuring
-    for (const std::string& v : o.variants) backend::cpu::apply_tuning_spec(check, over(o.tuning, v), "--variants");
+    for (const std::string& v : o.variants) {
+      backend::cpu::CpuOptions each;
+      backend::cpu::apply_tuning_spec(each, over(o.tuning, v), "--variants");
+    }
   }
 
   int run() {

@@ -102,6 +102,7 @@ void check_tuning(const KernelTuning& t, const char* where) {
   if (t.unroll != 1 && t.unroll != 2 && t.unroll != 4) bad("unroll", t.unroll, "1, 2 or 4");
   if (t.interleave != 1 && t.interleave != 2) bad("interleave", t.interleave, "1 or 2");
   if (t.prefetch_level > 1) bad("prefetch level", t.prefetch_level, "0: L1, 1: L2");
+  if (t.interleave == 2 && t.unroll != 1) bad("unroll", t.unroll, "only 1 with interleave 2");
 }
 
 namespace {

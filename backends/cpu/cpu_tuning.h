@@ -18,7 +18,7 @@ struct CpuTuningDefaults {
   // Vectors per stream loaded before any is computed (1, 2 or 4): more independent loads in flight.
   uint32_t unroll = 1;
   // Tiles updated in lockstep (1 or 2): 2 walks the first and second half of a worker's tiles at once,
-  // twice the streams (and DRAM pages) in flight per core.
+  // twice the streams (and DRAM pages) in flight per core. Only with unroll 1.
   uint32_t interleave = 1;
   // Non-temporal stores for the write-only bf16/fp16 copy (no read for ownership; the copy is only read
   // later by the H2D DMA). H100 host, 2026-11-22: within noise.

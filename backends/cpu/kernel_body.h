@@ -282,11 +282,12 @@ uint64_t run_unrolled(const P& pass, size_t n, size_t t0, size_t t1, double* til
   }
 }
 
-// run_tiles with the tuning's interleave and unroll, then the fence that orders streaming stores before
-// the caller's next synchronisation.
+// run_tiles with the tuning's interleave or unroll (check_tuning allows interleave 2 with unroll 1 only: the
+// pairs would multiply the instantiations of every optimizer for little), then the fence that orders streaming stores
+// before the caller's next synchronisation.
 template <class T, class P>
 uint64_t run_tuned(const P& pass, size_t n, size_t t0, size_t t1, double* tile_sums, bool streamed) {
-  const uint64_t bad = pass.tune.interleave == 2 ? run_unrolled<T, P, 2>(pass, n, t0, t1, tile_sums)
+  const uint64_t bad = pass.tune.interleave == 2 ? run_tiles<T, P, 2, 1>(pass, n, t0, t1, tile_sums)
                                                  : run_unrolled<T, P, 1>(pass, n, t0, t1, tile_sums);
   if (streamed) T::store_fence();
   return bad;
@@ -319,14 +320,18 @@ uint64_t step_tiles(const OptimChunk& c, const StepScalars& s, const KernelTunin
   return run_tuned<T>(pass, c.param.count, t0, t1, tile_sums, (tune.stream_copy && C != DType::kNone) || nt_state);
 }
 
+// The bound's pass walks one tile at a time, one vector at a time (unroll and interleave do not apply:
+// they reorder arithmetic-heavy code, and would multiply the instantiations), with the tuning's
+// prefetching and copy stores.
 template <class T, DType G, DType C>
 void stream_tiles(const OptimChunk& c, const KernelTuning& tune, size_t t0, size_t t1) {
   const Ptrs q = chunk_ptrs(c);
-  const bool streamed = tune.stream_copy && C != DType::kNone;
+  const size_t n = c.param.count;
   if (c.state2.data != nullptr)
-    (void)run_tuned<T>(StreamPass<T, G, C, true>{q, tune}, c.param.count, t0, t1, nullptr, streamed);
+    (void)run_tiles<T, StreamPass<T, G, C, true>, 1, 1>({q, tune}, n, t0, t1, nullptr);
   else
-    (void)run_tuned<T>(StreamPass<T, G, C, false>{q, tune}, c.param.count, t0, t1, nullptr, streamed);
+    (void)run_tiles<T, StreamPass<T, G, C, false>, 1, 1>({q, tune}, n, t0, t1, nullptr);
+  if (tune.stream_copy && C != DType::kNone) T::store_fence();
 }
 
 template <class T, DType G>

@@ -36,8 +36,8 @@ using StatsTilesFn = uint64_t (*)(const BufferView& grad, size_t tile_begin, siz
 // The optimizer's memory traffic without its arithmetic, over tiles [tile_begin, tile_end) of one chunk:
 // reads the gradient (fp32/bf16/fp16), reads and writes master and states (p += g, s1 += g, s2 += g when
 // the chunk has state2), writes the copy (bf16/fp16; nothing without one; non-temporal with
-// tune.stream_copy), with the kernels' prefetching, unrolling and interleaving: the read-modify-write
-// bound the pass is held to.
+// tune.stream_copy), with the kernels' prefetching (one tile, one vector at a time: unroll and interleave
+// do not apply): the read-modify-write bound the pass is held to.
 using StreamTilesFn = void (*)(const OptimChunk& c, const KernelTuning& tune, size_t tile_begin, size_t tile_end);
 
 struct KernelTable {

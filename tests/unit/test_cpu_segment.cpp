@@ -182,8 +182,9 @@ TEST(CpuRankWorker, RunsEveryLayerInOrderAsTheSegmentDoes) {
   want << "digest " << std::hex << h;
 
   const std::string layout = "ranges 4 0 0 6144 3 6144 6144 1 6144 20000 2 20000 30000\norder 4 2 1 3 0\n";
-  for (const char* setup : {"setup adamw bf16 bf16 default", "setup adamw bf16 bf16 prefetch=0,nt=1,block=0",
-                            "setup adamw bf16 bf16 unroll=4,interleave=2,level=1,spin=20"}) {
+  for (const char* setup :
+       {"setup adamw bf16 bf16 default", "setup adamw bf16 bf16 prefetch=0,nt=1,block=0",
+        "setup adamw bf16 bf16 unroll=4,level=1,spin=20", "setup adamw bf16 bf16 interleave=2,nt=1"}) {
     const std::vector<std::string> a =
         worker_session("init 0 1 2 1 1\n" + layout + setup + "\npass\npass\ndigest\nquit\n");
     ASSERT_EQ(a.size(), 5u);
