@@ -753,6 +753,9 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
   doc["world"] = base.settings.world;
   doc["gpu"] = gpu;
   doc["workload"] = core::workload_type_name(o.workload);
+  backend::cpu::CpuOptions tuned;  // every CPU tuning knob as the engine ran it
+  backend::cpu::apply_tuning_spec(tuned, o.cpu_tuning, "--cpu-tuning");
+  doc["cpu_tuning"] = backend::cpu::tuning_spec(tuned);
   doc["threads"] = threads;
   doc["grad_accum"] = base.settings.step.grad_accum;
   doc["micro_batch"] = base.settings.step.micro_batch;

@@ -78,5 +78,6 @@ def engine_step(run):
     p = run["points"][0]
     steps = p["steps"][1:]  # step 1 warms up
     rates = [p["cpu_elems"] / s["kind_ns"]["cpu_optimizer"] for s in steps if s["kind_ns"]["cpu_optimizer"] > 0]
-    return {"cpu_elems": p["cpu_elems"], "threads": run.get("threads"), "gparam_per_s": rates,
+    return {"cpu_elems": p["cpu_elems"], "threads": run.get("threads"), "cpu_tuning": run.get("cpu_tuning"),
+            "gparam_per_s": rates,
             "median": statistics.median(rates) if rates else 0.0}

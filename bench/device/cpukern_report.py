@@ -126,15 +126,18 @@ step = engine_step(load(work, "run-2b.json"))
 tn1, _ = torch_node(torch.get(1), 1)
 rows = []
 if step:
-    rows.append([step["cpu_elems"], step["threads"], " ".join(f"{x:.3f}" for x in step["gparam_per_s"]),
+    rows.append([step["cpu_elems"], step["threads"], f"`{step['cpu_tuning']}`",
+                 " ".join(f"{x:.3f}" for x in step["gparam_per_s"]),
                  f"{step['median']:.3f}", fx(tn1), f"{step['median'] / tn1:.2f}x" if tn1 else "-"])
 best_step = engine_step(load(work, "run-2b-best.json"))
 if best_step:
-    rows.append([best_step["cpu_elems"], best_step["threads"], " ".join(f"{x:.3f}" for x in best_step["gparam_per_s"]),
+    rows.append([best_step["cpu_elems"], best_step["threads"], f"`{best_step['cpu_tuning']}`",
+                 " ".join(f"{x:.3f}" for x in best_step["gparam_per_s"]),
                  f"{best_step['median']:.3f}", fx(tn1), f"{best_step['median'] / tn1:.2f}x" if tn1 else "-"])
 md.append(table("The engine on a real step: mlp-2b, ratio 0.05 (goal: >= 1.1x torch on the same threads); first row "
                 "the engine's defaults, second (if any) --cpu-tuning with the sweep's best variant at k = 1",
-                ["CPU elements", "threads", "Gparam/s steps 2..", "median", "torch (same threads)", "vs torch"], rows))
+                ["CPU elements", "threads", "CPU tuning", "Gparam/s steps 2..", "median", "torch (same threads)",
+                 "vs torch"], rows))
 report["engine_step_best"] = best_step
 report["engine_step"] = step
 if step and step["gparam_per_s"]:
