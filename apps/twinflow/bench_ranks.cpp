@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "apps/twinflow/cpu_ranks.h"
-#include "apps/twinflow/measure.h"
 #include "apps/twinflow/table.h"
+#include "backends/cpu/cpu_backend.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
 #include "core/hardware.h"
@@ -72,19 +72,34 @@ std::vector<RankLayout> layouts_for(const RanksBenchOptions& o, int k) {
 struct RowKey {
   CpuRankSetup s;
   bool dma = false;
+  bool huge = true;
   std::string key() const {
-    return std::string(core::optimizer_name(s.kind)) + "/" + std::string(core::dtype_name(s.grad)) + "/" +
-           std::to_string(s.prefetch_elems) + "/" + std::to_string(s.steal_block_tiles) + "/" + (dma ? "dma" : "-");
+    return std::string(core::optimizer_name(s.kind)) + "/" + std::string(core::dtype_name(s.grad)) + "/" + s.tuning +
+           "/" + (dma ? "dma" : "-") + "/" + (huge ? "huge" : "4k");
   }
 };
+
+// `base` with `variant`'s knobs over it, as one spec ("default" stands for no knobs).
+std::string over(const std::string& base, const std::string& variant) {
+  if (variant == "default") return base;
+  if (base == "default") return variant;
+  return base + "," + variant;
+}
 
 class RanksBench {
  public:
   explicit RanksBench(const RanksBenchOptions& o)
       : o_(o),
-        t_({"ranks", "kernel", "grad", "copy", "threads/rank", "prefetch", "block", "dma", "node ms", "Gparam/s",
-            "GB/s", "% bound", "vs 1 process", "rank spread %", "bound GB/s", "sim ms", "sim error %"}) {
+        t_({"ranks", "kernel", "grad", "copy", "threads/rank", "tuning", "huge pages %", "dma", "node ms", "Gparam/s",
+            "GB/s", "% bound", "vs 1 process", "rank spread %", "bound GB/s", "bound nt GB/s", "sim ms",
+            "sim error %"}) {
     if (o.profile) cpu_profile_ = core::find_hardware_profile(*o.profile).cpu;
+    backend::cpu::CpuOptions check;
+    backend::cpu::apply_tuning_spec(check, o.tuning, "--tuning");  // bad specs fail before any measuring
+    for (const std::string& v : o.variants) {
+      backend::cpu::CpuOptions each;
+      backend::cpu::apply_tuning_spec(each, over(o.tuning, v), "--variants");
+    }
   }
 
   int run() {
@@ -92,8 +107,10 @@ class RanksBench {
     std::cout << "\n";
     t_.print(std::cout);
     std::cout << "\nnode = all ranks from the first start to the last end of each synchronised pass (median of "
-              << o_.iters << "); % bound: GB/s over the same-streams bound (28 B/element read-modify-write) of one "
-              << "process on all cores, measured in this run; vs 1 process: Gparam/s over the same row at 1 rank\n";
+              << o_.iters << "); bound: the optimizer's streams without its arithmetic (4 read, 3 read-modify-write, "
+              << "the copy write-only; 28 B/element with bf16) by the same processes op by op, with plain and with "
+              << "streaming copy stores (bound nt); % bound: GB/s over the larger of the two at the same k; vs 1 "
+              << "process: Gparam/s over the same row at 1 rank\n";
     if (o_.out.csv) t_.write_csv(*o_.out.csv);
     if (o_.out.json) t_.write_json(*o_.out.json);
     return 0;
@@ -101,43 +118,73 @@ class RanksBench {
 
  private:
   void measure_k(int k) {
-    std::cerr << "cpu ranks " << k << ": starting " << k << " worker(s)\n" << std::flush;
     layouts_ = layouts_for(o_, k);
-    CpuRankGroup g(layouts_, o_.threads, o_.pin, o_.identical_pinning);
-    for (int r = 0; r < k; ++r)
-      std::cerr << "  rank " << r << ": " << g.rank_threads()[size_t(r)] << " threads on CPUs "
-                << g.rank_cpus()[size_t(r)] << "\n";
-    g.setup(CpuRankSetup{});
-    const PassTimes b = g.bound_passes(o_.iters);
-    const double bound = same_streams_bytes() * double(g.elems()) / median(b.node_s) / 1e9;
-    if (k == 1 || bound1_ == 0) bound1_ = bound;
-    bound_k_ = bound;
-    std::cerr << "  bound: " << fmt(bound, 1) << " GB/s\n";
+    for (size_t h = 0; h < o_.huge_pages.size(); ++h) {
+      const bool huge = o_.huge_pages[h];
+      std::cerr << "cpu ranks " << k << ": starting " << k << " worker(s), huge pages " << (huge ? "on" : "off") << "\n"
+                << std::flush;
+      CpuRankGroup g(layouts_, o_.threads, o_.pin, o_.identical_pinning, huge);
+      for (int r = 0; r < k; ++r)
+        std::cerr << "  rank " << r << ": " << g.rank_threads()[size_t(r)] << " threads on CPUs "
+                  << g.rank_cpus()[size_t(r)] << "\n";
+      measure_bounds(g);
+      if (h == 0) {
+        rows_every_optimizer(g, huge);
+        variants(g);
+        if (o_.per_layer) per_layer(g);
+      } else {
+        CpuRankSetup s;
+        s.tuning = o_.tuning;
+        g.setup(s);
+        row(g, {s, false, huge});
+      }
+    }
+  }
+
+  // The bound of this k by the same processes, with plain and with streamed copy stores.
+  void measure_bounds(CpuRankGroup& g) {
+    const auto bound = [&](const std::string& nt) {
+      CpuRankSetup s;
+      s.tuning = over(o_.tuning, nt);
+      g.setup(s);
+      const PassTimes b = g.bound_passes(o_.iters);
+      const double bytes = double(core::bytes_per_element(s.kind, s.grad, s.copy).total());
+      return bytes * double(g.elems()) / median(b.node_s) / 1e9;
+    };
+    bound_ = bound("nt=0");
+    bound_nt_ = bound("nt=1");
+    std::cerr << "  bound: " << fmt(bound_, 1) << " GB/s plain copy stores, " << fmt(bound_nt_, 1) << " streamed\n";
+  }
+
+  void rows_every_optimizer(CpuRankGroup& g, bool huge) {
     for (core::OptimizerKind kind : o_.kinds)
       for (core::DType grad : o_.grads) {
         CpuRankSetup s;
         s.kind = kind;
         s.grad = grad;
         s.copy = grad == core::DType::kF32 ? core::DType::kNone : grad;
+        s.tuning = o_.tuning;
         g.setup(s);
-        if (o_.dma != "on") row(g, {s, false});
-        if (o_.dma != "off") row(g, {s, true});
+        if (o_.dma != "on") row(g, {s, false, huge});
+        if (o_.dma != "off") row(g, {s, true, huge});
       }
-    variants(g);
-    if (o_.per_layer) per_layer(g);
   }
 
-  // AdamW with bf16 gradients under each work-stealing block and prefetch distance (DMA off).
+  // AdamW with bf16 gradients under each variant (DMA off).
   void variants(CpuRankGroup& g) {
-    for (size_t block : o_.blocks)
-      for (uint32_t pf : o_.prefetches) {
-        CpuRankSetup s;
-        if (block == s.steal_block_tiles && pf == s.prefetch_elems) continue;  // the main row
-        s.steal_block_tiles = block;
-        s.prefetch_elems = pf;
-        g.setup(s);
-        row(g, {s, false});
-      }
+    for (const std::string& v : o_.variants) {
+      CpuRankSetup s;
+      s.tuning = over(o_.tuning, v);
+      if (s.tuning == o_.tuning) continue;  // the main row
+      g.setup(s);
+      row(g, {s, false, o_.huge_pages.front()});
+    }
+  }
+
+  static std::string huge_text(const std::vector<double>& f) {
+    double lo = 1;
+    for (double x : f) lo = std::min(lo, x);
+    return lo < 0 ? "-" : fmt(lo * 100, 1);
   }
 
   void row(CpuRankGroup& g, const RowKey& key) {
@@ -157,20 +204,21 @@ class RanksBench {
     const std::optional<double> sim = predicted_s(g, key);
     t_.add({std::to_string(g.ranks()), std::string(core::optimizer_name(key.s.kind)),
             std::string(core::dtype_name(key.s.grad)), std::string(core::dtype_name(key.s.copy)),
-            std::to_string(g.rank_threads().front()), std::to_string(key.s.prefetch_elems),
-            std::to_string(key.s.steal_block_tiles), key.dma ? fmt(dma_gbps, 1) + " GB/s" : "off", fmt(sec * 1e3, 2),
-            fmt(gparam, 3), fmt(gbps, 1), fmt(gbps / bound1_ * 100, 1),
+            std::to_string(g.rank_threads().front()), key.huge ? key.s.tuning : over(key.s.tuning, "huge=0"),
+            huge_text(g.huge_page_fraction()), key.dma ? fmt(dma_gbps, 1) + " GB/s" : "off", fmt(sec * 1e3, 2),
+            fmt(gparam, 3), fmt(gbps, 1), fmt(gbps / std::max(bound_, bound_nt_) * 100, 1),
             ref == one_.end() ? "-" : fmt(gparam / ref->second * 100, 1) + "%", fmt((hi - lo) / hi * 100, 1),
-            fmt(bound_k_, 1), sim ? fmt(*sim * 1e3, 2) : "-", sim ? fmt((*sim - sec) / sec * 100, 1) : "-"});
+            fmt(bound_, 1), fmt(bound_nt_, 1), sim ? fmt(*sim * 1e3, 2) : "-",
+            sim ? fmt((*sim - sec) / sec * 100, 1) : "-"});
     std::cerr << "  " << id << ": " << fmt(gparam, 3) << " Gparam/s\n" << std::flush;
   }
 
   // The simulator's node time for what the profile's curves measured (AdamW, bf16 gradient and copy,
-  // default tuning, no DMA): each rank's ops back to back on the shared host (sim::HostCpuPool).
+  // the tuning of every row, no DMA): each rank's ops back to back on the shared host (sim::HostCpuPool).
   std::optional<double> predicted_s(const CpuRankGroup& g, const RowKey& key) const {
     const CpuRankSetup d;
     if (!cpu_profile_ || key.dma || key.s.kind != d.kind || key.s.grad != d.grad || key.s.copy != d.copy ||
-        key.s.prefetch_elems != d.prefetch_elems || key.s.steal_block_tiles != d.steal_block_tiles)
+        key.s.tuning != o_.tuning || key.huge != o_.huge_pages.front())
       return std::nullopt;
     std::vector<std::vector<int64_t>> ops;
     for (const RankLayout& l : layouts_) {
@@ -184,7 +232,9 @@ class RanksBench {
 
   // Each op of rank 0 (AdamW, bf16): its elements and rate, to see what small ops cost.
   void per_layer(CpuRankGroup& g) {
-    g.setup(CpuRankSetup{});
+    CpuRankSetup s;
+    s.tuning = o_.tuning;
+    g.setup(s);
     const PassTimes t = g.passes(o_.iters);
     const RankLayout& l = layouts_.front();
     Table pl({"op", "layer", "elements", "ms", "Gparam/s"});
@@ -201,7 +251,7 @@ class RanksBench {
 
   const RanksBenchOptions& o_;
   Table t_;
-  double bound1_ = 0, bound_k_ = 0;
+  double bound_ = 0, bound_nt_ = 0;    // this k's, GB/s
   std::map<std::string, double> one_;  // k = 1's Gparam/s by row key
   std::vector<RankLayout> layouts_;    // the k being measured
   std::optional<core::CpuProfile> cpu_profile_;

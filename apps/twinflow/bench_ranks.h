@@ -1,6 +1,7 @@
 // `twinflow bench --cpu-ranks K,...`: k ranks' CPU optimizer passes at once on this host through the
-// engine's CPU path (apps/twinflow/cpu_ranks.h), against the read-modify-write bound measured in the
-// same run, with and without DMA traffic, and the tuning variants (work-stealing block, prefetch).
+// engine's CPU path (apps/twinflow/cpu_ranks.h), against the read-modify-write bound measured by the same
+// processes (the optimizer's streams without its arithmetic, plain and streamed copy stores), with and
+// without DMA traffic, the tuning variants and huge pages on or off.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "apps/twinflow/cli.h"
+#include "backends/cpu/cpu_tuning.h"
 #include "core/optim/dtype.h"
 #include "core/optim/optimizer.h"
 
@@ -26,13 +28,15 @@ struct RanksBenchOptions {
   int iters = 10;                          // synchronised passes per row (median)
   std::vector<core::OptimizerKind> kinds;  // each with every gradient dtype
   std::vector<core::DType> grads;          // bf16/fp16: a copy of that dtype; fp32: none
-  std::vector<size_t> blocks;              // AdamW bf16 variants: work-stealing blocks (tiles)
-  std::vector<uint32_t> prefetches;        // ... and prefetch distances (elements)
-  std::string dma = "off";                 // off | on | both: H2D+D2H copies on GPU 0 during the passes
-  bool per_layer = false;                  // also each op's rate (k = 1: how op size costs)
-  std::optional<std::string> profile;      // the simulator's host model with this profile, beside
-                                           // the measured AdamW bf16 rows (no DMA, default tuning)
-  OutputFiles out;                         // csv, json
+  std::string tuning = "default";          // every row's CPU tuning (backend::cpu::apply_tuning_spec)
+  std::vector<std::string> variants;       // AdamW bf16 variants: specs applied over `tuning`
+  std::vector<bool> huge_pages = {backend::cpu::kCpuTuning.huge_pages};  // groups: the first has every row,
+                                                                         // the others the AdamW bf16 row
+  std::string dma = "off";             // off | on | both: H2D+D2H copies on GPU 0 during the passes
+  bool per_layer = false;              // also each op's rate (k = 1: how op size costs)
+  std::optional<std::string> profile;  // the simulator's host model with this profile, beside
+                                       // the measured AdamW bf16 rows (no DMA, default tuning)
+  OutputFiles out;                     // csv, json
 };
 
 // Measures and prints the table; returns the exit status.

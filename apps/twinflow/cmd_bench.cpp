@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -25,10 +26,10 @@
 namespace tf::app {
 
 namespace {
-std::vector<std::string> split_list(const std::string& s) {
+std::vector<std::string> split_list(const std::string& s, char sep = ',') {
   std::vector<std::string> out;
   std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');)
+  for (std::string x; std::getline(ss, x, sep);)
     if (!x.empty()) out.push_back(x);
   return out;
 }
@@ -98,8 +99,16 @@ po::options_description bench_description() {
   add("scenario", po::value<std::string>(), "with --cpu-ranks: each rank's CPU layers from this scenario");
   add("ratio", po::value<double>(), "with --scenario: the CPU share (default: the scenario's)");
   add_int_option(desc, kLayers);
+  add("tuning", po::value<std::string>()->default_value("default"),
+      "CPU tuning knobs for every row over cpu_tuning.h's defaults: key=value pairs of prefetch (elements), level "
+      "(0: L1, 1: L2), unroll (1|2|4), interleave (1|2), nt (streamed copy 0|1), block (work-stealing tiles, 0: "
+      "off), spin (pool spin, us), huge (0|1)");
+  add("variants", po::value<std::string>(),
+      "with --cpu-ranks: AdamW bf16 variants, ';'-separated tuning specs applied over --tuning");
   add("blocks", po::value<std::string>(), "with --cpu-ranks: AdamW variants, work-stealing blocks in tiles (0: off)");
   add("prefetches", po::value<std::string>(), "with --cpu-ranks: AdamW variants, prefetch distances in elements");
+  add("huge-pages", po::value<std::string>()->default_value(backend::cpu::kCpuTuning.huge_pages ? "on" : "off"),
+      "with --cpu-ranks: on | off | both (a second group of processes with the other setting: the AdamW bf16 row)");
   add("dma", po::value<std::string>()->default_value("off"),
       "with --cpu-ranks: off | on | both: H2D and D2H copies on GPU 0 during the passes");
   add("per-layer", po::bool_switch(), "with --cpu-ranks: also each CPU op's time and rate (rank 0)");
@@ -117,7 +126,8 @@ po::options_description bench_description() {
 const char kBenchEpilog[] =
     "\nColumns: Gparam/s = elements updated per second / 1e9; GB/s counts the bytes per element\n"
     "of the fused pass (e.g. AdamW, bf16 grad and copy: 14 read + 14 written = 28 B);\n"
-    "% bound = GB/s over the bound row measured in the same run; vs peer = time ratio.\n";
+    "% bound = GB/s over the bound row of the same streams measured in the same run (fp32 gradients: the\n"
+    "same-streams bound; bf16/fp16: the streams bound with that gradient and copy); vs peer = time ratio.\n";
 
 nlohmann::json read_peer_json(const std::string& path) {
   // a regular file of bounded size (never /dev/zero or a FIFO)
@@ -154,10 +164,26 @@ RanksBenchOptions ranks_options(const po::variables_map& vm, const BenchOptions&
   r.iters = b.iters;
   r.kinds = b.kinds;
   r.grads = b.grads;
-  const CpuRankSetup d;
-  r.blocks = vm.count("blocks") ? int_list<size_t>(vm, "blocks", 0, 1 << 20) : std::vector<size_t>{d.steal_block_tiles};
-  r.prefetches = vm.count("prefetches") ? int_list<uint32_t>(vm, "prefetches", 0, 1 << 20)
-                                        : std::vector<uint32_t>{d.prefetch_elems};
+  r.tuning = vm["tuning"].as<std::string>();
+  if (vm.count("variants"))
+    for (const std::string& x : split_list(vm["variants"].as<std::string>(), ';')) r.variants.push_back(x);
+  // --blocks x --prefetches: their cross product as variants (each list alone: the other at its default)
+  const backend::cpu::CpuOptions d;
+  const std::vector<size_t> blocks =
+      vm.count("blocks") ? int_list<size_t>(vm, "blocks", 0, 1 << 20) : std::vector<size_t>{d.steal_block_tiles};
+  const std::vector<uint32_t> prefetches = vm.count("prefetches") ? int_list<uint32_t>(vm, "prefetches", 0, 1 << 20)
+                                                                  : std::vector<uint32_t>{d.tuning.prefetch_elems};
+  if (vm.count("blocks") || vm.count("prefetches"))
+    for (size_t b : blocks)
+      for (uint32_t pf : prefetches)
+        r.variants.push_back("block=" + std::to_string(b) + ",prefetch=" + std::to_string(pf));
+  const std::string huge = vm["huge-pages"].as<std::string>();
+  if (huge == "on" || huge == "off")
+    r.huge_pages = {huge == "on"};
+  else if (huge == "both")
+    r.huge_pages = {d.huge_pages, !d.huge_pages};
+  else
+    throw core::InputError("--huge-pages must be on, off or both, got '" + huge + "'");
   r.dma = vm["dma"].as<std::string>();
   if (r.dma != "off" && r.dma != "on" && r.dma != "both")
     throw core::InputError("--dma must be off, on or both, got '" + r.dma + "'");
@@ -199,6 +225,7 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   if (vm.count("isa")) o.cpu.isa = int(backend::cpu::parse_isa(vm["isa"].as<std::string>()));
   o.cpu.tuning.prefetch_elems = uint32_t(int_option(vm, kPrefetch));
   o.cpu.tuning.stream_copy = vm["stream-copy"].as<bool>();
+  backend::cpu::apply_tuning_spec(o.cpu, vm["tuning"].as<std::string>(), "--tuning");
   o.cpu_variants = vm["cpu-variants"].as<bool>();
   o.out = read_output_options(vm);
   if (vm.count("cpu-ranks")) o.ranks = ranks_options(vm, o);
@@ -227,9 +254,20 @@ void bench_cpu(const BenchOptions& o, backend::cpu::CpuBackend& cpu, Table& t,
          "-"});
   const std::string cpu_name =
       "cpu-" + std::string(backend::cpu::isa_name(cpu.isa())) + "x" + std::to_string(cpu.threads());
+  std::map<core::DType, double> streams_gbps;  // the optimizer's streams with a 16-bit gradient and copy
+  for (core::DType g : o.grads) {
+    if (g == core::DType::kF32) continue;
+    progress("cpu: the optimizer's streams bound, " + std::string(core::dtype_name(g)) + " gradient and copy");
+    const double gb = streams_gbps[g] = measure_stream_gbps(cpu, g, g, n, o.iters);
+    const double bytes = double(core::bytes_per_element(core::OptimizerKind::kAdamW, g, g).total());
+    t.add({"cpu", "streams bound", std::string(core::dtype_name(g)), std::string(core::dtype_name(g)),
+           std::to_string(n), fmt(bytes, 0), fmt(bytes * n / gb / 1e6, 3), fmt(gb / bytes, 2), fmt(gb, 1),
+           fmt(gb / bound * 100, 1), "-", "-"});
+  }
   for (core::OptimizerKind k : o.kinds)
     for (core::DType g : o.grads) {
       const core::DType c = g == core::DType::kF32 ? core::DType::kNone : g;
+      const double row_bound = g == core::DType::kF32 ? bound : streams_gbps[g];
       progress("cpu: " + std::string(core::optimizer_name(k)) + " grad " + std::string(core::dtype_name(g)));
       const double s = time_cpu_step(cpu, k, g, c, n, o.iters);
       const auto b = core::bytes_per_element(k, g, c);
@@ -245,7 +283,7 @@ void bench_cpu(const BenchOptions& o, backend::cpu::CpuBackend& cpu, Table& t,
       }
       t.add({cpu_name, std::string(core::optimizer_name(k)), std::string(core::dtype_name(g)),
              std::string(core::dtype_name(c)), std::to_string(n), std::to_string(b.total()), fmt(s * 1e3, 3),
-             fmt(n / s / 1e9, 2), fmt(gbps, 1), fmt(gbps / bound * 100, 1), vs, peer_name});
+             fmt(n / s / 1e9, 2), fmt(gbps, 1), fmt(gbps / row_bound * 100, 1), vs, peer_name});
     }
 }
 
@@ -320,7 +358,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (o.ranks) return bench_cpu_ranks(*o.ranks);
   backend::cpu::CpuBackend cpu(o.cpu);
   Table t({"device", "kernel", "grad", "copy", "n", "B/elem", "ms", "Gparam/s", "GB/s", "% bound", "vs peer", "peer"});
-  const size_t total = 3 + o.kinds.size() * o.grads.size();
+  size_t streams_rows = 0;
+  for (core::DType g : o.grads) streams_rows += g == core::DType::kF32 ? 0 : 1;
+  const size_t total = 3 + streams_rows + o.kinds.size() * o.grads.size();
   size_t done = 0;
   auto progress = [&](const std::string& what) {
     std::cerr << "[" << ++done << "/" << total << "] " << what << "\n" << std::flush;

@@ -657,30 +657,41 @@ class Calibrator {
     co.pin_threads = o_.pin;
     backend::cpu::CpuBackend be(co);
     std::vector<double> gbps;
-    measure_same_streams_gbps(be, cpu_n_, R_, &gbps);
+    measure_stream_gbps(be, core::DType::kBF16, core::DType::kBF16, cpu_n_, R_, &gbps);
     const cal::Stat st = cal::make_stat(std::move(gbps));
-    const std::string per_element = fmt(same_streams_bytes(), 0) + " B/element";
-    c_.done("cpu read-modify-write streams (" + per_element + "), " + std::to_string(cores_) + " threads", st.median,
-            "GB/s", st, "cpu.mem_gbps");
+    c_.done("cpu read-modify-write bound: the optimizer's streams (" + kAdamWBf16Text + "), " + std::to_string(cores_) +
+                " threads",
+            st.median, "GB/s", st, "cpu.mem_gbps");
     p_.cpu.mem_gbps = sig4(st.median);
-    src()["cpu.mem_gbps"] = c_.source("host memory bound: read g, read-modify-write p, m, v (fp32, " + per_element +
-                                          ", no write-allocate), " + std::to_string(cpu_n_) + " elements, " +
-                                          std::to_string(cores_) + " threads",
-                                      st);
+    src()["cpu.mem_gbps"] = c_.source(
+        "host memory bound: the CPU optimizer's own streams without its arithmetic (tf::backend::cpu::CpuBackend::"
+        "stream_pass: read the bf16 gradient, read-modify-write fp32 p, m, v, write the bf16 copy; " +
+            kAdamWBf16Text + "), " + std::to_string(cpu_n_) + " elements, " + std::to_string(cores_) + " threads",
+        st);
   }
 
-  // The same all-core pass while an H2D and a D2H run: alone (the sweep's), under DMA, alone again.
   // The node rate with k ranks' CPU halves at once (apps/twinflow/cpu_ranks.h: k processes, each on its
-  // k-th share of the cores, through the engine's CPU path), for the simulator's shared host.
+  // k-th share of the cores, through the engine's CPU path), for the simulator's shared host. Every k's
+  // group of processes is started and warmed up first, then the passes alternate between the groups
+  // (one pass of k = 1, one of k = 2, ...; each group's processes sleep while another's run), so that a
+  // drift of the host's memory bandwidth during the measurement (another tenant of the socket) moves
+  // every k alike instead of bending the curve. Measured k after k, the 2026-11-24 H100 profile's curve
+  // fell 6% from k = 1 to 4 while the bench, minutes later, rose 3%: 8-12% error at k = 2, 4.
   void measure_cpu_ranks() {
-    const int layers = 32;
+    const int layers = 32, warm = 3;
+    std::vector<std::unique_ptr<CpuRankGroup>> groups;
     for (int k : cpu_ranks_) {
-      CpuRankGroup g(flat_layouts(int64_t(cpu_n_), k, layers), 0, o_.pin);
-      g.setup(CpuRankSetup{});
-      const PassTimes t = g.passes(R_);
-      std::vector<double> rates;
-      for (double sec : t.node_s) rates.push_back(double(g.elems()) / sec / 1e9);
-      const cal::Stat st = cal::make_stat(std::move(rates));
+      groups.push_back(std::make_unique<CpuRankGroup>(flat_layouts(int64_t(cpu_n_), k, layers), 0, o_.pin));
+      groups.back()->setup(CpuRankSetup{});
+      (void)groups.back()->passes(warm);
+    }
+    std::vector<std::vector<double>> rates(groups.size());
+    for (int rep = 0; rep < R_; ++rep)
+      for (size_t i = 0; i < groups.size(); ++i)
+        rates[i].push_back(double(groups[i]->elems()) / groups[i]->passes(1).node_s.front() / 1e9);
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const int k = cpu_ranks_[i];
+      const cal::Stat st = cal::make_stat(std::move(rates[i]));
       c_.done("cpu adamw bf16, " + std::to_string(k) + " rank process" + (k > 1 ? "es" : "") + " at once, node",
               st.median, "Gparam/s", st, "cpu.optimizer_node_gparam_s_by_ranks");
       p_.cpu.optimizer_node_gparam_s_by_ranks.emplace_back(k, sig4(st.median));
@@ -691,10 +702,12 @@ class Calibrator {
         "confined to its k-th share of the cores (cpu::rank_cpu_share) with one pinned thread per core, AdamW, bf16 " +
         "gradient and bf16 copy (" + kAdamWBf16Text + "), " + std::to_string(cpu_n_) + " elements over all ranks in " +
         std::to_string(layers) + " CPU ops per rank; node Gparam/s = elements / (first start to last end) of " +
-        "each synchronised pass; [ranks, Gparam/s], each the median of " + std::to_string(R_) +
+        "each synchronised pass; every k's processes started and warmed up (" + std::to_string(warm) +
+        " passes), then the k alternating pass by pass; [ranks, Gparam/s], each the median of " + std::to_string(R_) +
         " passes, spreads up to " + fmt(worst_rank_spread_ * 100, 1) + "%";
   }
 
+  // The same all-core pass while an H2D and a D2H run: alone (the sweep's), under DMA, alone again.
   void measure_dma_slowdown() {
     const cal::Stat& before = rates_.back().second;
     cal::BackgroundDma dma(0, dma_chunk_);

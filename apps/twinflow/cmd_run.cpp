@@ -26,6 +26,7 @@
 #include "apps/twinflow/run_overlap.h"
 #include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/table.h"
+#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/host_topology.h"
 #include "backends/launch/rank_env.h"
 #include "backends/launch/rendezvous.h"
@@ -84,7 +85,8 @@ struct RunOptions {
   std::optional<int> grad_accum;
   std::optional<int> staging_slots;  // slots per host staging ring; 0: full-size; core::kStagingAuto
   std::optional<size_t> threads;
-  OutputFiles out;  // json, trace
+  std::string cpu_tuning = "default";  // --cpu-tuning: over backends/cpu/cpu_tuning.h's defaults
+  OutputFiles out;                     // json, trace
   bool verify = false, no_pin = false;
   std::optional<std::string> save_master;
   std::optional<std::string> dump_step, dump_batches;  // decoder: the oracle's files
@@ -128,6 +130,9 @@ CommandOptions run_options() {
   add("threads", po::value<long long>(),
       "CPU optimizer threads, 1 to 4 x the host's cores (default: the scenario's cpu_cores_per_gpu, capped by this "
       "rank's share of the host's cores: LOCAL_RANK's part of LOCAL_WORLD_SIZE)");
+  add("cpu-tuning", po::value<std::string>()->default_value("default"),
+      "the CPU optimizer's tuning over backends/cpu/cpu_tuning.h's defaults, as `twinflow bench --tuning` takes it "
+      "(e.g. nt=1,spin=50; huge= does not apply here)");
   add_output_options(o.desc, {.json = "write every step's figures as JSON (ranks > 0 write FILE.rankN)",
                               .trace = "Chrome/Perfetto trace of the last step (rank 0; with --ratios one file per "
                                        "ratio, FILE's stem + -rRATIO)"});
@@ -224,6 +229,9 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   if (vm.count("threads"))
     o.threads = backend::cpu::checked_thread_count(vm["threads"].as<long long>(),
                                                    backend::cpu::host_topology().physical_cores(), "--threads");
+  o.cpu_tuning = vm["cpu-tuning"].as<std::string>();
+  backend::cpu::CpuOptions checked;  // bad knobs fail before any GPU is touched
+  backend::cpu::apply_tuning_spec(checked, o.cpu_tuning, "--cpu-tuning");
   o.out = read_output_options(vm);
   if (vm.count("save-master")) o.save_master = vm["save-master"].as<std::string>();
   if (vm.count("dump-step")) o.dump_step = vm["dump-step"].as<std::string>();
@@ -326,6 +334,7 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
   base.device = env.local_rank;
   base.cpu_threads = threads;
   base.cpu_cpus = share.worker_cpus;
+  base.cpu_tuning = o.cpu_tuning;
   base.pin_memory = !o.no_pin;
   base.overflow_at_step = o.inject_inf_at;
   // what this rank may pin of the machine: its memory less training.host_reserve, shared by the host's ranks
@@ -746,6 +755,9 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
   doc["world"] = base.settings.world;
   doc["gpu"] = gpu;
   doc["workload"] = core::workload_type_name(o.workload);
+  backend::cpu::CpuOptions tuned;  // every CPU tuning knob as the engine ran it
+  backend::cpu::apply_tuning_spec(tuned, o.cpu_tuning, "--cpu-tuning");
+  doc["cpu_tuning"] = backend::cpu::tuning_spec(tuned);
   doc["threads"] = threads;
   doc["grad_accum"] = base.settings.step.grad_accum;
   doc["micro_batch"] = base.settings.step.micro_batch;

@@ -1,10 +1,10 @@
 // Several ranks' CPU optimizer passes at once: the worker processes, their line protocol, the layouts.
 //
 // Protocol (one line each way per command, text): the parent sends
-//   init RANK RANKS THREADS PIN       -> ready THREADS CPULIST
+//   init RANK RANKS THREADS PIN HUGE  -> ready THREADS CPULIST
 //   ranges N (LAYER BEGIN END) x N    (no answer)
 //   order N LAYER x N                 (no answer)
-//   setup KIND GRAD COPY PREFETCH STREAM BLOCK -> ok
+//   setup KIND GRAD COPY TUNING       -> ok HUGE_FRACTION   (TUNING: cpu::apply_tuning_spec's spec)
 //   pass | bound                      -> t T0_NS T1_NS [OP_NS ...]   (steady clock, comparable across processes)
 //   digest                            -> digest HEX (cpu_ranks.h)
 //   quit
@@ -22,10 +22,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
-#include "apps/twinflow/measure.h"
 #include "backends/cpu/host_region.h"
 #include "backends/cpu/host_topology.h"
 #include "core/error.h"
@@ -116,10 +116,11 @@ class Worker {
 
  private:
   void init(std::istream& in, std::ostream& out) {
-    int pin = 1;
-    in >> rank_ >> ranks_ >> threads_ >> pin;
+    int pin = 1, huge = 1;
+    in >> rank_ >> ranks_ >> threads_ >> pin >> huge;
     if (!in || ranks_ < 1 || rank_ < 0 || rank_ >= ranks_) throw core::InputError("init: bad rank or ranks");
     pin_ = pin != 0;
+    huge_ = huge != 0;
     share_ = cpu::rank_cpu_share(cpu::host_topology(), rank_, ranks_);
     cpu::confine_calling_thread(share_.cpus);  // this process stays off the other ranks' cores
     if (threads_ == 0) threads_ = size_t(share_.cores);
@@ -133,11 +134,11 @@ class Worker {
     for (cpu::SegmentRange& r : ranges_) in >> r.layer >> r.begin >> r.end;
     if (!in) throw core::InputError("ranges: malformed");
     const int64_t elems = ranges_.empty() ? 0 : ranges_.back().end;
-    master_ = cpu::HostRegion(size_t(elems) * 4);  // (elems) fp32 each, untouched until placed
-    s1_ = cpu::HostRegion(size_t(elems) * 4);
-    s2_ = cpu::HostRegion(size_t(elems) * 4);
-    grad_ = cpu::HostRegion(size_t(elems) * 4);  // (elems) up to fp32
-    copy_ = cpu::HostRegion(size_t(elems) * 2);  // (elems) bf16 / fp16
+    master_ = cpu::HostRegion(size_t(elems) * 4, huge_);  // (elems) fp32 each, untouched until placed
+    s1_ = cpu::HostRegion(size_t(elems) * 4, huge_);
+    s2_ = cpu::HostRegion(size_t(elems) * 4, huge_);
+    grad_ = cpu::HostRegion(size_t(elems) * 4, huge_);  // (elems) up to fp32
+    copy_ = cpu::HostRegion(size_t(elems) * 2, huge_);  // (elems) bf16 / fp16
     placed_ = false;
   }
 
@@ -154,9 +155,8 @@ class Worker {
     co.threads = threads_;
     co.pin_threads = pin_;
     co.cpus = share_.worker_cpus;
-    co.tuning.prefetch_elems = setup_.prefetch_elems;
-    co.tuning.stream_copy = setup_.stream_copy;
-    co.steal_block_tiles = setup_.steal_block_tiles;
+    cpu::apply_tuning_spec(co, setup_.tuning, "setup tuning");
+    co.huge_pages = huge_;
     return co;
   }
 
@@ -173,13 +173,11 @@ class Worker {
 
   void setup(std::istream& in, std::ostream& out) {
     std::string kind, grad, copy;
-    int stream = 0;
-    in >> kind >> grad >> copy >> setup_.prefetch_elems >> stream >> setup_.steal_block_tiles;
+    in >> kind >> grad >> copy >> setup_.tuning;
     if (!in) throw core::InputError("setup: malformed");
     setup_.kind = core::parse_optimizer(kind);
     setup_.grad = core::parse_dtype(grad, "grad");
     setup_.copy = core::parse_dtype(copy, "copy");
-    setup_.stream_copy = stream != 0;
     seg_.reset();
     if (!placed_) {  // every buffer, whole, by the threads that update each layer (AdamW streams them all)
       cpu::CpuSegment all(options(), core::OptimizerKind::kAdamW,
@@ -192,7 +190,22 @@ class Worker {
     fill(setup_.grad);
     step_ = 0;
     run_optimizer();  // warm-up
-    out << "ok" << std::endl;
+    out << "ok " << huge_page_fraction() << std::endl;
+  }
+
+  // AnonHugePages / Anonymous of this process (the segment is nearly all of it); -1 when unknown.
+  static double huge_page_fraction() {
+    std::ifstream f("/proc/self/smaps_rollup");  // a header line, then "Key:   value kB" lines
+    double anon_kb = 0, huge_kb = 0;
+    for (std::string line; std::getline(f, line);) {
+      std::istringstream in(line);
+      std::string key;
+      double kb = 0;
+      if (!(in >> key >> kb)) continue;
+      if (key == "Anonymous:") anon_kb = kb;
+      if (key == "AnonHugePages:") huge_kb = kb;
+    }
+    return anon_kb > 0 ? huge_kb / anon_kb : -1.0;
   }
 
   // Finite values everywhere: master and gradient small, the states at the optimizer's start.
@@ -242,18 +255,22 @@ class Worker {
     out << std::endl;
   }
 
+  // The optimizer's streams without its arithmetic, op by op in the pass's order.
   void bound(std::ostream& out) {
     if (!seg_) throw core::InputError("bound before setup");
-    if (filled_ != core::DType::kF32) fill(core::DType::kF32);
-    const int64_t n = ranges_.empty() ? 0 : ranges_.back().end;
     const auto run = [&] {
-      same_streams_pass(seg_->backend().pool(), master_.as<float>(), s1_.as<float>(), s2_.as<float>(),
-                        grad_.as<float>(), size_t(n), setup_.prefetch_elems);
+      for (size_t layer : order_) {
+        const auto r = std::find_if(ranges_.begin(), ranges_.end(), [&](const auto& x) { return x.layer == layer; });
+        if (r == ranges_.end() || r->end <= r->begin) continue;
+        const backend::OptimChunk c = seg_->chunk(r->begin, r->end);
+        seg_->backend().stream_pass(std::span<const backend::OptimChunk>(&c, 1));
+      }
     };
     run();  // warm-up
     const int64_t t0 = now_ns();
     run();
     const int64_t t1 = now_ns();
+    filled_ = core::DType::kNone;  // p += g ...: the next optimizer pass refills
     out << "t " << t0 << " " << t1 << std::endl;
   }
 
@@ -271,6 +288,7 @@ class Worker {
   int rank_ = 0, ranks_ = 1;
   size_t threads_ = 0;
   bool pin_ = true;
+  bool huge_ = true;
   cpu::CpuShare share_;
   std::vector<cpu::SegmentRange> ranges_;
   std::vector<size_t> order_;
@@ -364,6 +382,7 @@ struct CpuRankGroup::Impl {
   std::vector<std::unique_ptr<WorkerProcess>> workers;
   std::vector<std::string> cpus;
   std::vector<int> threads;
+  std::vector<double> huge_fraction;
 
   // One command to every worker (in rank order, back to back), then every answer.
   std::vector<std::string> all(const std::string& cmd) {
@@ -407,7 +426,8 @@ struct CpuRankGroup::Impl {
   }
 };
 
-CpuRankGroup::CpuRankGroup(std::vector<RankLayout> layouts, size_t threads, bool pin, bool identical_pinning)
+CpuRankGroup::CpuRankGroup(std::vector<RankLayout> layouts, size_t threads, bool pin, bool identical_pinning,
+                           bool huge_pages)
     : impl_(std::make_unique<Impl>()) {
   if (layouts.empty()) throw core::InputError("CPU ranks: at least one rank");
   (void)signal(SIGPIPE, SIG_IGN);  // a worker that dies is an error on the write, not a signal
@@ -424,6 +444,7 @@ CpuRankGroup::CpuRankGroup(std::vector<RankLayout> layouts, size_t threads, bool
            << (pin ? 1 : 0);
     else
       init << "init " << r << " " << k << " " << threads << " " << (pin ? 1 : 0);
+    init << " " << (huge_pages ? 1 : 0);
     w.send(init.str());
     ranges << "ranges " << l.ranges.size();
     for (const cpu::SegmentRange& x : l.ranges) ranges << " " << x.layer << " " << x.begin << " " << x.end;
@@ -454,10 +475,20 @@ const std::vector<std::string>& CpuRankGroup::rank_cpus() const { return impl_->
 const std::vector<int>& CpuRankGroup::rank_threads() const { return impl_->threads; }
 
 void CpuRankGroup::setup(const CpuRankSetup& s) {
-  impl_->all("setup " + std::string(core::optimizer_name(s.kind)) + " " + std::string(core::dtype_name(s.grad)) + " " +
-             std::string(core::dtype_name(s.copy)) + " " + std::to_string(s.prefetch_elems) + " " +
-             (s.stream_copy ? "1" : "0") + " " + std::to_string(s.steal_block_tiles));
+  const std::vector<std::string> answers =
+      impl_->all("setup " + std::string(core::optimizer_name(s.kind)) + " " + std::string(core::dtype_name(s.grad)) +
+                 " " + std::string(core::dtype_name(s.copy)) + " " + s.tuning);
+  impl_->huge_fraction.clear();
+  for (const std::string& a : answers) {
+    std::istringstream in(a);
+    std::string tag;
+    double f = -1;
+    in >> tag >> f;
+    impl_->huge_fraction.push_back(in ? f : -1.0);
+  }
 }
+
+const std::vector<double>& CpuRankGroup::huge_page_fraction() const { return impl_->huge_fraction; }
 
 PassTimes CpuRankGroup::passes(int reps) { return impl_->timed("pass", reps); }
 PassTimes CpuRankGroup::bound_passes(int reps) { return impl_->timed("bound", reps); }

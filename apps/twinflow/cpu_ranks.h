@@ -34,9 +34,9 @@ struct CpuRankSetup {
   core::OptimizerKind kind = core::OptimizerKind::kAdamW;
   core::DType grad = core::DType::kBF16;
   core::DType copy = core::DType::kBF16;  // kNone: no copy
-  uint32_t prefetch_elems = backend::cpu::KernelTuning{}.prefetch_elems;
-  bool stream_copy = backend::cpu::KernelTuning{}.stream_copy;
-  size_t steal_block_tiles = backend::cpu::CpuOptions{}.steal_block_tiles;
+  // The CPU tuning knobs over the defaults (backend::cpu::apply_tuning_spec: "prefetch=2048,unroll=2";
+  // "default": cpu_tuning.h's). huge=... is the group's (CpuRankGroup), not a setup's.
+  std::string tuning = "default";
 };
 
 // Seconds per repetition: the node's (first start to last end over the ranks) and each rank's; for
@@ -55,7 +55,9 @@ class CpuRankGroup {
   // core::RuntimeFailure if one cannot start or dies. identical_pinning reproduces the engine before
   // the shares (for comparison): every rank sees the whole host and pins its cores / k threads to its
   // first CPUs, the same ones for all ranks.
-  CpuRankGroup(std::vector<RankLayout> layouts, size_t threads, bool pin, bool identical_pinning = false);
+  // huge_pages: the segments' regions ask for 2 MiB pages (cpu::HostRegion).
+  CpuRankGroup(std::vector<RankLayout> layouts, size_t threads, bool pin, bool identical_pinning = false,
+               bool huge_pages = backend::cpu::kCpuTuning.huge_pages);
   ~CpuRankGroup();  // stops the workers; never throws
   CpuRankGroup(const CpuRankGroup&) = delete;
   CpuRankGroup& operator=(const CpuRankGroup&) = delete;
@@ -69,10 +71,15 @@ class CpuRankGroup {
   // Every worker (re)builds its segment for this setup: the first setup places the pages (first touch
   // per layer by the threads that update it), then fills finite gradients and runs one warm-up pass.
   void setup(const CpuRankSetup& s);
+  // Each rank's share of its process's anonymous memory in huge pages after the last setup
+  // (/proc/self/smaps_rollup AnonHugePages / Anonymous; -1 where the kernel does not say).
+  const std::vector<double>& huge_page_fraction() const;
   // `reps` optimizer passes over every rank's layers, all ranks started together for each.
   PassTimes passes(int reps);
-  // `reps` same-streams passes (measure.h: the optimizer's traffic, no arithmetic) over each rank's
-  // segment, all ranks together: the host's read-modify-write bound for k processes.
+  // `reps` passes of the optimizer's traffic without its arithmetic (cpu::CpuBackend::stream_pass, the
+  // setup's dtypes and tuning) over each rank's layers in its op order, all ranks together: the host's
+  // read-modify-write bound for k processes with the optimizer's streams (4 read, 3 read-modify-write,
+  // the copy write-only). The next optimizer pass refills the data.
   PassTimes bound_passes(int reps);
 
  private:

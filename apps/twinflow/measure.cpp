@@ -121,55 +121,42 @@ double same_streams_bytes() {
   return double(core::bytes_per_element(core::OptimizerKind::kAdamW, core::DType::kF32, core::DType::kNone).total());
 }
 
-void same_streams_pass(backend::cpu::ThreadPool& pool, float* p, float* m, float* v, const float* g, size_t n,
-                       size_t pf) {
-  const size_t parts = pool.size();
-  pool.run(parts, [&](size_t w) {
+double measure_stream_gbps(backend::cpu::CpuBackend& be, core::DType grad, core::DType copy, size_t n, int iters,
+                           std::vector<double>* samples) {
+  auto p = be.allocate(n * 4), m = be.allocate(n * 4), v = be.allocate(n * 4);  // (n) fp32 each
+  auto g = be.allocate(n * core::dtype_bytes(grad));                            // (n) grad dtype
+  auto c = be.allocate(n * core::dtype_bytes(copy));                            // (n) copy dtype or nothing
+  backend::OptimChunk ch;
+  ch.param = {p->data(), n, core::DType::kF32};
+  ch.state1 = {m->data(), n, core::DType::kF32};
+  ch.state2 = {v->data(), n, core::DType::kF32};
+  ch.grad = {g->data(), n, grad};
+  if (copy != core::DType::kNone) ch.param_copy = {c->data(), n, copy};
+  const std::span<const backend::OptimChunk> chunks(&ch, 1);
+  be.first_touch(chunks);  // placed by the threads that stream them; then finite, normal data
+  const size_t parts = be.pool().size();
+  be.pool().run(parts, [&](size_t w) {
     size_t b, e;
     backend::cpu::ThreadPool::split(n, parts, w, b, e);
-    float* __restrict pp = p;
-    float* __restrict mm = m;
-    float* __restrict vv = v;
-    const float* __restrict gg = g;
-    size_t i = b;
-    for (; i + 16 <= e; i += 16) {  // one 64-byte line per stream per block, prefetched like the kernels
-      if (pf) {
-        __builtin_prefetch(gg + i + pf, 0, 3);
-        __builtin_prefetch(pp + i + pf, 1, 3);
-        __builtin_prefetch(mm + i + pf, 1, 3);
-        __builtin_prefetch(vv + i + pf, 1, 3);
-      }
-      for (size_t j = i; j < i + 16; ++j) {
-        const float x = gg[j];
-        pp[j] += x;
-        mm[j] += x;
-        vv[j] += x;
-      }
-    }
-    for (; i < e; ++i) {
-      const float x = gg[i];
-      pp[i] += x;
-      mm[i] += x;
-      vv[i] += x;
+    for (size_t i = b; i < e; ++i) {
+      static_cast<float*>(p->data())[i] = 1.0f;
+      const float x = small_value(i) * 1e-3f;
+      if (grad == core::DType::kF32)
+        static_cast<float*>(g->data())[i] = x;
+      else
+        static_cast<uint16_t*>(g->data())[i] = grad == core::DType::kBF16 ? core::f32_to_bf16(x) : core::f32_to_f16(x);
     }
   });
+  const double bytes = double(core::bytes_per_element(core::OptimizerKind::kAdamW, grad, copy).total());
+  const double t = median_seconds(
+      iters, [&] { be.stream_pass(chunks); }, samples);
+  if (samples)
+    for (double& x : *samples) x = bytes * double(n) / x / 1e9;
+  return bytes * double(n) / t / 1e9;
 }
 
 double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int iters, std::vector<double>* samples) {
-  backend::cpu::ThreadPool& pool = be.pool();
-  HostArray p(be, n, 0), m(be, n, 1), v(be, n, 2), g(be, n, 3);
-  const size_t pf = be.tuning().prefetch_elems;
-  const size_t parts = pool.size();
-  pool.run(parts, [&](size_t w) {
-    size_t b, e;
-    backend::cpu::ThreadPool::split(n, parts, w, b, e);
-    for (size_t i = b; i < e; ++i) p[i] = 1.0f, m[i] = 0.5f, v[i] = 0.25f, g[i] = 1e-7f;
-  });
-  const auto pass = [&] { same_streams_pass(pool, p.get(), m.get(), v.get(), g.get(), n, pf); };
-  const double t = median_seconds(iters, pass, samples);
-  if (samples)
-    for (double& x : *samples) x = same_streams_bytes() * double(n) / x / 1e9;
-  return same_streams_bytes() * double(n) / t / 1e9;
+  return measure_stream_gbps(be, core::DType::kF32, core::DType::kNone, n, iters, samples);
 }
 
 double time_naive_adamw(backend::cpu::CpuBackend& be, size_t n, int iters) {

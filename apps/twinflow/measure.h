@@ -27,16 +27,15 @@ double measure_rmw_gbps(backend::cpu::CpuBackend& be, size_t n, int iters);
 // (core::bytes_per_element: 4 + 12 read, 12 written = 28).
 double same_streams_bytes();
 
-// One same-streams pass (below) over n elements of p, m, v (read-modify-write) and g (read), on the
-// pool's workers with the static split: p += g; m += g; v += g. Prefetches `prefetch_elems` ahead as
-// the kernels do (0: off).
-void same_streams_pass(backend::cpu::ThreadPool& pool, float* p, float* m, float* v, const float* g, size_t n,
-                       size_t prefetch_elems);
-
-// The optimizer's own memory traffic with no arithmetic: read g, read-modify-write p, m, v
-// (fp32), i.e. p += g; m += g; v += g: same_streams_bytes() per element, the same streams as AdamW
-// with fp32 gradients. Returns GB/s. This is the bound the fused pass is held to. `samples`, when
-// given, receives every timed pass's GB/s.
+// The optimizer's own memory traffic with no arithmetic (cpu::CpuBackend::stream_pass: the kernels'
+// ISA, prefetching, unrolling and streaming stores, on the backend's workers with its split): read g
+// (`grad`), read-modify-write p, m, v (fp32), write the copy (`copy`, kNone: none) over n elements of
+// the backend's host memory, first touched by the threads that stream it. GB/s counting
+// core::bytes_per_element(AdamW, grad, copy) per element: the bound the fused pass is held to.
+// `samples`, when given, receives every timed pass's GB/s.
+double measure_stream_gbps(backend::cpu::CpuBackend& be, core::DType grad, core::DType copy, size_t n, int iters,
+                           std::vector<double>* samples = nullptr);
+// measure_stream_gbps with fp32 gradients and no copy: same_streams_bytes() per element.
 double measure_same_streams_gbps(backend::cpu::CpuBackend& be, size_t n, int iters,
                                  std::vector<double>* samples = nullptr);
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -93,10 +94,75 @@ Isa select_isa() {
   return Isa::kScalar;
 }
 
+void check_tuning(const KernelTuning& t, const char* where) {
+  const auto bad = [&](const char* knob, uint32_t v, const char* allowed) {
+    throw core::InputError(std::string(where) + ": " + knob + " " + std::to_string(v) + " is not implemented (" +
+                           allowed + ")");
+  };
+  if (t.unroll != 1 && t.unroll != 2 && t.unroll != 4) bad("unroll", t.unroll, "1, 2 or 4");
+  if (t.interleave != 1 && t.interleave != 2) bad("interleave", t.interleave, "1 or 2");
+  if (t.prefetch_level > 1) bad("prefetch level", t.prefetch_level, "0: L1, 1: L2");
+  if (t.interleave == 2 && t.unroll != 1) bad("unroll", t.unroll, "only 1 with interleave 2");
+}
+
+namespace {
+uint64_t spec_value(std::string_view pair, std::string_view value, uint64_t hi, const std::string& option) {
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || end != value.data() + value.size() || value.empty() || v > hi)
+    throw core::InputError(option + ": '" + std::string(pair) + "': the value must be an integer in [0, " +
+                           std::to_string(hi) + "]");
+  return v;
+}
+}  // namespace
+
+void apply_tuning_spec(CpuOptions& o, std::string_view spec, const std::string& option) {
+  if (spec == "default") return;
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    const std::string_view pair = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    const size_t eq = pair.find('=');
+    const std::string_view key = pair.substr(0, eq);
+    const std::string_view value = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    const auto num = [&](uint64_t hi) { return spec_value(pair, value, hi, option); };
+    if (key == "prefetch")
+      o.tuning.prefetch_elems = uint32_t(num(uint64_t(1) << 20));
+    else if (key == "level")
+      o.tuning.prefetch_level = uint32_t(num(1));
+    else if (key == "unroll")
+      o.tuning.unroll = uint32_t(num(4));
+    else if (key == "interleave")
+      o.tuning.interleave = uint32_t(num(2));
+    else if (key == "nt")
+      o.tuning.stream_copy = num(1) != 0;
+    else if (key == "block")
+      o.steal_block_tiles = size_t(num(uint64_t(1) << 20));
+    else if (key == "spin")
+      o.pool_spin_us = uint32_t(num(100000));
+    else if (key == "huge")
+      o.huge_pages = num(1) != 0;
+    else
+      throw core::InputError(
+          option + ": unknown knob '" + std::string(pair) +
+          "' (expected key=value pairs of prefetch, level, unroll, interleave, nt, block, spin, huge; "
+          "or 'default')");
+  }
+  check_tuning(o.tuning, option.c_str());
+}
+
+std::string tuning_spec(const CpuOptions& o) {
+  const KernelTuning& t = o.tuning;
+  return "prefetch=" + std::to_string(t.prefetch_elems) + ",level=" + std::to_string(t.prefetch_level) +
+         ",unroll=" + std::to_string(t.unroll) + ",interleave=" + std::to_string(t.interleave) +
+         ",nt=" + (t.stream_copy ? "1" : "0") + ",block=" + std::to_string(o.steal_block_tiles) +
+         ",spin=" + std::to_string(o.pool_spin_us) + ",huge=" + (o.huge_pages ? "1" : "0");
+}
+
 namespace {
 class HostBuffer final : public Buffer {
  public:
-  explicit HostBuffer(size_t bytes) : region_(bytes) {}
+  HostBuffer(size_t bytes, bool huge_pages) : region_(bytes, huge_pages) {}
   void* data() override { return region_.data(); }
   size_t bytes() const override { return region_.bytes(); }
 
@@ -114,8 +180,9 @@ void check_range(Buffer& b, size_t bytes, const char* what) {
 CpuBackend::CpuBackend(const CpuOptions& opt)
     : isa_(opt.isa < 0 ? select_isa() : static_cast<Isa>(opt.isa)),
       k_(table(isa_)),
-      pool_(opt.threads, opt.pin_threads, opt.cpus),
+      pool_(opt.threads, opt.pin_threads, opt.cpus, opt.pool_spin_us),
       opt_(opt) {
+  check_tuning(opt.tuning, "cpu backend");
   if (!isa_available(isa_))
     throw core::InputError("SIMD path '" + std::string(isa_name(isa_)) + "' is not available on this CPU");
   caps_.name = "cpu-" + std::string(isa_name(isa_));
@@ -125,7 +192,9 @@ CpuBackend::CpuBackend(const CpuOptions& opt)
   caps_.buffer_alignment = 4;
 }
 
-std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes) {
+  return std::make_unique<HostBuffer>(bytes, opt_.huge_pages);
+}
 
 void CpuBackend::upload(Buffer& dst, const void* src, size_t bytes) {
   check_range(dst, bytes, "upload");
@@ -204,6 +273,12 @@ GradStats CpuBackend::step(OptimizerKind k, std::span<const OptimChunk> chunks, 
   }
   out.sumsq = core::canonical_nan(out.sumsq);
   return out;
+}
+
+void CpuBackend::stream_pass(std::span<const OptimChunk> chunks) {
+  std::vector<size_t> tiles(chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) tiles[c] = core::stats_tiles(chunks[c].param.count);
+  for_tiles(tiles, true, [&](const Work& w) { k_.streams(chunks[w.chunk], opt_.tuning, w.tile_begin, w.tile_end); });
 }
 
 GradStats CpuBackend::grad_stats(std::span<const BufferView> grads) {

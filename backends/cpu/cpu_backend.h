@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -38,8 +39,18 @@ struct CpuOptions {
   // Work stealing: each worker updates its own static part of a call in blocks of this many tiles, then
   // takes blocks from the parts of workers not yet done, so one preempted or slow core no longer holds
   // the whole pass back (the bits do not depend on who updates a tile). 0: the static split alone.
-  size_t steal_block_tiles = 16;
+  size_t steal_block_tiles = kCpuTuning.steal_block_tiles;
+  uint32_t pool_spin_us = kCpuTuning.pool_spin_us;  // ThreadPool's spin before sleeping (cpu_tuning.h)
+  bool huge_pages = kCpuTuning.huge_pages;          // allocate(): 2 MiB pages requested (HostRegion)
 };
+
+// The tuning knobs of `o` (KernelTuning, steal_block_tiles, pool_spin_us, huge_pages) from a spec of
+// comma-separated key=value pairs, any subset, "default" for none: prefetch=ELEMS level=0|1 unroll=1|2|4
+// interleave=1|2 nt=0|1 (streamed copy) block=TILES spin=US huge=0|1. Throws core::InputError naming
+// `option`, the pair and the keys.
+void apply_tuning_spec(CpuOptions& o, std::string_view spec, const std::string& option);
+// Every knob of `o` as such a spec (the keys in the order above).
+std::string tuning_spec(const CpuOptions& o);
 
 // One call at a time per backend object (the pool and the tile-sum scratch are shared by its calls);
 // use one CpuBackend per issuing thread.
@@ -59,6 +70,10 @@ class CpuBackend final : public OptimizerBackend {
 
   GradStats step(OptimizerKind k, std::span<const OptimChunk> chunks, const StepScalars& s) override;
   GradStats grad_stats(std::span<const BufferView> grads) override;
+  // The optimizer's memory traffic over the chunks without its arithmetic (kernels.h StreamTilesFn),
+  // split over the workers as step() splits them: the read-modify-write bound a pass is held to.
+  // Master and states change (p += g ...): run it on scratch or refill afterwards.
+  void stream_pass(std::span<const OptimChunk> chunks);
   // The canonical tile sums (core/optim/grad_stats.h) of each gradient, unfolded: grad c's tiles go
   // to out[o_c .. o_c + stats_tiles(count_c)), o_c the tiles of the grads before it. Returns the
   // non-finite count. For engines that fold tiles across chunks and ranks themselves.

@@ -15,7 +15,7 @@ namespace {
 constexpr size_t kHugePage = size_t(2) << 20;
 }
 
-HostRegion::HostRegion(size_t bytes) : bytes_(bytes) {
+HostRegion::HostRegion(size_t bytes, bool huge_pages) : bytes_(bytes) {
   if (bytes == 0) return;
   mapped_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   // Over-map by one huge page and trim both ends, so that data_ sits on a 2 MiB boundary.
@@ -30,7 +30,7 @@ HostRegion::HostRegion(size_t bytes) : bytes_(bytes) {
   const uintptr_t tail = aligned + mapped_, end = base + span;
   if (end > tail) munmap(reinterpret_cast<void*>(tail), end - tail);
   data_ = reinterpret_cast<void*>(aligned);
-  (void)madvise(data_, mapped_, MADV_HUGEPAGE);  // best effort: THP may be off
+  (void)madvise(data_, mapped_, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);  // best effort: THP may be off
 }
 
 HostRegion::~HostRegion() { release(); }

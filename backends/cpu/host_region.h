@@ -5,14 +5,18 @@
 
 #include <cstddef>
 
+#include "backends/cpu/cpu_tuning.h"
+
 namespace tf::backend::cpu {
 
 class HostRegion {
  public:
   HostRegion() = default;
-  // `bytes` of untouched memory (reads as zero); nothing for 0. Throws core::RuntimeFailure when the
+  // `bytes` of untouched memory (reads as zero); nothing for 0. huge_pages: madvise(MADV_HUGEPAGE)
+  // (2 MiB pages where THP is "madvise"), else MADV_NOHUGEPAGE (4 KiB pages even where THP is
+  // "always": the measurement of what the huge pages bring). Throws core::RuntimeFailure when the
   // mapping fails (naming the size).
-  explicit HostRegion(size_t bytes);
+  explicit HostRegion(size_t bytes, bool huge_pages = kCpuTuning.huge_pages);
   ~HostRegion();
   HostRegion(HostRegion&& o) noexcept;
   HostRegion& operator=(HostRegion&& o) noexcept;

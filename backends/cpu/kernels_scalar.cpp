@@ -42,9 +42,12 @@ uint64_t step(OptimizerKind k, const OptimChunk& c, const StepScalars& s, const 
 uint64_t stats(const BufferView& g, size_t t0, size_t t1, double* sums) {
   return body::stats_dispatch<Scalar>(g, t0, t1, sums);
 }
+void streams(const OptimChunk& c, const KernelTuning& tune, size_t t0, size_t t1) {
+  body::stream_dispatch<Scalar>(c, tune, t0, t1);
+}
 
 }  // namespace
 
-KernelTable kernels_scalar() { return {&step, &stats}; }
+KernelTable kernels_scalar() { return {&step, &stats, &streams}; }
 
 }  // namespace tf::backend::cpu

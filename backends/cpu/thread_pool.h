@@ -2,8 +2,11 @@
 // thread touches the same memory each step: NUMA first-touch friendly and deterministic).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -17,8 +20,10 @@ class ThreadPool {
   // then their SMT siblings); empty: this process's affinity mask in that order. threads == 0: one per
   // CPU of that list. pin: bind worker i to cpus[i % cpus.size()]. All work runs on the pool's own
   // threads; the caller is never pinned (threads it creates later inherit its affinity, so pinning it
-  // would squeeze them onto one CPU).
-  explicit ThreadPool(size_t threads = 0, bool pin = false, std::vector<int> cpus = {});
+  // would squeeze them onto one CPU). spin_us: after a part, a worker polls this long for the next call
+  // (yielding its core now and then) before it sleeps (0: sleep at once): a call that finds its workers
+  // polling starts them without a futex wake-up each. run()'s caller always sleeps.
+  explicit ThreadPool(size_t threads = 0, bool pin = false, std::vector<int> cpus = {}, uint32_t spin_us = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -27,6 +32,7 @@ class ThreadPool {
   // The CPUs worker i is bound to (cpus()[i % cpus().size()]) when pinned; the CPUs it may use otherwise.
   const std::vector<int>& cpus() const { return cpus_; }
   bool pinned() const { return pinned_; }
+  uint32_t spin_us() const { return spin_us_; }
 
   // Runs fn(w) for w in [0, parts) on workers 0..parts-1 (parts <= size()) and waits for all.
   // Exceptions from any part are rethrown (the first one).
@@ -40,16 +46,20 @@ class ThreadPool {
 
  private:
   void worker(size_t index);
+  // Polls `ready` for up to spin_us_; true when it held in time.
+  template <class Ready>
+  bool spin(Ready&& ready) const;
 
   std::vector<int> cpus_;
   bool pinned_ = false;
+  uint32_t spin_us_ = 0;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(size_t)>* job_ = nullptr;
   size_t parts_ = 0;
-  size_t generation_ = 0;
-  size_t pending_ = 0;
+  std::atomic<uint64_t> generation_{0};  // written under mu_; polled without it
+  std::atomic<size_t> pending_{0};       // parts not yet done
   bool stop_ = false;
   std::exception_ptr error_;
 };

@@ -443,6 +443,7 @@ class EngineImpl final : public Engine {
     co.threads = cfg_.cpu_threads;
     co.pin_threads = cfg_.pin_threads;
     co.cpus = cfg_.cpu_cpus;
+    cpu::apply_tuning_spec(co, cfg_.cpu_tuning, "cpu tuning");
     const auto segment = [&] {
       const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),    h_s2_.as<float>(),
                                      h_grad_.as<void>(),    h_copy_.as<void>(),   s_.step.grad_dtype,

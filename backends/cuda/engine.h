@@ -42,11 +42,14 @@ struct EngineConfig {
   // decoder's token file and initial weights.
   core::RunSettings settings;
   int rank = 0;
-  int device = 0;             // CUDA device index (the rank's LOCAL_RANK)
-  NcclId nccl_id{};           // the same on every rank (ignored for world 1)
-  double ratio = 0;           // CPU share of the rank's shard
-  size_t cpu_threads = 0;     // CPU optimizer threads; 0: one per CPU of cpu_cpus
-  bool pin_threads = true;    // bind CPU optimizer threads to CPUs
+  int device = 0;           // CUDA device index (the rank's LOCAL_RANK)
+  NcclId nccl_id{};         // the same on every rank (ignored for world 1)
+  double ratio = 0;         // CPU share of the rank's shard
+  size_t cpu_threads = 0;   // CPU optimizer threads; 0: one per CPU of cpu_cpus
+  bool pin_threads = true;  // bind CPU optimizer threads to CPUs
+  // The CPU optimizer's tuning over backends/cpu/cpu_tuning.h's defaults (cpu::apply_tuning_spec's spec;
+  // its huge= key does not reach the engine's host buffers, which follow cpu_tuning.h).
+  std::string cpu_tuning = "default";
   std::vector<int> cpu_cpus;  // the rank's CPUs (cpu::rank_cpu_share's worker_cpus); empty: this process's
   bool pin_memory = true;     // page-lock the CPU segment (else pageable, with a warning)
   int overflow_at_step = -1;  // synthetic workload: element 0 of micro-shard 0 is +Inf at this step (tests)

@@ -55,19 +55,7 @@ echo "rc $?"; sed -n '/^rank 0/,$p' "$W/engine-ops.log" | head -40; pack
 
 step "torch fused CPU AdamW, k processes at once on the same shares"
 if python3 -c "import torch" 2>/dev/null; then
-  for k in 1 2 4; do
-    pids=()
-    mapfile -t shares < <(grep -E "^cpu ranks $k:" -A$k "$W/ranks.err" | grep -E "rank [0-9]+:" |
-                          sed -E 's/.*: ([0-9]+) threads on CPUs (.*)/\1 \2/')
-    for r in $(seq 0 $((k - 1))); do
-      read -r t cpus <<< "${shares[$r]:-$(( $(nproc) / k )) 0-$(( $(nproc) - 1 ))}"
-      timeout 60 taskset -c "$cpus" python3 bench/peer/torch_adamw.py --cpu-only --threads "$t" --n $((N / k)) \
-        --iters $((2 * ITERS)) --json "$W/torch-k$k-r$r.json" > "$W/torch-k$k-r$r.log" 2>&1 &
-      pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p"; done
-    cat "$W"/torch-k$k-r*.log
-  done
+  for k in 1 2 4; do torch_at_once "$k" "$N" $((2 * ITERS)) "$W/ranks.err"; done
 else
   echo "no torch on this machine: the torch rows are left out"
 fi

@@ -4,39 +4,20 @@ processes against one process and the read-modify-write bound, the simulator's n
 measured, every optimizer per process against torch's fused CPU AdamW on the same threads, the DMA
 slowdown, the tuning variants, the engine's own CPU ops of mlp-2b at ratio 0.05, and a real step.
 Usage: cpu_optimizer_report.py WORKDIR OUT.md OUT.json"""
-import glob
 import json
 import os
-import re
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_report_common as common  # noqa: E402
+from cpu_report_common import num, table  # noqa: E402
 
 work, out_md, out_json = sys.argv[1:4]
 
 
 def load(name):
-    path = os.path.join(work, name)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
-def num(x):
-    try:
-        return float(str(x).rstrip("%"))
-    except ValueError:
-        return None
-
-
-def cell(x):
-    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
-
-
-def table(title, cols, rows):
-    lines = [f"### {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return common.load(work, name)
 
 
 report = {}
@@ -45,24 +26,19 @@ machine = os.path.join(work, "machine.txt")
 if os.path.exists(machine):
     md += ["```", open(machine).read().strip(), "```", ""]
 
-# torch: k processes at once, each on its rank's share; node = the sum, per process = each one's
-torch = {}
-for path in sorted(glob.glob(os.path.join(work, "torch-k*-r*.json"))):
-    k = int(re.search(r"torch-k(\d+)-r", path).group(1))
-    with open(path) as f:
-        rows = [r for r in json.load(f)["rows"] if r["where"] == "cpu"]
-    torch.setdefault(k, []).extend(rows)
+# torch: k processes at once, each on its rank's share (timed windows started together: --start-at); the
+# node rate over their common span (cpu_report_common.torch_node), per process = each one's own
+torch = common.torch_groups(work)
 report["torch"] = {k: rows for k, rows in torch.items()}
 
 
 def torch_node(k):
-    rows = torch.get(k)
-    return sum(r["gparam_per_s"] for r in rows) if rows and len(rows) == k else None
+    return common.torch_node(torch.get(k), k)[0]
 
 
 ranks = load("ranks.json") or []
-default = [r for r in ranks if r["kernel"] == "adamw" and r["grad"] == "bf16" and r["prefetch"] == 1024
-           and r["block"] == 16 and r["dma"] == "off"]
+default = [r for r in ranks if r["kernel"] == "adamw" and r["grad"] == "bf16" and r["tuning"] == "default"
+           and r["dma"] == "off"]
 rows = []
 for r in default:
     k = int(r["ranks"])
@@ -78,7 +54,7 @@ report["node_adamw"] = default
 
 rows = []
 for r in ranks:
-    if r["prefetch"] != 1024 or r["block"] != 16 or r["dma"] != "off":
+    if r["tuning"] != "default" or r["dma"] != "off":
         continue
     k = int(r["ranks"])
     per = num(r["Gparam/s"]) / k
@@ -114,10 +90,10 @@ md.append(table("DMA: AdamW bf16 with H2D + D2H copies on GPU 0 during the passe
                 ["k", "Gparam/s alone", "Gparam/s under DMA", "DMA moved", "slowdown"], rows))
 report["dma"] = dma
 
-rows = [[r["ranks"], r["block"], r["prefetch"], r["Gparam/s"], r["% bound"], r["rank spread %"]]
+rows = [[r["ranks"], r["tuning"], r["Gparam/s"], r["% bound"], r["rank spread %"]]
         for r in ranks if r["kernel"] == "adamw" and r["grad"] == "bf16" and r["dma"] == "off"]
-md.append(table("Variants: AdamW bf16, work-stealing block (tiles; 0 = the static split) and prefetch distance",
-                ["k", "block", "prefetch", "node Gparam/s", "% bound", "rank spread %"], rows))
+md.append(table("Variants: AdamW bf16, the tuning over the defaults (block: work-stealing tiles, 0 = the static split; "
+                "prefetch: distance in elements)", ["k", "tuning", "node Gparam/s", "% bound", "rank spread %"], rows))
 report["variants"] = rows
 
 ops = load("engine-ops.json") or []
@@ -126,19 +102,16 @@ md.append(table("The engine's CPU ops of mlp-2b at ratio 0.05 (0.107 B CPU param
                 ["k", "dma", "node ms", "Gparam/s", "% bound", "sim ms", "sim error %"], rows))
 report["engine_ops"] = ops
 
-run = load("run-2b.json")
-if run:
-    p = run["points"][0]
-    steps = p["steps"][1:]  # step 1 warms up
-    rates = [p["cpu_elems"] / s["kind_ns"]["cpu_optimizer"] for s in steps if s["kind_ns"]["cpu_optimizer"] > 0]
-    med = statistics.median(rates) if rates else 0
+step = common.engine_step(load("run-2b.json"))
+if step:
+    med = step["median"]
     t1 = torch_node(1)
-    rows = [[p["cpu_elems"], run.get("threads"), " ".join(f"{x:.3f}" for x in rates), f"{med:.3f}",
+    rows = [[step["cpu_elems"], step["threads"], " ".join(f"{x:.3f}" for x in step["gparam_per_s"]), f"{med:.3f}",
              f"{t1:.3f}" if t1 else "-", f"{med / t1:.2f}x" if t1 else "-"]]
     md.append(table("The engine on a real step: mlp-2b, ratio 0.05 (goal: >= 1.1x torch on the same threads)",
                     ["CPU elements", "threads", "Gparam/s steps 2..", "median", "torch (same threads)", "vs torch"],
                     rows))
-    report["engine_step"] = {"cpu_elems": p["cpu_elems"], "gparam_per_s": rates, "median": med, "torch": t1}
+    report["engine_step"] = dict(step, torch=t1)
 
 with open(out_md, "w") as f:
     f.write("\n".join(md))

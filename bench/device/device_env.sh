@@ -14,3 +14,22 @@ archive_logs() {
   trap 'tar czf "$OUT/$ARCHIVE_NAME-logs.tar.gz" -C "$LOG" . 2>/dev/null
         [ -n "$ARCHIVE_SUMMARY" ] && cp "$LOG/$ARCHIVE_SUMMARY" "$OUT/" 2>/dev/null; true' EXIT
 }
+# torch_at_once K N ITERS RANKS_ERR [TIMEOUT_S]: torch's fused CPU AdamW (bench/peer/torch_adamw.py) in K processes at
+# once, process r on rank r's share as `bench --cpu-ranks` printed it into RANKS_ERR ("rank r: T threads on
+# CPUs L"; else nproc / K threads on every CPU), N / K elements each, their timed windows started together
+# (--start-at, after import, allocation and warm-up), each killed after TIMEOUT_S (60); results in
+# $W/torch-kK-rR.json and .log.
+torch_at_once() {
+  local k=$1 n=$2 iters=$3 err=$4 limit=${5:-60} start r t cpus pids=() shares
+  start=$(python3 -c "import time; print(time.time() + 8)")
+  mapfile -t shares < <(grep -E "^cpu ranks $k:" -A"$k" "$err" | grep -E "rank [0-9]+:" |
+                        sed -E 's/.*: ([0-9]+) threads on CPUs (.*)/\1 \2/')
+  for r in $(seq 0 $((k - 1))); do
+    read -r t cpus <<< "${shares[$r]:-$(($(nproc) / k)) 0-$(($(nproc) - 1))}"
+    timeout "$limit" taskset -c "$cpus" python3 bench/peer/torch_adamw.py --cpu-only --threads "$t" --n $((n / k)) \
+      --iters "$iters" --start-at "$start" --json "$W/torch-k$k-r$r.json" > "$W/torch-k$k-r$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  cat "$W"/torch-k"$k"-r*.log
+}

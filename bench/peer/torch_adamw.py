@@ -8,6 +8,7 @@ this process may use (--threads; run it under taskset to give it a rank's share)
 wall-clock steps.
 
   python3 bench/peer/torch_adamw.py --json out.json [--iters 20] [--no-cpu | --cpu-only] [--threads T] [--n N]
+                                    [--start-at EPOCH_S]
 Throughput counts 28 bytes per parameter (grad read, param/exp_avg/exp_avg_sq read and written).
 """
 import argparse
@@ -79,19 +80,34 @@ def cuda_copy_gbps(nbytes, iters):
     return 2 * nbytes / sec / 1e9
 
 
-def cpu_adamw(n, iters, threads=None):
+def cpu_adamw(n, iters, threads=None, start_at=None):
+    """start_at: wall-clock time (time.time()) at which the timed steps begin, after the set-up and the
+    warm-up, so that several processes time the same window; the window's wall-clock ends are recorded
+    (window_t0 / window_t1) so that a report can check that they overlapped."""
     torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
     params = make_params(n, 1, "cpu")
     opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, fused=True)
     for _ in range(3):
         opt.step()
+    late = None
+    if start_at is not None:
+        wait = start_at - time.time()
+        late = max(0.0, -wait)
+        if wait > 0:
+            time.sleep(wait)
     sec = []
+    window_t0 = time.time()
     for _ in range(iters):
         t0 = time.perf_counter()
         opt.step()
         sec.append(time.perf_counter() - t0)
+    window_t1 = time.time()
     r = row("cpu", n, 1, statistics.median(sec), iters)
     r["threads"] = torch.get_num_threads()
+    r["step_s"] = sec
+    r["window_t0"], r["window_t1"] = window_t0, window_t1
+    if late is not None:
+        r["late_s"] = late  # > 0: set-up outlasted --start-at, the windows may not overlap
     return r
 
 
@@ -103,6 +119,8 @@ def main():
     ap.add_argument("--cpu-only", action="store_true", help="skip the CUDA rows")
     ap.add_argument("--threads", type=int, help="CPU threads (default: the CPUs this process may use)")
     ap.add_argument("--n", type=int, default=1 << 26, help="CPU parameters (default 2^26)")
+    ap.add_argument("--start-at", type=float,
+                    help="CPU: begin the timed steps at this wall-clock time (time.time()), for processes run at once")
     args = ap.parse_args()
 
     out = {"torch": torch.__version__, "bytes_per_param": BYTES_PER_PARAM, "rows": []}
@@ -120,7 +138,7 @@ def main():
     else:
         print("no CUDA device: CUDA rows skipped")
     if not args.no_cpu:
-        r = cpu_adamw(args.n, max(5, args.iters // 2), args.threads)
+        r = cpu_adamw(args.n, max(5, args.iters // 2), args.threads, args.start_at)
         r["cpus"] = sorted(os.sched_getaffinity(0))
         out["rows"].append(r)
         print(f"cpu fused AdamW n={args.n} threads={r['threads']}: {r['median_s'] * 1e3:.1f} ms "

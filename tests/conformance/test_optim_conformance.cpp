@@ -221,6 +221,74 @@ TEST(CpuTuning, BitsIndependentOfPrefetchAndStreamingStores) {
   }
 }
 
+// Unrolling, interleaving tiles, the prefetch level and the pool's spin change the order of memory
+// accesses, never bits: every ISA, every optimizer, with tails, partial last tiles and non-finite lanes,
+// against the plain kernel elementwise (master, states, copy and the statistics).
+TEST(CpuTuning, BitsIndependentOfUnrollInterleaveAndSpin) {
+  for (backend::cpu::Isa isa : {backend::cpu::Isa::kScalar, backend::cpu::Isa::kAvx2, backend::cpu::Isa::kAvx512}) {
+    if (!backend::cpu::isa_available(isa)) continue;
+    for (OptimizerKind k : {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kAdagrad, OptimizerKind::kLion})
+      for (DType g : {DType::kBF16, DType::kF32}) {
+        harness::Problem p = harness::random_problem(70 + uint64_t(k), k, g, g == DType::kF32 ? DType::kNone : g, 10);
+        p.n = 2048 * 13 + 21;  // odd tile counts per worker, a partial last tile and a tail vector
+        p.chunks = 2;
+        p.nonfinite_every = 257;
+        p.steps = 2;
+        backend::cpu::CpuOptions plain;
+        plain.isa = int(isa);
+        plain.threads = 2;
+        plain.min_tiles_per_thread = 1;
+        backend::cpu::CpuBackend base_be(plain);
+        const auto base = harness::run_backend(base_be, p);
+        for (const char* spec : {"unroll=2", "unroll=4", "interleave=2", "interleave=2,nt=1", "level=1",
+                                 "level=1,unroll=2,nt=1", "spin=20,block=1", "block=0,interleave=2"}) {
+          backend::cpu::CpuOptions o = plain;
+          backend::cpu::apply_tuning_spec(o, spec, "test");
+          backend::cpu::CpuBackend be(o);
+          const auto rep = harness::compare_bits(harness::run_backend(be, p), base);
+          EXPECT_TRUE(rep.equal) << backend::cpu::isa_name(isa) << " " << core::optimizer_name(k) << " grad "
+                                 << core::dtype_name(g) << " " << spec << ": " << rep.first;
+        }
+      }
+  }
+}
+
+// The bound's pass (CpuBackend::stream_pass) streams every element of every buffer, under every
+// unroll and interleave: p += g, s1 += g, s2 += g and the copy from p, checked elementwise.
+TEST(CpuStreams, EveryElementOfEveryStream) {
+  const size_t n = 2048 * 7 + 45;
+  for (const char* spec : {"default", "unroll=4", "interleave=2,nt=1", "level=1,unroll=2", "prefetch=0,block=0"}) {
+    backend::cpu::CpuOptions o;
+    o.threads = 2;
+    o.min_tiles_per_thread = 1;
+    backend::cpu::apply_tuning_spec(o, spec, "test");
+    backend::cpu::CpuBackend be(o);
+    std::vector<float> p(n), m(n), v(n);          // (n) fp32 each
+    std::vector<uint16_t> g(n), copy(n, 0xFFFF);  // (n) bf16 each
+    for (size_t i = 0; i < n; ++i) {
+      p[i] = float(i % 97) * 0.25f;
+      m[i] = -float(i % 13);
+      v[i] = 1.0f + float(i % 5);
+      g[i] = core::f32_to_bf16(float(int(i % 7) - 3) * 0.5f);
+    }
+    const std::vector<float> p0 = p, m0 = m, v0 = v;
+    backend::OptimChunk c;
+    c.param = {p.data(), n, DType::kF32};
+    c.state1 = {m.data(), n, DType::kF32};
+    c.state2 = {v.data(), n, DType::kF32};
+    c.grad = {g.data(), n, DType::kBF16};
+    c.param_copy = {copy.data(), n, DType::kBF16};
+    be.stream_pass(std::span<const backend::OptimChunk>(&c, 1));
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = core::bf16_to_f32(g[i]);
+      ASSERT_EQ(p[i], p0[i] + gi) << spec << " p[" << i << "]";
+      ASSERT_EQ(m[i], m0[i] + gi) << spec << " m[" << i << "]";
+      ASSERT_EQ(v[i], v0[i] + gi) << spec << " v[" << i << "]";
+      ASSERT_EQ(copy[i], core::f32_to_bf16(p[i])) << spec << " copy[" << i << "]";
+    }
+  }
+}
+
 // An out-of-place update (OptimChunk::from: the speculative update into a spare state slot) writes the
 // bits an in-place update writes, for every ISA, optimizer, gradient and copy dtype, with tails and
 // non-finite lanes, with and without streaming stores; its source stays untouched.

@@ -124,6 +124,15 @@ for t in 0 -1 99999; do
   expect 2 "bench --threads $t" -- "$tf" bench --threads "$t" --gpu off
   contains "$tmp/err" "expected a thread count in \[1, " "bench --threads $t names the range"
 done
+expect 2 "bench --cpu-ranks --threads -1" -- "$tf" bench --cpu-ranks 1 --threads -1
+contains "$tmp/err" "--threads -1: expected a thread count in \[1, " "bench --cpu-ranks --threads names the range"
+expect 2 "bench --tuning unroll=3" -- "$tf" bench --tuning unroll=3 --gpu off
+contains "$tmp/err" "--tuning: unroll 3 is not implemented (1, 2 or 4)" "bench --tuning names the knob and its values"
+expect 2 "bench --variants with an unknown knob" -- "$tf" bench --cpu-ranks 1 --variants "nt=1;foo=1"
+contains "$tmp/err" "--variants: unknown knob 'foo=1'" "bench --variants names the pair"
+expect 0 "bench --cpu-ranks with variants (small)" -- "$tf" bench --cpu-ranks 1 --n 65536 --layers 2 --iters 1 \
+  --optimizers adamw --grads bf16 --variants "unroll=2;interleave=2,nt=1" --json "$tmp/v.json"
+contains "$tmp/v.json" "interleave=2,nt=1" "bench --cpu-ranks JSON names each variant"
 if ! "$tf" run --help | grep -q "needs the CUDA backend"; then  # a CPU-only build has no `run` to parse
   expect 2 "run --threads -1 (before any GPU is needed)" -- "$tf" run --threads -1
   contains "$tmp/err" "--threads -1: expected a thread count in \[1, " "run --threads names the range"

@@ -393,6 +393,19 @@ TEST(SimHost, PredictedNodeTimeIsProcessorSharing) {
   EXPECT_THROW(tf::backend::sim::predict_host_cpu_seconds(c, 8, {}), std::invalid_argument);
 }
 
+// The bench's check (bench --cpu-ranks K --profile): k ranks, each on 16 / k threads with 32 equal ops,
+// all busy until the end: the predicted node time is the elements over the rank curve's node rate at k,
+// with nothing else (no DMA factor, no second curve) applied on top.
+TEST(SimHost, EqualRanksTakeTheElementsOverTheNodeRate) {
+  const tf::core::CpuProfile c = shared_host_cpu();
+  const int64_t total = int64_t(1) << 28;
+  for (const auto& [k, node] : c.optimizer_node_gparam_s_by_ranks) {
+    const std::vector<std::vector<int64_t>> ops(size_t(k), std::vector<int64_t>(32, total / k / 32));
+    const double got = tf::backend::sim::predict_host_cpu_seconds(c, 16 / k, ops);
+    EXPECT_NEAR(got, double(total) / node * 1e-9, 1e-9 * 32 * k) << k << " ranks";
+  }
+}
+
 // Two GPUs of one host, clipping on: after the norm both ranks run their CPU updates at once, each at
 // the two-rank rate for its whole CPU pass.
 TEST(SimHost, BothRanksOfAHostRunAtTheTwoRankRate) {

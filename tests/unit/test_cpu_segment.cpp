@@ -182,22 +182,28 @@ TEST(CpuRankWorker, RunsEveryLayerInOrderAsTheSegmentDoes) {
   want << "digest " << std::hex << h;
 
   const std::string layout = "ranges 4 0 0 6144 3 6144 6144 1 6144 20000 2 20000 30000\norder 4 2 1 3 0\n";
-  for (const char* setup : {"setup adamw bf16 bf16 1024 0 16", "setup adamw bf16 bf16 0 1 0"}) {
+  for (const char* setup :
+       {"setup adamw bf16 bf16 default", "setup adamw bf16 bf16 prefetch=0,nt=1,block=0",
+        "setup adamw bf16 bf16 unroll=4,level=1,spin=20", "setup adamw bf16 bf16 interleave=2,nt=1"}) {
     const std::vector<std::string> a =
-        worker_session("init 0 1 2 1\n" + layout + setup + "\npass\npass\ndigest\nquit\n");
+        worker_session("init 0 1 2 1 1\n" + layout + setup + "\npass\npass\ndigest\nquit\n");
     ASSERT_EQ(a.size(), 5u);
     EXPECT_EQ(a[0].rfind("ready 2 ", 0), 0u) << a[0];
-    EXPECT_EQ(a[1], "ok");
+    EXPECT_EQ(a[1].rfind("ok ", 0), 0u) << a[1];  // and the share of huge pages
     EXPECT_EQ(a[2].rfind("t ", 0), 0u) << a[2];
     EXPECT_EQ(a[4], want.str()) << setup;
   }
-  // a bound pass writes fp32 gradients over the segment; the next pass refills them in the setup's dtype
+  // a bound pass moves the master and states (p += g); the next pass refills them and runs step 2, the one
+  // after it step 3 (the reference ran steps 1, 2, 3 from the fill): a different digest
   const std::vector<std::string> b =
-      worker_session("init 0 1 1 1\n" + layout + "setup adamw bf16 bf16 1024 0 16\nbound\npass\npass\ndigest\n");
+      worker_session("init 0 1 1 1 0\n" + layout + "setup adamw bf16 bf16 default\nbound\npass\npass\ndigest\n");
   ASSERT_EQ(b.size(), 6u);
-  EXPECT_NE(b[5], want.str());  // the bound pass moved the master and states (p += g): a different start
   EXPECT_EQ(b[2].rfind("t ", 0), 0u) << b[2];
-  const std::vector<std::string> e = worker_session("pass\ninit 0 2 1 1\nbogus\nquit\n");
+  EXPECT_EQ(b[3].rfind("t ", 0), 0u) << b[3];
+  EXPECT_NE(b[5], want.str());
+  const std::vector<std::string> bad = worker_session("init 0 1 1 1 1\n" + layout + "setup adamw bf16 bf16 unroll=3\n");
+  EXPECT_NE(bad[1].find("unroll 3 is not implemented"), std::string::npos) << bad[1];
+  const std::vector<std::string> e = worker_session("pass\ninit 0 2 1 1 1\nbogus\nquit\n");
   EXPECT_EQ(e[0].rfind("error ", 0), 0u) << e[0];
   EXPECT_EQ(e[2].rfind("error unknown command", 0), 0u) << e[2];
 }

@@ -44,3 +44,24 @@ TEST(ThreadPool, PropagatesWorkerException) {
   pool.run(3, [&](size_t) { n++; });  // still usable
   EXPECT_EQ(n.load(), 3);
 }
+
+// Workers that spin between calls (the tuning's pool_spin_us) run every part once, see every call's
+// job, propagate exceptions and shut down while spinning.
+TEST(ThreadPool, SpinningWorkersRunEveryPartOnce) {
+  ThreadPool pool(3, false, {}, 200);
+  EXPECT_EQ(pool.spin_us(), 200u);
+  for (int round = 0; round < 500; ++round) {
+    const size_t parts = 1 + size_t(round) % 3;
+    std::vector<std::atomic<int>> hits(parts);
+    pool.run(parts, [&](size_t w) { hits[w] += round + 1; });
+    for (auto& h : hits) ASSERT_EQ(h.load(), round + 1);
+  }
+  EXPECT_THROW(pool.run(3,
+                        [](size_t w) {
+                          if (w == 1) throw std::runtime_error("boom");
+                        }),
+               std::runtime_error);
+  std::atomic<int> n{0};
+  pool.run(3, [&](size_t) { n++; });
+  EXPECT_EQ(n.load(), 3);
+}

@@ -1,0 +1,41 @@
+// The CPU optimizer's tuning defaults, in one place: the lead sets them from the device sweep
+// (bench/device/cpukern-h100.sh prints the best variant per rank count). None of them changes a bit of
+// the results (docs/ARCHITECTURE.md, "Numerics"); they change memory traffic and synchronisation only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tf::backend::cpu {
+
+struct CpuTuningDefaults {
+  // Software prefetch distance in elements on every stream (0: off). H100 host, 2026-11-22: 1024 gave
+  // +10-20% over none (bench/results/2026-11-24-cpu-optimizer-h100: 2048 within noise of 1024).
+  uint32_t prefetch_elems = 1024;
+  // Where the prefetches put the lines: 0 = L1 (prefetcht0, and prefetchw for the streams written back),
+  // 1 = L2 only (prefetcht1 on every stream: the L1 fill buffers stay free for the demand loads).
+  uint32_t prefetch_level = 0;
+  // Vectors per stream loaded before any is computed (1, 2 or 4): more independent loads in flight.
+  uint32_t unroll = 1;
+  // Tiles updated in lockstep (1 or 2): 2 walks the first and second half of a worker's tiles at once,
+  // twice the streams (and DRAM pages) in flight per core. Only with unroll 1.
+  uint32_t interleave = 1;
+  // Non-temporal stores for the write-only bf16/fp16 copy (no read for ownership; the copy is only read
+  // later by the H2D DMA). H100 host, 2026-11-22: within noise.
+  bool stream_copy = false;
+  // Non-temporal stores for an out-of-place update's master and states (a speculative update into a
+  // spare slot, which it only writes): without them each written line is read first.
+  bool stream_out_of_place = true;
+  // Work stealing in blocks of this many 2048-element tiles (0: the static split alone).
+  size_t steal_block_tiles = 16;
+  // The pool's workers spin this long (microseconds) for the next call before they sleep, and the
+  // caller spins as long for the last part before it sleeps (0: sleep at once: a condition variable,
+  // the pool before these knobs).
+  uint32_t pool_spin_us = 0;
+  // madvise(MADV_HUGEPAGE) on the host regions (2 MiB pages where THP is "madvise").
+  bool huge_pages = true;
+};
+
+inline constexpr CpuTuningDefaults kCpuTuning{};
+
+}  // namespace tf::backend::cpu
