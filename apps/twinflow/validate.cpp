@@ -126,6 +126,9 @@ MeasuredPoint read_point(const json& j, const std::string& file, const std::stri
   p.actual_ratio = num_field(j, file, at, "actual_ratio", 0, 1);
   if (j.contains("speculation_bytes")) p.speculation_bytes = int_field(j, file, at, "speculation_bytes", 0, INT64_MAX);
   if (j.contains("staging_slots")) p.staging_slots = int(int_field(j, file, at, "staging_slots", 0, 1024));
+  if (j.contains("memory_check"))
+    p.gpu_measured_bytes = int_field(field(j, file, at, "memory_check"), file, at + ".memory_check", "gpu_measured", 0,
+                                     INT64_MAX);
   const json& steps = field(j, file, at, "steps");
   if (!steps.is_array() || steps.empty()) bad(file, at + ".steps", "must be a non-empty list");
   for (size_t i = 0; i < steps.size(); ++i)
@@ -215,7 +218,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
   }
 
   Validation v;
-  double sum = 0;
+  double sum = 0, mem_sum = 0;
   for (const MeasuredPoint& p : m.points) {
     opt.overrides.speculation_bytes = p.speculation_bytes;
     opt.overrides.staging_slots = p.staging_slots;
@@ -245,12 +248,23 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
     r.sim_d2h_ms = ms(kind(sp.kind_ns, K::kD2HGrad));
     r.meas_h2d_ms = steady_median(p, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kH2DParam)); });
     r.sim_h2d_ms = ms(kind(sp.kind_ns, K::kH2DParam));
+    if (p.gpu_measured_bytes && *p.gpu_measured_bytes > 0) {
+      r.has_memory = true;
+      r.meas_gpu_gb = double(*p.gpu_measured_bytes) / 1e9;
+      r.sim_gpu_gb = double(sp.memory.gpu_total) / 1e9;
+      r.gpu_error_pct = (r.sim_gpu_gb - r.meas_gpu_gb) / r.meas_gpu_gb * 100.0;
+      const double am = std::abs(r.gpu_error_pct);
+      mem_sum += am;
+      if (v.memory.points == 0 || am > v.memory.worst_pct) v.memory.worst_pct = am, v.memory.worst_ratio = r.ratio;
+      ++v.memory.points;
+    }
     const double a = std::abs(r.error_pct);
     sum += a;
     if (v.rows.empty() || a > v.worst_pct) v.worst_pct = a, v.worst_ratio = r.ratio;
     v.rows.push_back(r);
   }
   v.mape_pct = sum / double(v.rows.size());
+  if (v.memory.points > 0) v.memory.mape_pct = mem_sum / double(v.memory.points);
   return v;
 }
 

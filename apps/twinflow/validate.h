@@ -31,6 +31,9 @@ struct MeasuredPoint {
   // The host staging the run planned with (core::StagingChoice::slots); none where the run predates
   // `staging_slots: auto` (validate then resolves auto against the profile's host memory).
   std::optional<int> staging_slots;
+  // GPU bytes the process held after step 1 (cudaMemGetInfo: total - free; the run's
+  // memory_check.gpu_measured); none where the run did not record it.
+  std::optional<int64_t> gpu_measured_bytes;
 };
 
 struct MeasuredSweep {
@@ -77,6 +80,19 @@ struct ValidationRow {
   double meas_cpu_opt_ms = 0, sim_cpu_opt_ms = 0;
   double meas_d2h_ms = 0, sim_d2h_ms = 0;
   double meas_h2d_ms = 0, sim_h2d_ms = 0;
+  // Peak GPU memory: measured after step 1 against the memory model's (SimPoint::memory.gpu_total), GB;
+  // has_memory false where the run did not record it.
+  bool has_memory = false;
+  double meas_gpu_gb = 0, sim_gpu_gb = 0;
+  double gpu_error_pct = 0;  // (simulated - measured) / measured x 100
+};
+
+// Mean and worst absolute percentage error over a sweep's points.
+struct ErrorSummary {
+  double mape_pct = 0;   // mean |error|
+  double worst_pct = 0;  // largest |error|
+  double worst_ratio = 0;
+  int points = 0;
 };
 
 struct Validation {
@@ -84,6 +100,7 @@ struct Validation {
   double mape_pct = 0;   // mean |error_pct|
   double worst_pct = 0;  // largest |error_pct|
   double worst_ratio = 0;
+  ErrorSummary memory;  // of gpu_error_pct over the rows that have it (points 0: none)
 };
 
 // Simulates every measured point on `sc` (whose cluster.hardware is the profile to validate) with the
