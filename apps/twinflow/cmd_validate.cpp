@@ -307,6 +307,21 @@ void write_validation_svg(const ValidateOptions& o, const MeasuredSweep& m, cons
     sim.y.push_back(r.simulated_ms);
   }
   spec.series = {meas, sim};
+  if (m.tokens_per_step > 0) {  // a decoder: tokens/s on the right axis, measured and simulated
+    spec.right_label = "tokens/s (dashed)";
+    spec.series[0].name = "measured ms";  // four legend entries: short names
+    spec.series[1].name = "simulated ms";
+    Series meas_tps{"measured tok/s", {}, {}, true, "#1f77b4", {}};
+    Series sim_tps{"simulated tok/s", {}, {}, true, "#ff7f0e", {}};
+    for (const ValidationRow& r : v.rows) {
+      meas_tps.x.push_back(r.actual_ratio);
+      meas_tps.y.push_back(double(m.tokens_per_step) / (r.measured.median_ms / 1e3));
+      sim_tps.x.push_back(r.actual_ratio);
+      sim_tps.y.push_back(double(m.tokens_per_step) / (r.simulated_ms / 1e3));
+    }
+    spec.series.push_back(meas_tps);
+    spec.series.push_back(sim_tps);
+  }
   spec.note = "MAPE " + fmt(v.mape_pct, 2) + "%, worst " + fmt(v.worst_pct, 2) + "% at ratio " + fmt(v.worst_ratio, 3) +
               " (" + std::to_string(v.rows.size()) + " points)";
   write_svg(spec, *o.out.svg);

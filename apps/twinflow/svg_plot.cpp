@@ -96,6 +96,7 @@ std::string render_svg(const PlotSpec& spec) {
       << esc(spec.right_label) << "</text>\n";
   // series
   int legend = 0;
+  const double legend_step = spec.series.size() > 3 ? 165 : 230;  // four entries fit across
   for (const Series& s : spec.series) {
     o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2\""
       << (s.right_axis ? " stroke-dasharray=\"6,4\"" : "") << " points=\"";
@@ -108,7 +109,7 @@ std::string render_svg(const PlotSpec& spec) {
       o << "<circle cx=\"" << X(s.x[i]) << "\" cy=\"" << Y(s.y[i], s.right_axis) << "\" r=\"3\" fill=\""
         << (mark ? "white" : s.color) << "\" stroke=\"" << (mark ? "red" : s.color) << "\"/>\n";
     }
-    const double lx = L + 10 + 230 * legend++, ly = T - 10;
+    const double lx = L + 10 + legend_step * legend++, ly = T - 10;
     o << "<line x1=\"" << lx << "\" y1=\"" << ly << "\" x2=\"" << lx + 24 << "\" y2=\"" << ly << "\" stroke=\""
       << s.color << "\" stroke-width=\"2\"" << (s.right_axis ? " stroke-dasharray=\"6,4\"" : "") << "/>\n";
     o << "<text x=\"" << lx + 30 << "\" y=\"" << ly + 4 << "\">" << esc(s.name) << "</text>\n";

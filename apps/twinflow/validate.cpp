@@ -164,6 +164,7 @@ MeasuredSweep parse_measured_sweep(const std::string& json_text, const std::stri
   m.threads = int(int_field(doc, file, "", "threads", 1, 1 << 16));
   if (doc.contains("grad_accum")) m.grad_accum = int(int_field(doc, file, "", "grad_accum", 1, core::kMaxBatch));
   m.params = int_field(doc, file, "", "params", 0, INT64_MAX);  // 0: not recorded (a sweep recovered from a log)
+  if (doc.contains("tokens_per_step")) m.tokens_per_step = int_field(doc, file, "", "tokens_per_step", 0, INT64_MAX);
   const json& pts = field(doc, file, "", "points");
   if (!pts.is_array() || pts.empty()) bad(file, "points", "must be a non-empty list");
   for (size_t i = 0; i < pts.size(); ++i)

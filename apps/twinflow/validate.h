@@ -43,6 +43,7 @@ struct MeasuredSweep {
   int threads = 0;     // the CPU optimizer's threads per rank
   int grad_accum = 0;  // 0: not recorded (the scenario's then)
   int64_t params = 0;
+  int64_t tokens_per_step = 0;  // all ranks' tokens of a step (a decoder's run); 0: not recorded
   std::vector<MeasuredPoint> points;
 };
 

@@ -791,7 +791,7 @@ namespace {
 
 // Uniform ids in [0, n) from a fixed LCG (the timing does not depend on which ids).
 std::vector<int32_t> uniform_ids(int64_t count, int64_t n, uint64_t seed) {
-  std::vector<int32_t> v(size_t(count));
+  std::vector<int32_t> v(static_cast<size_t>(count));
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (int32_t& id : v) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;

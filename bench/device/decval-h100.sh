@@ -6,7 +6,8 @@
 #     (gpu.attention_tflops_by_shape) [~80 s];
 #  2. OPT-1.3B (scenarios/real/opt-1.3b-h100.yaml: seq 1024, micro-batch 8, clip 1.0) measured and validated
 #     by `twinflow validate` over 10 ratios, 4 steps each, with each ratio's last step as an SVG timeline
-#     (--timeline-svg: ratios 0, 0.4 and 1 are the issue's three) [~100 s];
+#     (--timeline-svg: ratios 0, 0.4 and 1 are the issue's three) and its Chrome trace (in the archive: per
+#     layer forward/backward against `simulate --trace`) [~100 s];
 #  3. OPT-6.7B (scenarios/real/opt-6.7b-h100.yaml: seq 1024, micro-batch 4, checkpointing, clip 1.0) at 8
 #     feasible ratios 0.35 .. 1 (speculation off: its `auto` budget fills the host at high ratios), one
 #     `twinflow run` per ratio (each JSON kept if a later one runs out of time; the loop stops before the
@@ -34,7 +35,7 @@ OLD=h100-80gb-16core-calibrated
 SUM=$LOG/summary.txt
 say() { echo "$*" | tee -a "$SUM"; }
 # validate's verdict lines (and the point table) into the summary
-verdicts() { grep -E "^(step time|peak GPU memory): MAPE|^validate: " "$1" | tee -a "$SUM"; }
+verdicts() { grep -E "^(step time|peak GPU memory): MAPE|^validate: .* \| profile " "$1" | tee -a "$SUM"; }
 
 step "machine"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2; } \
@@ -50,6 +51,7 @@ grep -E "^decoder |gpu.hbm_gbps|kernel_launch" "$LOG/calibrate.log" | tee -a "$S
 step "2. OPT-1.3B: validate over $R13, $STEPS13 steps each, timelines [~100 s]"
 timeout 200 $TF validate $S13 --profile "$PROFILE" --ratios "$R13" --steps "$STEPS13" \
   --run-json "$OUT/opt-1.3b-measured.json" --timeline-svg "$OUT/opt-1.3b-timeline-measured.svg" \
+  --trace "$LOG/opt-1.3b-trace.json" \
   --json "$OUT/opt-1.3b-validate.json" --csv "$OUT/opt-1.3b-validate.csv" --svg "$OUT/opt-1.3b-validate.svg" \
   --memory-svg "$OUT/opt-1.3b-memory.svg" > "$LOG/opt-1.3b-validate.log" 2>&1
 say "validate OPT-1.3B rc $? (0: goals met, 1: missed)"; verdicts "$LOG/opt-1.3b-validate.log"
