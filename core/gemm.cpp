@@ -37,7 +37,7 @@ std::vector<LayerGemm> block_gemms(const DecoderShape& d, int64_t micro_batch) {
   const int64_t dh = split ? h / d.heads : h, heads = split ? d.heads : 1, bh = micro_batch * heads;
   const auto [cm, cn] = causal_pairs_shape(d.seq);
   const LayerGemm scores{cm, cn, dh, bh, GemmPass::kForward, true, true};  // Q K^T over the causal half
-  const LayerGemm pv{cm, dh, cn, bh, GemmPass::kForward, false, true};      // P V
+  const LayerGemm pv{cm, dh, cn, bh, GemmPass::kForward, false, true};     // P V
   return {{t, 3 * h, h}, scores, pv, {t, h, h}, {t, f, h}, {t, h, f}};
 }
 
@@ -89,10 +89,21 @@ double fused_attention_flops(const std::vector<LayerGemm>& gemms) {
 
 namespace {
 
+// core::KernelClass's names, in its order.
 constexpr std::array<std::string_view, kKernelClassCount> kKernelClassNames = {
-    "other",      "layer_norm_forward", "layer_norm_backward", "bias_act_forward",  "bias_residual_forward",
-    "bias_act_backward", "bias_grad",   "embedding_forward",   "embedding_backward", "cross_entropy",
-    "attention_forward", "attention_backward"};
+    "other",
+    "layer_norm_forward",
+    "layer_norm_backward",
+    "bias_act_forward",
+    "bias_residual_forward",
+    "bias_act_backward",
+    "bias_grad",
+    "embedding_forward",
+    "embedding_backward",
+    "cross_entropy",
+    "attention_forward",
+    "attention_backward",
+};
 
 }  // namespace
 
@@ -138,11 +149,11 @@ ElementwiseCost linear_elementwise(const ModelDesc& m, size_t index, int64_t B, 
   const int64_t out = w[0], in = w[1];
   const bool first = index == 0, last = index + 1 == m.layers.size(), bias = m.spec.mlp_bias;
   ElementwiseCost c;
-  if (first) c.fwd.push_back({kOther, B * in * e, 1});                                          // generated input X
-  if (bias || !last) c.fwd.push_back({kOther, 2 * B * out * e + (bias ? out * e : 0), 1});      // bias + ReLU
-  if (last) c.fwd.push_back({kOther, 2 * B * out * e, 2});         // loss and dY in place of Y
-  if (bias) c.bwd.push_back({kOther, B * out * e + out * e, 2});   // db: partial sums, finish
-  if (!first) c.bwd.push_back({kOther, 3 * B * in * e, 1});        // dX masked by ReLU(X)
+  if (first) c.fwd.push_back({kOther, B * in * e, 1});                                      // generated input X
+  if (bias || !last) c.fwd.push_back({kOther, 2 * B * out * e + (bias ? out * e : 0), 1});  // bias + ReLU
+  if (last) c.fwd.push_back({kOther, 2 * B * out * e, 2});                                  // loss and dY in place of Y
+  if (bias) c.bwd.push_back({kOther, B * out * e + out * e, 2});                            // db: partial sums, finish
+  if (!first) c.bwd.push_back({kOther, 3 * B * in * e, 1});                                 // dX masked by ReLU(X)
   return c;
 }
 
@@ -193,9 +204,10 @@ ElementwiseCost embedding_elementwise(const DecoderShape& d, int64_t B, int64_t 
     c.fwd = {{kEmbeddingForward, 4 * t + 2 * t * ew * e + 3 * t * h * e, 2}};
   else
     c.fwd = {{kEmbeddingForward, 4 * t + 3 * t * h * e, 1}};
-  c.bwd = {{kEmbeddingBackward,
-            t * h * e + position_rows(d) * h * e + 4 * t + t * ew * e + v * ew * e + (d.tied_embeddings ? 4 * v * ew : 0),
-            2}};
+  c.bwd = {
+      {kEmbeddingBackward,
+       t * h * e + position_rows(d) * h * e + 4 * t + t * ew * e + v * ew * e + (d.tied_embeddings ? 4 * v * ew : 0),
+       2}};
   return c;
 }
 

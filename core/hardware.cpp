@@ -110,8 +110,8 @@ std::vector<AttentionPoint> read_attention_points(const Node& v) {
     a.backward = pn.scalar == "backward";
     for (const AttentionPoint& o : pts)
       if (o.head_dim == a.head_dim && o.seq == a.seq && o.backward == a.backward)
-        config::fail(e, "head_dim " + std::to_string(a.head_dim) + ", seq " + std::to_string(a.seq) + " (" +
-                            pn.scalar + ") is listed twice");
+        config::fail(e, "head_dim " + std::to_string(a.head_dim) + ", seq " + std::to_string(a.seq) + " (" + pn.scalar +
+                            ") is listed twice");
     pts.push_back(a);
   }
   return pts;
@@ -119,7 +119,8 @@ std::vector<AttentionPoint> read_attention_points(const Node& v) {
 
 std::vector<KernelRate> read_kernel_rates(const Node& v) {
   std::string allowed;
-  for (int c = 1; c < kKernelClassCount; ++c) allowed += (c > 1 ? ", " : "") + std::string(kernel_class_name(KernelClass(c)));
+  for (int c = 1; c < kKernelClassCount; ++c)
+    allowed += (c > 1 ? ", " : "") + std::string(kernel_class_name(KernelClass(c)));
   if (!v.is_seq() || v.children.empty())
     config::fail(v, "expected a list of [kernel_class, gbps] pairs, got " + v.describe());
   std::vector<KernelRate> rates;
@@ -128,7 +129,8 @@ std::vector<KernelRate> read_kernel_rates(const Node& v) {
       config::fail(e, "expected a pair [kernel_class, gbps], got " + e.describe());
     const Node& cn = e.children[0];
     const std::optional<KernelClass> c = cn.is_scalar() ? parse_kernel_class(cn.scalar) : std::nullopt;
-    if (!c || *c == KernelClass::kOther) config::fail(cn, "unknown kernel class " + cn.describe() + "; allowed: " + allowed);
+    if (!c || *c == KernelClass::kOther)
+      config::fail(cn, "unknown kernel class " + cn.describe() + "; allowed: " + allowed);
     for (const KernelRate& o : rates)
       if (o.kind == *c) config::fail(cn, "kernel class " + cn.scalar + " is listed twice");
     rates.push_back({*c, config::read_number(e.children[1], 0, 1e6, true)});

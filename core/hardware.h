@@ -64,7 +64,7 @@ struct GpuProfile {
   // (>= 1; 0: not measured, no slowdown). The simulator slows forward and backward by them.
   double compute_slowdown_during_collectives = 0;
   double compute_slowdown_during_dma = 0;
-  std::vector<GemmPoint> bf16_gemm_tflops_by_shape;  // cuBLAS bf16 GEMM rates, in measurement order
+  std::vector<GemmPoint> bf16_gemm_tflops_by_shape;       // cuBLAS bf16 GEMM rates, in measurement order
   std::vector<AttentionPoint> attention_tflops_by_shape;  // optional: the fused attention's rates
   std::vector<KernelRate> decoder_kernel_gbps;            // optional: one rate per measured class
   // The attention rate for a pass at (head_dim, seq): the points of the pass with the nearest head

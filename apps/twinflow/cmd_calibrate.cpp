@@ -26,9 +26,9 @@
 #include "apps/twinflow/cpu_ranks.h"
 #include "apps/twinflow/measure.h"
 #include "apps/twinflow/table.h"
+#include "core/decoder_layout.h"
 #include "core/error.h"
 #include "core/gemm.h"
-#include "core/decoder_layout.h"
 #include "core/hardware.h"
 #include "core/model.h"
 #include "core/output_file.h"
@@ -305,8 +305,8 @@ class Calibrator {
     int decoder_rows = 0;  // a class row each and the attention's two, per decoder scenario
     for (const core::Scenario& sc : scenarios_)
       if (decoder_kernel_shape(sc)) decoder_rows += core::kKernelClassCount - 3 + 2;
-    return int(gemms_.size()) + random_rows + decoder_rows + 2 + 3 + 8 + 5 + int(threads_.size()) + int(cpu_ranks_.size()) + 3 + 2 +
-           (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
+    return int(gemms_.size()) + random_rows + decoder_rows + 2 + 3 + 8 + 5 + int(threads_.size()) +
+           int(cpu_ranks_.size()) + 3 + 2 + (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
   }
 
   void announce() const {
@@ -357,9 +357,17 @@ class Calibrator {
     if (core::has_embed_projection(d) || d.heads <= 0 || d.hidden % d.heads != 0 ||
         !core::decoder_layout::attention_head_dim_supported(core::head_dim(d)))
       return std::nullopt;
-    return cal::DecoderKernelShape{sc.training.micro_batch, d.seq, d.hidden, d.heads, d.ffn, d.vocab,
-                                   core::position_rows(d), d.pos_offset, d.activation == core::Activation::kRelu,
-                                   d.pre_ln, d.tied_embeddings};
+    return cal::DecoderKernelShape{sc.training.micro_batch,
+                                   d.seq,
+                                   d.hidden,
+                                   d.heads,
+                                   d.ffn,
+                                   d.vocab,
+                                   core::position_rows(d),
+                                   d.pos_offset,
+                                   d.activation == core::Activation::kRelu,
+                                   d.pre_ln,
+                                   d.tied_embeddings};
   }
 
   // Per decoder --scenario: each class of the decoder's memory-bound kernels and the fused attention,
@@ -389,8 +397,9 @@ class Calibrator {
         double b = 0;
         for (const core::ElementwiseCost& c : costs) b += double(core::class_bytes(c, kind));
         const std::string name(core::kernel_class_name(kind));
-        c_.done("decoder " + name + " " + sc.name + ": " + fmt(b / 1e6, 1) + " MB in " + fmt(st.median * 1e6, 1) + " us",
-                b / st.median / 1e9, "GB/s", st, "gpu.decoder_kernel_gbps");
+        c_.done(
+            "decoder " + name + " " + sc.name + ": " + fmt(b / 1e6, 1) + " MB in " + fmt(st.median * 1e6, 1) + " us",
+            b / st.median / 1e9, "GB/s", st, "gpu.decoder_kernel_gbps");
         bytes[size_t(kind)] += b, secs[size_t(kind)] += st.median;
         worst_spread[size_t(kind)] = std::max(worst_spread[size_t(kind)], st.spread);
       }
@@ -416,20 +425,22 @@ class Calibrator {
     for (int k = 1; k < core::kKernelClassCount; ++k)
       if (secs[size_t(k)] > 0) {
         p_.gpu.decoder_kernel_gbps.push_back({core::KernelClass(k), sig4(bytes[size_t(k)] / secs[size_t(k)] / 1e9)});
-        spreads += std::string(spreads.empty() ? "" : ", ") + std::string(core::kernel_class_name(core::KernelClass(k))) +
-                   " " + fmt(worst_spread[size_t(k)] * 100, 1) + "%";
+        spreads += std::string(spreads.empty() ? "" : ", ") +
+                   std::string(core::kernel_class_name(core::KernelClass(k))) + " " +
+                   fmt(worst_spread[size_t(k)] * 100, 1) + "%";
       }
     src()["gpu.decoder_kernel_gbps"] =
         c_.origin() + ": the decoder workload's own kernels (backends/cuda/decoder_kernels.cuh) launched as one " +
         "embedding, block and head launch them, at " + shapes + "; [class, GB/s] = the class's bytes as " +
         "core::layer_elementwise counts them over its measured time (summed over the scenarios), each time the " +
-        "median of " + std::to_string(R_) + " repetitions of >= 2 ms, bf16 data uniform in [-1, 1), spreads " + spreads +
-        ", " + gpu_label_;
+        "median of " + std::to_string(R_) + " repetitions of >= 2 ms, bf16 data uniform in [-1, 1), spreads " +
+        spreads + ", " + gpu_label_;
     src()["gpu.attention_tflops_by_shape"] =
         c_.origin() + ": the fused causal attention (backends/cuda/attention.cu) at " + shapes +
         "; [head_dim, seq, TFLOP/s, pass] = core::fused_attention_flops of the pass (forward: QK^T and PV over "
         "the causal half; backward: the recomputed scores, dQ, dK, dP, dV) over the measured time of its kernels, "
-        "each the median of " + std::to_string(R_) + " repetitions of >= 2 ms on uniform [-1, 1) q, k, v, " + gpu_label_;
+        "each the median of " +
+        std::to_string(R_) + " repetitions of >= 2 ms on uniform [-1, 1) q, k, v, " + gpu_label_;
   }
 
   void measure_gemm_dtypes() {

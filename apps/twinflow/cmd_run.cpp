@@ -23,8 +23,8 @@
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/master_weights.h"
 #include "apps/twinflow/run_decoder.h"
-#include "apps/twinflow/step_timeline_svg.h"
 #include "apps/twinflow/run_overlap.h"
+#include "apps/twinflow/step_timeline_svg.h"
 #include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/table.h"
 #include "backends/cpu/host_topology.h"
@@ -85,7 +85,7 @@ struct RunOptions {
   std::optional<int> grad_accum;
   std::optional<int> staging_slots;  // slots per host staging ring; 0: full-size; core::kStagingAuto
   std::optional<size_t> threads;
-  OutputFiles out;  // json, trace
+  OutputFiles out;                          // json, trace
   std::optional<std::string> timeline_svg;  // the last step's timeline (rank 0), an SVG
   bool verify = false, no_pin = false;
   std::optional<std::string> save_master;

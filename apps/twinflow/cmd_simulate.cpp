@@ -16,8 +16,8 @@
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/run_decoder.h"
-#include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/step_timeline_svg.h"
+#include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/svg_plot.h"
 #include "apps/twinflow/table.h"
 #include "backends/sim/functional.h"
@@ -480,9 +480,13 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
     std::cout << "published: " << fmt(sc.reference->speedup_vs_full_offload, 1) << "x (" << sc.reference->source
               << "); predicted here: " << fmt(speedup, 2) << "x. Assumptions: profile '" << hw.name
               << "' (sources in its YAML file), the scenario's batch and sequence length (the blog gives none), "
-                 "GEMMs plus the layers' memory-bound kernels (a decoder's estimated), our own engine at ratio 1 as "
-                 "the baseline (not DeepSpeed's slower full offload), no framework overheads; the model was not tuned "
-                 "to the published figure.\n";
+                 "GEMMs plus the layers' memory-bound kernels ("
+              << (hw.gpu.decoder_kernel_gbps.empty() ? "a decoder's at the HBM rate"
+                                                     : "a decoder's at the profile's class rates")
+              << ", the fused attention "
+              << (hw.gpu.attention_tflops_by_shape.empty() ? "as GEMMs of the table" : "at the profile's measured rate")
+              << "), our own engine at ratio 1 as the baseline (not DeepSpeed's slower full offload), no framework "
+                 "overheads; the model was not tuned to the published figure.\n";
   if (b.ratio > 0)
     std::cout << "at ratio " << fmt(b.ratio, 3) << ": " << host_bytes_line(b.host_per_cpu_param) << "; "
               << core::staging_choice_text(b.staging) << "\n";

@@ -68,7 +68,7 @@ struct ValidateOptions {
   int steps = 6;
   std::optional<int> nproc;
   std::string run_json;
-  OutputFiles out;  // csv, json, svg; trace when measuring
+  OutputFiles out;                          // csv, json, svg; trace when measuring
   std::optional<std::string> memory_svg;    // measured and predicted peak GPU memory against the ratio
   std::optional<std::string> speculation;   // when measuring: run's --speculation, as given
   std::optional<std::string> timeline_svg;  // when measuring: run's --timeline-svg (one file per ratio)
@@ -113,7 +113,8 @@ const char kValidateEpilog[] =
     "\nEach point's measured step is the median of its steps after the first; spread = (max - min) /\n"
     "median of those. error = (simulated - measured) / measured. Phase columns (ms, measured/simulated):\n"
     "compute = forward + backward op time, opt = end of the last backward to the end of the step,\n"
-    "cpu = CPU optimizer op time, d2h/h2d = copy op time. gpu_GB m/s: peak GPU memory after step 1\n"
+    "cpu = CPU optimizer op time (passes and commits), d2h/h2d = copy op time. gpu_GB m/s: peak GPU memory after step "
+    "1\n"
     "(cudaMemGetInfo) against the memory model's; its MAPE and worst point are held to the same goals.\n"
     "Exit codes: 0 every goal met, 1 a goal missed, 2 bad input, 3 the measuring run failed, 4 internal error.\n";
 
@@ -187,8 +188,7 @@ std::optional<int> measure(const ValidateOptions& o) {
   const int nproc = o.nproc.value_or(o.sc.cluster.world_size());
   std::optional<int64_t> speculation;
   if (o.speculation) speculation = parse_speculation_text(*o.speculation);
-  const std::vector<double> ratios =
-      o.ratios ? parse_ratio_list(*o.ratios) : feasible_ratios(o.sc, nproc, speculation);
+  const std::vector<double> ratios = o.ratios ? parse_ratio_list(*o.ratios) : feasible_ratios(o.sc, nproc, speculation);
   std::string list;
   for (double r : ratios) list += (list.empty() ? "" : ",") + ratio_text(r);
   std::vector<std::string> cmd;
@@ -233,8 +233,8 @@ Verdict print_validation(const ValidateOptions& o, const MeasuredSweep& m, const
   Verdict verdict{v.mape_pct <= o.mape_goal, v.worst_pct <= o.max_goal};
   std::cout << "step time: MAPE " << fmt(v.mape_pct, 2) << "% over " << v.rows.size()
             << " points (goal <= " << fmt(o.mape_goal, 1) << "%): " << (verdict.mape_ok ? "met" : "MISSED")
-            << "; worst " << fmt(v.worst_pct, 2) << "% at ratio " << fmt(v.worst_ratio, 3) << " (goal <= "
-            << fmt(o.max_goal, 1) << "%): " << (verdict.max_ok ? "met" : "MISSED") << "\n";
+            << "; worst " << fmt(v.worst_pct, 2) << "% at ratio " << fmt(v.worst_ratio, 3)
+            << " (goal <= " << fmt(o.max_goal, 1) << "%): " << (verdict.max_ok ? "met" : "MISSED") << "\n";
   if (v.memory.points > 0) {
     verdict.memory_mape_ok = v.memory.mape_pct <= o.mape_goal;
     verdict.memory_max_ok = v.memory.worst_pct <= o.max_goal;
@@ -261,7 +261,9 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
   doc["mape_pct"] = v.mape_pct;
   doc["worst_pct"] = v.worst_pct;
   doc["worst_ratio"] = v.worst_ratio;
-  doc["goals"] = {{"mape_pct", o.mape_goal}, {"worst_pct", o.max_goal}, {"met", verdict.all()},
+  doc["goals"] = {{"mape_pct", o.mape_goal},
+                  {"worst_pct", o.max_goal},
+                  {"met", verdict.all()},
                   {"step_met", verdict.mape_ok && verdict.max_ok},
                   {"memory_met", verdict.memory_mape_ok && verdict.memory_max_ok}};
   if (v.memory.points > 0)
@@ -343,10 +345,10 @@ void write_memory_svg(const ValidateOptions& o, const MeasuredSweep& m, const Va
     sim.y.push_back(r.sim_gpu_gb);
   }
   spec.series = {meas, sim};
-  spec.note = v.memory.points > 0 ? "MAPE " + fmt(v.memory.mape_pct, 2) + "%, worst " + fmt(v.memory.worst_pct, 2) +
-                                        "% at ratio " + fmt(v.memory.worst_ratio, 3) + " (" +
-                                        std::to_string(v.memory.points) + " points)"
-                                  : "the measured sweep recorded no memory";
+  spec.note = v.memory.points > 0
+                  ? "MAPE " + fmt(v.memory.mape_pct, 2) + "%, worst " + fmt(v.memory.worst_pct, 2) + "% at ratio " +
+                        fmt(v.memory.worst_ratio, 3) + " (" + std::to_string(v.memory.points) + " points)"
+                  : "the measured sweep recorded no memory";
   write_svg(spec, *o.memory_svg, "--memory-svg");
 }
 

@@ -43,7 +43,8 @@ TimelineSpec step_timeline(const backend::sim::SimPoint& p, const std::string& w
   std::snprintf(ratio, sizeof ratio, "%.3f", p.ratio);
   spec.title = what + " step: " + scenario + ", ratio " + ratio + ", rank 0 of " + std::to_string(p.world);
   for (int q = 0; q < core::kQueueCount; ++q) spec.lanes.emplace_back(core::queue_name(core::Queue(q)));
-  for (int k = 0; k < core::kOpKindCount; ++k) spec.kinds.emplace_back(core::op_kind_name(core::OpKind(k)), kKindColors[size_t(k)]);
+  for (int k = 0; k < core::kOpKindCount; ++k)
+    spec.kinds.emplace_back(core::op_kind_name(core::OpKind(k)), kKindColors[size_t(k)]);
   std::array<int64_t, core::kQueueCount> busy{};
   for (const backend::sim::OpTiming& t : p.ranks[0].ops) {
     const core::Op& op = plan.ops.at(t.op);

@@ -149,7 +149,8 @@ std::string render_timeline_svg(const TimelineSpec& spec) {
       << "\" stroke=\"#eee\"/>\n";
     o << "<text x=\"" << X(t) << "\" y=\"" << axis_y + 16 << "\" text-anchor=\"middle\">" << num(t) << "</text>\n";
   }
-  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << axis_y + 34 << "\" text-anchor=\"middle\">time in the step (ms)</text>\n";
+  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << axis_y + 34
+    << "\" text-anchor=\"middle\">time in the step (ms)</text>\n";
   for (size_t l = 0; l < spec.lanes.size(); ++l) {
     const double y = T + double(l) * (lane_h + gap);
     o << "<rect x=\"" << L << "\" y=\"" << y << "\" width=\"" << W - L - R << "\" height=\"" << lane_h

@@ -34,7 +34,7 @@ struct TimelineBar {
 };
 struct TimelineSpec {
   std::string title;
-  std::vector<std::string> lanes;                           // top to bottom
+  std::vector<std::string> lanes;                          // top to bottom
   std::vector<std::pair<std::string, std::string>> kinds;  // (name, color) for the legend
   std::vector<TimelineBar> bars;
   std::string note;  // a line under the plot

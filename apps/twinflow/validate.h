@@ -70,7 +70,7 @@ backend::sim::SpeculationCase speculation_case(const MeasuredPoint& p);
 
 // Per point: the measured median and the simulated step, and the same for the phases that explain a
 // difference: fwd+bwd (summed op time on the compute stream), the optimizer phase (end of the last
-// backward to the end of the step), and the CPU optimizer, D2H and H2D op time.
+// backward to the end of the step), and the CPU optimizer (passes and commits), D2H and H2D op time.
 struct ValidationRow {
   double ratio = 0, actual_ratio = 0;
   SteadyStat measured;

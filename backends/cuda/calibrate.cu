@@ -806,39 +806,39 @@ struct DecoderBuffers {
       : t(d.batch * d.seq),
         part_floats(std::max(layer_norm_partial_floats(t, d.hidden),
                              bias_grad_partial_floats(t, std::max(3 * d.hidden, d.ffn)))),
-        x(bf16s(t * d.hidden)),      // (T, h) bf16: a block's input
-        y(bf16s(t * d.hidden)),      // (T, h) bf16: a LayerNorm's output, a GEMM's
-        r(bf16s(t * d.hidden)),      // (T, h) bf16: a residual, dresid
-        dy(bf16s(t * d.hidden)),     // (T, h) bf16: an incoming gradient
-        dx(bf16s(t * d.hidden)),     // (T, h) bf16: LayerNorm backward's output
-        w(bf16s(d.hidden)),          // (h) bf16: a LayerNorm's weight, a bias
-        b(bf16s(d.hidden)),          // (h) bf16
-        b3(bf16s(3 * d.hidden)),     // (3h) bf16: QKV's bias
-        bf(bf16s(d.ffn)),            // (f) bf16: fc1's bias
-        dw(bf16s(3 * d.hidden)),     // (3h) bf16: a weight or bias gradient
-        db(bf16s(std::max(3 * d.hidden, d.ffn))),  // (max(3h, f)) bf16
-        stats(size_t(2 * t) * 4),    // (2, T) fp32: mean, rstd
-        partials(size_t(part_floats) * 4),         // fp32 row-sum partials
-        qkv(bf16s(3 * t * d.hidden)),              // (T, 3h) bf16
-        dqkv(bf16s(3 * t * d.hidden)),             // (T, 3h) bf16
-        o(bf16s(t * d.hidden)),                    // (T, h) bf16: the attention's output
-        lse(size_t(t * d.heads) * 4),              // (B, H, s) fp32
-        delta(size_t(t * d.heads) * 4),            // (B, H, s) fp32
-        u(bf16s(t * d.ffn)),                       // (T, f) bf16: fc1's pre-activation
-        g(bf16s(t * d.ffn)),                       // (T, f) bf16: the activation
-        du(bf16s(t * d.ffn)),                      // (T, f) bf16
-        logits(bf16s(t * d.vocab)),                // (T, V) bf16
-        targets(size_t(t) * 4),                    // (T) int32
-        tokens(size_t(t) * 4),                     // (T) int32
-        row_loss(size_t(t) * 4),                   // (T) fp32
-        loss_sum(4),                               // (1) fp32
-        embed(bf16s(d.vocab * d.hidden)),          // (V, h) bf16
-        dembed(bf16s(d.vocab * d.hidden)),         // (V, h) bf16
-        head_grad(size_t(d.vocab * d.hidden) * 4), // (V, h) fp32: the tied head's dE_head
-        pos(bf16s(d.pos_rows * d.hidden)),         // (P + off, h) bf16
-        dpos(bf16s(d.pos_rows * d.hidden)),        // (P + off, h) bf16
-        starts(size_t(d.vocab + 1) * 4),           // (V + 1) int32: sort_token_rows
-        rows_by_token(size_t(t) * 4) {             // (T) int32
+        x(bf16s(t * d.hidden)),                     // (T, h) bf16: a block's input
+        y(bf16s(t * d.hidden)),                     // (T, h) bf16: a LayerNorm's output, a GEMM's
+        r(bf16s(t * d.hidden)),                     // (T, h) bf16: a residual, dresid
+        dy(bf16s(t * d.hidden)),                    // (T, h) bf16: an incoming gradient
+        dx(bf16s(t * d.hidden)),                    // (T, h) bf16: LayerNorm backward's output
+        w(bf16s(d.hidden)),                         // (h) bf16: a LayerNorm's weight, a bias
+        b(bf16s(d.hidden)),                         // (h) bf16
+        b3(bf16s(3 * d.hidden)),                    // (3h) bf16: QKV's bias
+        bf(bf16s(d.ffn)),                           // (f) bf16: fc1's bias
+        dw(bf16s(3 * d.hidden)),                    // (3h) bf16: a weight or bias gradient
+        db(bf16s(std::max(3 * d.hidden, d.ffn))),   // (max(3h, f)) bf16
+        stats(size_t(2 * t) * 4),                   // (2, T) fp32: mean, rstd
+        partials(size_t(part_floats) * 4),          // fp32 row-sum partials
+        qkv(bf16s(3 * t * d.hidden)),               // (T, 3h) bf16
+        dqkv(bf16s(3 * t * d.hidden)),              // (T, 3h) bf16
+        o(bf16s(t * d.hidden)),                     // (T, h) bf16: the attention's output
+        lse(size_t(t * d.heads) * 4),               // (B, H, s) fp32
+        delta(size_t(t * d.heads) * 4),             // (B, H, s) fp32
+        u(bf16s(t * d.ffn)),                        // (T, f) bf16: fc1's pre-activation
+        g(bf16s(t * d.ffn)),                        // (T, f) bf16: the activation
+        du(bf16s(t * d.ffn)),                       // (T, f) bf16
+        logits(bf16s(t * d.vocab)),                 // (T, V) bf16
+        targets(size_t(t) * 4),                     // (T) int32
+        tokens(size_t(t) * 4),                      // (T) int32
+        row_loss(size_t(t) * 4),                    // (T) fp32
+        loss_sum(4),                                // (1) fp32
+        embed(bf16s(d.vocab * d.hidden)),           // (V, h) bf16
+        dembed(bf16s(d.vocab * d.hidden)),          // (V, h) bf16
+        head_grad(size_t(d.vocab * d.hidden) * 4),  // (V, h) fp32: the tied head's dE_head
+        pos(bf16s(d.pos_rows * d.hidden)),          // (P + off, h) bf16
+        dpos(bf16s(d.pos_rows * d.hidden)),         // (P + off, h) bf16
+        starts(size_t(d.vocab + 1) * 4),            // (V + 1) int32: sort_token_rows
+        rows_by_token(size_t(t) * 4) {              // (T) int32
     uint64_t seed = 11;
     for (DeviceMemory* m : {&x, &y, &r, &dy, &dx, &w, &b, &b3, &bf, &qkv, &o, &u, &g, &logits, &embed, &pos})
       fill_random(GemmType::kBF16, m->get(), m->bytes() / 2, seed++, s);
@@ -865,7 +865,7 @@ struct DecoderBuffers {
 
 // Each class's launches over the embedding, one block and the head (workload_decoder.cu's calls).
 std::vector<std::pair<core::KernelClass, std::function<void()>>> class_launches(const DecoderKernelShape& d,
-                                                                              DecoderBuffers& m, cudaStream_t s) {
+                                                                                DecoderBuffers& m, cudaStream_t s) {
   using K = core::KernelClass;
   const int64_t T = m.t, h = d.hidden, f = d.ffn;
   const float eps = 1e-5f;
@@ -937,8 +937,8 @@ Stat seconds_per_call(cudaStream_t s, int reps, const std::function<void()>& fn)
 DecoderKernelTimes decoder_kernel_seconds(int device, const DecoderKernelShape& d, int reps) {
   check_reps(reps, "decoder_kernel_seconds");
   check_device(device);
-  if (d.batch < 1 || d.seq < 1 || d.hidden < 1 || d.heads < 1 || d.hidden % d.heads != 0 || d.ffn < 1 ||
-      d.vocab < 1 || d.pos_rows < d.seq + d.pos_offset)
+  if (d.batch < 1 || d.seq < 1 || d.hidden < 1 || d.heads < 1 || d.hidden % d.heads != 0 || d.ffn < 1 || d.vocab < 1 ||
+      d.pos_rows < d.seq + d.pos_offset)
     throw core::InputError("decoder_kernel_seconds: a decoder shape needs B, s, h, H (dividing h), f, V >= 1 and " +
                            std::string("P + off >= s + off position rows"));
   DeviceGuard guard(device);
@@ -946,13 +946,13 @@ DecoderKernelTimes decoder_kernel_seconds(int device, const DecoderKernelShape& 
   const cudaStream_t s = stream.get();
   DecoderBuffers m(d, s);
   DecoderKernelTimes out;
-  for (const auto& [kind, fn] : class_launches(d, m, s)) out.class_seconds.emplace_back(kind, seconds_per_call(s, reps, fn));
+  for (const auto& [kind, fn] : class_launches(d, m, s))
+    out.class_seconds.emplace_back(kind, seconds_per_call(s, reps, fn));
   const AttentionDims ad{d.batch, d.seq, d.heads, d.hidden / d.heads};
   // QKV's bias timing above added to qkv in place: fresh values for the attention
   fill_random(GemmType::kBF16, m.qkv.get(), m.qkv.bytes() / 2, 101, s);
-  out.attention_fwd_s = seconds_per_call(s, reps, [&] {
-    attention_forward(m.p(m.qkv), ad, m.p(m.o), m.p<float>(m.lse), s);
-  });
+  out.attention_fwd_s =
+      seconds_per_call(s, reps, [&] { attention_forward(m.p(m.qkv), ad, m.p(m.o), m.p<float>(m.lse), s); });
   // the backward reads the forward's log-sum-exp: the last forward above left it in lse
   out.attention_bwd_s = seconds_per_call(s, reps, [&] {
     attention_backward(m.p(m.qkv), m.p(m.o), m.p(m.dy), m.p<float>(m.lse), ad, m.p<float>(m.delta), m.p(m.dqkv), s);

@@ -70,7 +70,8 @@ struct AttentionRates {
 AttentionRates attention_rates(const core::GpuProfile& g, const core::ModelDesc& m, const core::LayerDesc& l) {
   if (l.kind != core::LayerKind::kBlock || m.spec.decoder.heads <= 0) return {};
   const core::DecoderShape& d = m.spec.decoder;
-  return {g.attention_tflops_at(core::head_dim(d), d.seq, false), g.attention_tflops_at(core::head_dim(d), d.seq, true)};
+  return {g.attention_tflops_at(core::head_dim(d), d.seq, false),
+          g.attention_tflops_at(core::head_dim(d), d.seq, true)};
 }
 
 // ns of a layer's GEMMs. A batch of products runs at the rate of the one GEMM with the same tiles,
@@ -94,7 +95,8 @@ double gemms_ns(const std::vector<core::LayerGemm>& gemms, const tf::sim::GemmPa
 // ns of a layer's memory-bound kernels: each class's bytes at its measured rate (gpu.decoder_kernel_gbps),
 // else at gpu.hbm_gbps (GB/s = bytes per ns). With a measured attention rate the attention's own
 // traffic is part of that rate's time and is not counted again.
-double elementwise_ns(const std::vector<core::KernelCost>& kernels, const core::GpuProfile& g, bool attention_measured) {
+double elementwise_ns(const std::vector<core::KernelCost>& kernels, const core::GpuProfile& g,
+                      bool attention_measured) {
   int64_t hbm_bytes = 0;  // the classes without a measured rate, summed first (one division, as before the classes)
   double ns = 0;
   for (const core::KernelCost& k : kernels) {
@@ -180,8 +182,7 @@ void layer_costs(const core::Scenario& s, const core::RunSettings& rs, double ge
     c.bwd_gemm_ns.push_back(gemms_ns(bwd, gp, measured, am ? att.bwd_tflops : 0) + elementwise_ns(ew.bwd, hw.gpu, am) +
                             (recompute ? f : 0.0));
     c.fwd_kernels.push_back(std::max(1, fk));
-    c.bwd_kernels.push_back(
-        std::max(1, gemm_launches(bwd, am, true) + ew.bwd_kernels() + (recompute ? fk : 0)));
+    c.bwd_kernels.push_back(std::max(1, gemm_launches(bwd, am, true) + ew.bwd_kernels() + (recompute ? fk : 0)));
   }
 }
 

@@ -260,8 +260,11 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
 TEST(GpuProfile, AttentionRateIsTheNearestMeasuredShapes) {
   GpuProfile g;
   EXPECT_EQ(g.attention_tflops_at(64, 1024, false), 0.0);  // none measured
-  g.attention_tflops_by_shape = {{64, 1024, 300, false}, {64, 1024, 240, true},  {128, 1024, 400, false},
-                                 {128, 4096, 450, false}, {128, 2048, 350, true}};
+  g.attention_tflops_by_shape = {{64, 1024, 300, false},
+                                 {64, 1024, 240, true},
+                                 {128, 1024, 400, false},
+                                 {128, 4096, 450, false},
+                                 {128, 2048, 350, true}};
   EXPECT_EQ(g.attention_tflops_at(64, 1024, false), 300);
   EXPECT_EQ(g.attention_tflops_at(64, 1024, true), 240);
   EXPECT_EQ(g.attention_tflops_at(64, 8192, true), 240);    // the only d 64 backward point
