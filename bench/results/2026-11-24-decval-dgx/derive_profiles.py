@@ -23,6 +23,11 @@ def figure(node, key):
     return v["value"] if isinstance(v, dict) else None
 
 
+def list_figure(key, rows, source):
+    """A profile's list figure under gpu:, as core::format_hardware_profile writes one."""
+    return [f"  {key}:", "    value:"] + [f"      - [{r}]" for r in rows] + [f'    source: "{source}"']
+
+
 def main():
     src, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     h = yaml.safe_load(src.read_text())
@@ -39,16 +44,14 @@ def main():
         lines = []
         if att:
             f = peak / H100_DATASHEET_BF16_TFLOPS
-            lines += ["  attention_tflops_by_shape:", "    value:"]
-            lines += [f"      - [{a[0]}, {a[1]}, {a[2] * f:.4g}, {a[3]}]" for a in att]
-            lines.append(f'    source: "assumed: {src.name}\'s measured H100 points x {peak:g} / '
-                         f'{H100_DATASHEET_BF16_TFLOPS:g} (this GPU\'s bf16 peak over the H100 SXM\'s); not measured here"')
+            lines += list_figure("attention_tflops_by_shape", [f"{a[0]}, {a[1]}, {a[2] * f:.4g}, {a[3]}" for a in att],
+                                 f"assumed: {src.name}'s measured H100 points x {peak:g} / "
+                                 f"{H100_DATASHEET_BF16_TFLOPS:g} (this GPU's bf16 peak over the H100 SXM's); not measured here")
         if ker:
             f = dhbm / hbm
-            lines += ["  decoder_kernel_gbps:", "    value:"]
-            lines += [f"      - [{k[0]}, {k[1] * f:.4g}]" for k in ker]
-            lines.append(f'    source: "assumed: {src.name}\'s measured H100 class rates x {dhbm:g} / {hbm:g} '
-                         f'(this GPU\'s HBM rate over the H100 profile\'s streaming rate); not measured here"')
+            lines += list_figure("decoder_kernel_gbps", [f"{k[0]}, {k[1] * f:.4g}" for k in ker],
+                                 f"assumed: {src.name}'s measured H100 class rates x {dhbm:g} / {hbm:g} (this GPU's "
+                                 f"HBM rate over the H100 profile's streaming rate); not measured here")
         # insert after the gpu section's kernel_launch_ns line (every DGX profile has it)
         out_lines, done = [], False
         for line in text.splitlines():
