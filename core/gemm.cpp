@@ -2,6 +2,7 @@
 #include "core/gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 namespace tf::core {
@@ -35,8 +36,8 @@ std::vector<LayerGemm> block_gemms(const DecoderShape& d, int64_t micro_batch) {
   const bool split = d.heads > 0 && h % d.heads == 0;
   const int64_t dh = split ? h / d.heads : h, heads = split ? d.heads : 1, bh = micro_batch * heads;
   const auto [cm, cn] = causal_pairs_shape(d.seq);
-  const LayerGemm scores{cm, cn, dh, bh, GemmPass::kForward, true};  // Q K^T over the causal half
-  const LayerGemm pv{cm, dh, cn, bh};                                // P V
+  const LayerGemm scores{cm, cn, dh, bh, GemmPass::kForward, true, true};  // Q K^T over the causal half
+  const LayerGemm pv{cm, dh, cn, bh, GemmPass::kForward, false, true};     // P V
   return {{t, 3 * h, h}, scores, pv, {t, h, h}, {t, f, h}, {t, h, f}};
 }
 
@@ -67,9 +68,10 @@ std::vector<LayerGemm> forward_gemms(const ModelDesc& m, const LayerDesc& l, int
 std::vector<LayerGemm> backward_gemms(const std::vector<LayerGemm>& forward, bool input_grad) {
   std::vector<LayerGemm> out;
   for (const LayerGemm& g : forward) {
-    if (g.recomputed_in_backward) out.push_back({g.m, g.n, g.k, g.batch, GemmPass::kForward});
-    if (input_grad) out.push_back({g.m, g.k, g.n, g.batch, GemmPass::kInputGrad});
-    out.push_back({g.n, g.k, g.m, g.batch, GemmPass::kWeightGrad});
+    const bool fused = g.fused_attention;
+    if (g.recomputed_in_backward) out.push_back({g.m, g.n, g.k, g.batch, GemmPass::kForward, false, fused});
+    if (input_grad) out.push_back({g.m, g.k, g.n, g.batch, GemmPass::kInputGrad, false, fused});
+    out.push_back({g.n, g.k, g.m, g.batch, GemmPass::kWeightGrad, false, fused});
   }
   return out;
 }
@@ -78,7 +80,67 @@ bool layer_needs_input_grad(const ModelDesc& m, size_t index) {
   return !(index == 0 && m.layers.at(0).kind == LayerKind::kLinear);
 }
 
+double fused_attention_flops(const std::vector<LayerGemm>& gemms) {
+  double f = 0;
+  for (const LayerGemm& g : gemms)
+    if (g.fused_attention) f += 2.0 * double(g.m) * double(g.n) * double(g.k) * double(g.batch);
+  return f;
+}
+
 namespace {
+
+// core::KernelClass's names, in its order.
+constexpr std::array<std::string_view, kKernelClassCount> kKernelClassNames = {
+    "other",
+    "layer_norm_forward",
+    "layer_norm_backward",
+    "bias_act_forward",
+    "bias_residual_forward",
+    "bias_act_backward",
+    "bias_grad",
+    "embedding_forward",
+    "embedding_backward",
+    "cross_entropy",
+    "attention_forward",
+    "attention_backward",
+};
+
+}  // namespace
+
+std::string_view kernel_class_name(KernelClass c) {
+  const auto i = size_t(c);
+  return i < kKernelClassNames.size() ? kKernelClassNames[i] : "?";
+}
+
+std::optional<KernelClass> parse_kernel_class(std::string_view name) {
+  for (size_t i = 0; i < kKernelClassNames.size(); ++i)
+    if (kKernelClassNames[i] == name) return KernelClass(i);
+  return std::nullopt;
+}
+
+int64_t ElementwiseCost::bytes_of(const std::vector<KernelCost>& v) {
+  int64_t b = 0;
+  for (const KernelCost& k : v) b += k.bytes;
+  return b;
+}
+
+int ElementwiseCost::kernels_of(const std::vector<KernelCost>& v) {
+  int n = 0;
+  for (const KernelCost& k : v) n += k.kernels;
+  return n;
+}
+
+int64_t class_bytes(const ElementwiseCost& cost, KernelClass c) {
+  int64_t b = 0;
+  for (const std::vector<KernelCost>* v : {&cost.fwd, &cost.bwd})
+    for (const KernelCost& k : *v)
+      if (k.kind == c) b += k.bytes;
+  return b;
+}
+
+namespace {
+
+using enum KernelClass;
 
 // An MLP layer's kernels (backends/cuda/workload_mlp.cu).
 ElementwiseCost linear_elementwise(const ModelDesc& m, size_t index, int64_t B, int64_t e) {
@@ -87,11 +149,11 @@ ElementwiseCost linear_elementwise(const ModelDesc& m, size_t index, int64_t B, 
   const int64_t out = w[0], in = w[1];
   const bool first = index == 0, last = index + 1 == m.layers.size(), bias = m.spec.mlp_bias;
   ElementwiseCost c;
-  if (first) c.fwd_bytes += B * in * e, c.fwd_kernels += 1;                                      // generated input X
-  if (bias || !last) c.fwd_bytes += 2 * B * out * e + (bias ? out * e : 0), c.fwd_kernels += 1;  // bias + ReLU
-  if (last) c.fwd_bytes += 2 * B * out * e, c.fwd_kernels += 2;        // loss and dY in place of Y
-  if (bias) c.bwd_bytes += B * out * e + out * e, c.bwd_kernels += 2;  // db: partial sums, finish
-  if (!first) c.bwd_bytes += 3 * B * in * e, c.bwd_kernels += 1;       // dX masked by ReLU(X)
+  if (first) c.fwd.push_back({kOther, B * in * e, 1});                                      // generated input X
+  if (bias || !last) c.fwd.push_back({kOther, 2 * B * out * e + (bias ? out * e : 0), 1});  // bias + ReLU
+  if (last) c.fwd.push_back({kOther, 2 * B * out * e, 2});                                  // loss and dY in place of Y
+  if (bias) c.bwd.push_back({kOther, B * out * e + out * e, 2});                            // db: partial sums, finish
+  if (!first) c.bwd.push_back({kOther, 3 * B * in * e, 1});                                 // dX masked by ReLU(X)
   return c;
 }
 
@@ -119,10 +181,14 @@ ElementwiseCost linear_elementwise(const ModelDesc& m, size_t index, int64_t B, 
 ElementwiseCost block_elementwise(const DecoderShape& d, int64_t B, int64_t e) {
   const int64_t t = B * d.seq, h = d.hidden, f = d.ffn, heads = std::max<int64_t>(d.heads, 1);
   ElementwiseCost c;
-  c.fwd_bytes = 20 * t * h * e + 3 * t * f * e + 9 * h * e + f * e + 16 * t + 4 * t * heads;
-  c.fwd_kernels = 6;
-  c.bwd_bytes = 26 * t * h * e + 4 * t * f * e + 11 * h * e + f * e + 16 * t + 20 * t * heads;
-  c.bwd_kernels = 14;
+  c.fwd = {{kLayerNormForward, 2 * (2 * t * h * e + 2 * h * e + 8 * t), 2},
+           {kBiasActForward, 6 * t * h * e + 3 * h * e + 3 * t * f * e + f * e, 2},
+           {kAttentionForward, 4 * t * h * e + 4 * t * heads, 0},
+           {kBiasResidualForward, 2 * (3 * t * h * e + h * e), 2}};
+  c.bwd = {{kBiasGrad, (t * h * e + h * e) + (t * h * e + h * e) + (3 * t * h * e + 3 * h * e), 6},
+           {kBiasActBackward, 3 * t * f * e + t * f * e + f * e, 3},
+           {kLayerNormBackward, 2 * (4 * t * h * e + 8 * t + 3 * h * e), 4},
+           {kAttentionBackward, 2 * t * h * e + 4 * t * heads + 11 * t * h * e + 16 * t * heads, 1}};
   return c;
 }
 
@@ -135,27 +201,29 @@ ElementwiseCost embedding_elementwise(const DecoderShape& d, int64_t B, int64_t 
   const int64_t t = B * d.seq, h = d.hidden, ew = embed_width(d), v = d.vocab;
   ElementwiseCost c;
   if (has_embed_projection(d))
-    c.fwd_bytes = 4 * t + 2 * t * ew * e + 3 * t * h * e, c.fwd_kernels = 2;
+    c.fwd = {{kEmbeddingForward, 4 * t + 2 * t * ew * e + 3 * t * h * e, 2}};
   else
-    c.fwd_bytes = 4 * t + 3 * t * h * e, c.fwd_kernels = 1;
-  c.bwd_bytes =
-      t * h * e + position_rows(d) * h * e + 4 * t + t * ew * e + v * ew * e + (d.tied_embeddings ? 4 * v * ew : 0);
-  c.bwd_kernels = 2;
+    c.fwd = {{kEmbeddingForward, 4 * t + 3 * t * h * e, 1}};
+  c.bwd = {
+      {kEmbeddingBackward,
+       t * h * e + position_rows(d) * h * e + 4 * t + t * ew * e + v * ew * e + (d.tied_embeddings ? 4 * v * ew : 0),
+       2}};
   return c;
 }
 
 // The head: forward LNf (pre-LN models; 2Th e + 2h e + 8T) and the cross-entropy (read the logits
 // (T, V) and targets, write lse and the row losses: TV e + 12T), 1 kernel each. Backward: dlogits
 // (read logits, lse, targets, write dlogits: 2TV e + 8T), 1 kernel, and LNf' (pre-LN: read dz, x_L,
-// stats, w, write dx_L, dw, db: 3Th e + 8T + 3h e), 2 kernels.
+// stats, w, write dx_L, dw, db: 3Th e + 8T + 3h e), 2 kernels. (The CUDA workload fuses the loss and
+// dlogits into one kernel in the forward; the class's rate is measured on that kernel.)
 ElementwiseCost head_elementwise(const DecoderShape& d, int64_t B, int64_t e) {
   const int64_t t = B * d.seq, h = d.hidden, v = d.vocab;
   ElementwiseCost c;
-  c.fwd_bytes = t * v * e + 12 * t, c.fwd_kernels = 1;
-  c.bwd_bytes = 2 * t * v * e + 8 * t, c.bwd_kernels = 1;
+  c.fwd = {{kCrossEntropy, t * v * e + 12 * t, 1}};
+  c.bwd = {{kCrossEntropy, 2 * t * v * e + 8 * t, 1}};
   if (d.pre_ln) {
-    c.fwd_bytes += 2 * t * h * e + 2 * h * e + 8 * t, c.fwd_kernels += 1;
-    c.bwd_bytes += 3 * t * h * e + 8 * t + 3 * h * e, c.bwd_kernels += 2;
+    c.fwd.push_back({kLayerNormForward, 2 * t * h * e + 2 * h * e + 8 * t, 1});
+    c.bwd.push_back({kLayerNormBackward, 3 * t * h * e + 8 * t + 3 * h * e, 2});
   }
   return c;
 }

@@ -26,8 +26,14 @@ struct LayerGemm {
   GemmPass pass = GemmPass::kForward;
   // Computed again in backward before its gradients (the fused attention's scores).
   bool recomputed_in_backward = false;
+  // A product inside the fused attention kernel (backends/cuda/attention.cu), not a cuBLAS call: timed
+  // at the profile's measured attention rate when it has one (gpu.attention_tflops_by_shape).
+  bool fused_attention = false;
   bool operator==(const LayerGemm&) const = default;
 };
+
+// FLOPs (2 m n k per product) of the fused attention's entries of a GEMM list (forward or backward).
+double fused_attention_flops(const std::vector<LayerGemm>& gemms);
 
 // The forward GEMMs of one layer for one micro-batch; their FLOPs add up to model.cpp's count.
 // Linear (MLP): Y (B, out) = X (B, in) Wt. Decoder block: QKV; the fused causal attention's two
@@ -46,19 +52,57 @@ std::vector<LayerGemm> backward_gemms(const std::vector<LayerGemm>& forward, boo
 // Whether layer `index`'s backward computes its input's gradient: every layer but an MLP's first.
 bool layer_needs_input_grad(const ModelDesc& m, size_t index);
 
+// The classes of memory-bound kernels, each a kernel of backends/cuda/decoder_kernels.cuh (or the
+// fused attention's own traffic) whose achieved rate `twinflow calibrate --scenario` measures
+// (gpu.decoder_kernel_gbps: the class's bytes below over its measured time); kOther (an MLP's
+// kernels) and an unmeasured class run at gpu.hbm_gbps.
+enum class KernelClass : uint8_t {
+  kOther,
+  kLayerNormForward,     // layer_norm_forward
+  kLayerNormBackward,    // layer_norm_backward (with the residual gradient in a block)
+  kBiasActForward,       // bias_act_forward: QKV's bias, fc1's bias and activation
+  kBiasResidualForward,  // bias_residual_forward: out-projection and fc2 with their residuals
+  kBiasActBackward,      // bias_act_backward: du = dg act'(u) and db1
+  kBiasGrad,             // bias_grad: db2, dbo, dbqkv
+  kEmbeddingForward,     // embedding_forward (gather_rows + add_positions with project_in)
+  kEmbeddingBackward,    // position_grad + token_embedding_grad
+  kCrossEntropy,         // cross_entropy_forward_backward: the loss (forward) and dlogits (backward)
+  kAttentionForward,     // the fused attention's q, k, v, o, lse traffic (its FLOPs are GEMM entries)
+  kAttentionBackward,    // D = rowsum(dO o O) and the backward's traffic
+};
+inline constexpr int kKernelClassCount = 12;
+// "other", "layer_norm_forward", ..., "attention_backward".
+std::string_view kernel_class_name(KernelClass c);
+std::optional<KernelClass> parse_kernel_class(std::string_view name);
+
+// `kernels` launches of one class moving `bytes` (read + written) in all.
+struct KernelCost {
+  KernelClass kind = KernelClass::kOther;
+  int64_t bytes = 0;
+  int kernels = 0;
+  bool operator==(const KernelCost&) const = default;
+};
+
 // The memory-bound kernels of a layer's forward and backward besides its GEMMs, for one micro-batch:
-// bytes read + written and kernel launches. For an MLP these are the CUDA workload's own kernels
-// (backends/cuda/workload_mlp.cu): the input generator (first layer), bias + ReLU, the loss and its
-// gradient (last layer); backward: the bias gradient (two kernels) and the ReLU mask of the input
-// gradient. For a decoder, the kernels docs/decoder.md writes (formulas in gemm.cpp; not yet
-// measured): LayerNorms with their fp32 statistics, bias adds after the GEMMs' rounding, the
-// activation, residual adds, the fused attention's own traffic (q, k, v, o, lse: no s x s matrix;
-// its launches are counted with its GEMM entries), row sums for bias and LayerNorm gradients
-// (partial sums, then a fold), the embedding's gather and scatter, the cross-entropy and dlogits.
+// bytes read + written and kernel launches, by class. For an MLP these are the CUDA workload's own
+// kernels (backends/cuda/workload_mlp.cu): the input generator (first layer), bias + ReLU, the loss
+// and its gradient (last layer); backward: the bias gradient (two kernels) and the ReLU mask of the
+// input gradient. For a decoder, the kernels docs/decoder.md writes (formulas in gemm.cpp):
+// LayerNorms with their fp32 statistics, bias adds after the GEMMs' rounding, the activation,
+// residual adds, the fused attention's own traffic (q, k, v, o, lse: no s x s matrix; its launches
+// are counted with its GEMM entries), row sums for bias and LayerNorm gradients (partial sums, then a
+// fold), the embedding's gather and scatter, the cross-entropy and dlogits.
 struct ElementwiseCost {
-  int64_t fwd_bytes = 0, bwd_bytes = 0;
-  int fwd_kernels = 0, bwd_kernels = 0;
+  std::vector<KernelCost> fwd, bwd;
+  int64_t fwd_bytes() const { return bytes_of(fwd); }
+  int64_t bwd_bytes() const { return bytes_of(bwd); }
+  int fwd_kernels() const { return kernels_of(fwd); }
+  int bwd_kernels() const { return kernels_of(bwd); }
+  static int64_t bytes_of(const std::vector<KernelCost>& v);
+  static int kernels_of(const std::vector<KernelCost>& v);
 };
 ElementwiseCost layer_elementwise(const ModelDesc& m, size_t index, int64_t micro_batch, int act_bytes);
+// The bytes of class `c` in a cost's forward and backward.
+int64_t class_bytes(const ElementwiseCost& cost, KernelClass c);
 
 }  // namespace tf::core

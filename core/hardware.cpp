@@ -93,6 +93,51 @@ std::vector<GemmPoint> read_gemm_points(const Node& v) {
   return pts;
 }
 
+std::vector<AttentionPoint> read_attention_points(const Node& v) {
+  if (!v.is_seq() || v.children.empty())
+    config::fail(v, "expected a list of [head_dim, seq, tflops, forward|backward] entries, got " + v.describe());
+  std::vector<AttentionPoint> pts;
+  for (const Node& e : v.children) {
+    if (!e.is_seq() || e.children.size() != 4)
+      config::fail(e, "expected an entry [head_dim, seq, tflops, forward|backward], got " + e.describe());
+    AttentionPoint a;
+    a.head_dim = config::read_int(e.children[0], 1, 1 << 16);
+    a.seq = config::read_int(e.children[1], 1, int64_t(1) << 31);
+    a.tflops = config::read_number(e.children[2], 0, 1e5, true);
+    const Node& pn = e.children[3];
+    if (!pn.is_scalar() || (pn.scalar != "forward" && pn.scalar != "backward"))
+      config::fail(pn, "unknown attention pass " + pn.describe() + "; allowed: forward, backward");
+    a.backward = pn.scalar == "backward";
+    for (const AttentionPoint& o : pts)
+      if (o.head_dim == a.head_dim && o.seq == a.seq && o.backward == a.backward)
+        config::fail(e, "head_dim " + std::to_string(a.head_dim) + ", seq " + std::to_string(a.seq) + " (" + pn.scalar +
+                            ") is listed twice");
+    pts.push_back(a);
+  }
+  return pts;
+}
+
+std::vector<KernelRate> read_kernel_rates(const Node& v) {
+  std::string allowed;
+  for (int c = 1; c < kKernelClassCount; ++c)
+    allowed += (c > 1 ? ", " : "") + std::string(kernel_class_name(KernelClass(c)));
+  if (!v.is_seq() || v.children.empty())
+    config::fail(v, "expected a list of [kernel_class, gbps] pairs, got " + v.describe());
+  std::vector<KernelRate> rates;
+  for (const Node& e : v.children) {
+    if (!e.is_seq() || e.children.size() != 2)
+      config::fail(e, "expected a pair [kernel_class, gbps], got " + e.describe());
+    const Node& cn = e.children[0];
+    const std::optional<KernelClass> c = cn.is_scalar() ? parse_kernel_class(cn.scalar) : std::nullopt;
+    if (!c || *c == KernelClass::kOther)
+      config::fail(cn, "unknown kernel class " + cn.describe() + "; allowed: " + allowed);
+    for (const KernelRate& o : rates)
+      if (o.kind == *c) config::fail(cn, "kernel class " + cn.scalar + " is listed twice");
+    rates.push_back({*c, config::read_number(e.children[1], 0, 1e6, true)});
+  }
+  return rates;
+}
+
 std::vector<BusPoint> read_bus_points(const Node& v) {
   if (!v.is_seq() || v.children.empty())
     config::fail(v, "expected a list of [message_bytes, bus_gbps] pairs, got " + v.describe());
@@ -125,6 +170,27 @@ double LinkProfile::bus_gbps_at(int64_t message_bytes) const {
       return p[i - 1].bus_gbps + t * (p[i].bus_gbps - p[i - 1].bus_gbps);
     }
   return p.back().bus_gbps;
+}
+
+double GpuProfile::attention_tflops_at(int64_t head_dim, int64_t seq, bool backward) const {
+  const auto dist = [](int64_t a, int64_t b) { return std::abs(std::log(double(a) / double(b))); };
+  const AttentionPoint* best = nullptr;
+  for (const AttentionPoint& a : attention_tflops_by_shape) {
+    if (a.backward != backward) continue;
+    if (!best) {
+      best = &a;
+      continue;
+    }
+    const double dh = dist(a.head_dim, head_dim), bh = dist(best->head_dim, head_dim);
+    if (dh < bh || (dh == bh && dist(a.seq, seq) < dist(best->seq, seq))) best = &a;
+  }
+  return best ? best->tflops : 0.0;
+}
+
+double GpuProfile::kernel_gbps(KernelClass c) const {
+  for (const KernelRate& r : decoder_kernel_gbps)
+    if (r.kind == c && r.gbps > 0) return r.gbps;
+  return hbm_gbps;
 }
 
 double CpuProfile::optimizer_gparam_s(int threads) const {
@@ -193,6 +259,10 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
       p.gpu.pinned_host_map_bytes_per_gb = fig_num(g, "pinned_host_map_bytes_per_gb", p, 0, 1e9);
     if (g.has("bf16_gemm_tflops_by_shape"))
       p.gpu.bf16_gemm_tflops_by_shape = read_gemm_points(figure(g, "bf16_gemm_tflops_by_shape", p));
+    if (g.has("attention_tflops_by_shape"))
+      p.gpu.attention_tflops_by_shape = read_attention_points(figure(g, "attention_tflops_by_shape", p));
+    if (g.has("decoder_kernel_gbps"))
+      p.gpu.decoder_kernel_gbps = read_kernel_rates(figure(g, "decoder_kernel_gbps", p));
     g.warn_unknown();
   }
   {
@@ -417,6 +487,19 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
       rows.push_back(integer(e.m) + ", " + integer(e.n) + ", " + integer(e.k) + ", " + num(e.tflops) +
                      (e.pass == GemmPass::kAny ? std::string() : ", " + std::string(gemm_pass_name(e.pass))));
     w.list_figure(2, "bf16_gemm_tflops_by_shape", rows);
+  }
+  if (!g.attention_tflops_by_shape.empty()) {
+    std::vector<std::string> rows;
+    for (const AttentionPoint& a : g.attention_tflops_by_shape)
+      rows.push_back(integer(a.head_dim) + ", " + integer(a.seq) + ", " + num(a.tflops) + ", " +
+                     (a.backward ? "backward" : "forward"));
+    w.list_figure(2, "attention_tflops_by_shape", rows);
+  }
+  if (!g.decoder_kernel_gbps.empty()) {
+    std::vector<std::string> rows;
+    for (const KernelRate& r : g.decoder_kernel_gbps)
+      rows.push_back(std::string(kernel_class_name(r.kind)) + ", " + num(r.gbps));
+    w.list_figure(2, "decoder_kernel_gbps", rows);
   }
 
   const PcieProfile& pc = p.pcie;

@@ -26,6 +26,24 @@ struct GemmPoint {
   bool operator==(const GemmPoint&) const = default;
 };
 
+// The fused attention kernel's achieved rate (backends/cuda/attention.cu) at one shape: FLOPs as
+// core::fused_attention_flops counts the pass (the forward's two products, or the backward's five with
+// the recomputed scores) over its measured time (twinflow calibrate --scenario).
+struct AttentionPoint {
+  int64_t head_dim = 0, seq = 0;
+  double tflops = 0;
+  bool backward = false;  // the backward's kernels (D, dK/dV, dQ), else the forward's
+  bool operator==(const AttentionPoint&) const = default;
+};
+
+// A class of the decoder's memory-bound kernels at its achieved rate: the class's bytes as
+// core::layer_elementwise counts them over the measured time of its kernels (twinflow calibrate --scenario).
+struct KernelRate {
+  KernelClass kind = KernelClass::kOther;
+  double gbps = 0;
+  bool operator==(const KernelRate&) const = default;
+};
+
 struct GpuProfile {
   std::string name;
   int64_t hbm_bytes = 0;
@@ -54,6 +72,14 @@ struct GpuProfile {
                                         // engine's collectives (all-gather, send/recv, all-reduce) ran once
   int64_t alloc_granularity_bytes = 0;  // cudaMalloc's: a buffer costs its size rounded up to this
   double pinned_host_map_bytes_per_gb = 0;  // device bytes per GB of page-locked host memory (its mapping)
+  std::vector<GemmPoint> bf16_gemm_tflops_by_shape;       // cuBLAS bf16 GEMM rates, in measurement order
+  std::vector<AttentionPoint> attention_tflops_by_shape;  // optional: the fused attention's rates
+  std::vector<KernelRate> decoder_kernel_gbps;            // optional: one rate per measured class
+  // The attention rate for a pass at (head_dim, seq): the points of the pass with the nearest head
+  // dimension, of those the nearest sequence length (both in log distance), as measured; 0 when none.
+  double attention_tflops_at(int64_t head_dim, int64_t seq, bool backward) const;
+  // The class's measured rate, else hbm_gbps.
+  double kernel_gbps(KernelClass c) const;
   bool operator==(const GpuProfile&) const = default;
 };
 

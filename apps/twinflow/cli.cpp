@@ -268,7 +268,10 @@ void add_speculation_option(po::options_description& desc) {
 
 std::optional<int64_t> read_speculation_option(const po::variables_map& vm) {
   if (!vm.count("speculation")) return std::nullopt;
-  const std::string v = vm["speculation"].as<std::string>();
+  return parse_speculation_text(vm["speculation"].as<std::string>());
+}
+
+int64_t parse_speculation_text(const std::string& v) {
   if (core::ascii_lower(v) == "auto") return core::kSpeculationAuto;
   char* end = nullptr;
   errno = 0;

@@ -131,6 +131,8 @@ std::optional<int> read_staging_slots(const po::variables_map& vm);
 // training.speculation. `auto` gives core::kSpeculationAuto, 0 turns it off; none: not given.
 void add_speculation_option(po::options_description& desc);
 std::optional<int64_t> read_speculation_option(const po::variables_map& vm);
+// One --speculation value: "auto" (core::kSpeculationAuto) or bytes >= 0; InputError otherwise.
+int64_t parse_speculation_text(const std::string& v);
 
 // This executable's path (/proc/self/exe), to run another twinflow subcommand; core::RuntimeFailure
 // naming `who` when it cannot be read.

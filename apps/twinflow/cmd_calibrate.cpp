@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
@@ -13,9 +14,11 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -25,6 +28,7 @@
 #include "apps/twinflow/measure.h"
 #include "apps/twinflow/table.h"
 #include "core/alloc_plan.h"
+#include "core/decoder_layout.h"
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/hardware.h"
@@ -266,7 +270,8 @@ class Calibrator {
         cpu_n_(o.quick ? size_t(1) << 22 : size_t(1) << 28),
         gpu_opt_n_(o.quick ? size_t(1) << 24 : size_t(1) << 28),
         dma_chunk_(o.quick ? size_t(16) << 20 : size_t(64) << 20),
-        gemms_(gemm_cases(o.quick, load_scenarios(o))),
+        scenarios_(load_scenarios(o)),
+        gemms_(gemm_cases(o.quick, scenarios_)),
         builtin_cases_(gemm_cases(o.quick, {}).size()),  // the rest are the scenarios' shapes
         threads_(thread_counts(cores_)),
         cpu_ranks_(rank_counts(cores_, gpus_)),
@@ -280,6 +285,7 @@ class Calibrator {
     announce();
     measure_gpu_memory();  // first: the probe's baseline is this process with nothing allocated
     measure_gemms();
+    measure_decoder_kernels();
     measure_gemm_dtypes();
     measure_device_memory();
     measure_gpu_optimizer();
@@ -315,8 +321,11 @@ class Calibrator {
   int planned_steps() const {
     const int random_rows = o_.gemm_relu ? int(gemms_.size() - builtin_cases_) : 0;
     const int memory = 3 + (gpus_ > 1 ? 1 : 0) + int(std::size(kGranularityProbeBytes)) + 2;
-    return memory + int(gemms_.size()) + random_rows + 2 + 3 + 8 + 5 + int(threads_.size()) + int(cpu_ranks_.size()) +
-           3 + 2 + (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
+    int decoder_rows = 0;  // a class row each and the attention's two, per decoder scenario
+    for (const core::Scenario& sc : scenarios_)
+      if (decoder_kernel_shape(sc)) decoder_rows += core::kKernelClassCount - 3 + 2;
+    return memory + int(gemms_.size()) + random_rows + decoder_rows + 2 + 3 + 8 + 5 + int(threads_.size()) +
+           int(cpu_ranks_.size()) + 3 + 2 + (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
   }
 
   void announce() const {
@@ -462,6 +471,102 @@ class Calibrator {
         gpu_label_ + "; [m, n, k, TFLOP/s, pass] of C (m, n) = A (m, k) B (k, n) in the layout of the pass (forward " +
         "TN, input_grad NN, weight_grad NT with k = the batch); each the median of " + std::to_string(R_) +
         " repetitions of >= 2 ms (spreads in the calibrate table)";
+  }
+
+  // ---- the decoder's own kernels ------------------------------------------------------------------
+  // The kernel shapes of a --scenario's decoder, or none: an MLP, a model with OPT's projections (e != h:
+  // their gather and position kernels are not timed), or a head dimension the attention kernel lacks.
+  static std::optional<cal::DecoderKernelShape> decoder_kernel_shape(const core::Scenario& sc) {
+    const core::ModelDesc m = core::describe_model(sc.model);
+    if (m.spec.type != core::ModelType::kDecoder) return std::nullopt;
+    const core::DecoderShape& d = m.spec.decoder;
+    if (core::has_embed_projection(d) || d.heads <= 0 || d.hidden % d.heads != 0 ||
+        !core::decoder_layout::attention_head_dim_supported(core::head_dim(d)))
+      return std::nullopt;
+    return cal::DecoderKernelShape{sc.training.micro_batch,
+                                   d.seq,
+                                   d.hidden,
+                                   d.heads,
+                                   d.ffn,
+                                   d.vocab,
+                                   core::position_rows(d),
+                                   d.pos_offset,
+                                   d.activation == core::Activation::kRelu,
+                                   d.pre_ln,
+                                   d.tied_embeddings};
+  }
+
+  // Per decoder --scenario: each class of the decoder's memory-bound kernels and the fused attention,
+  // timed at the scenario's shapes as the workload launches them (cal::decoder_kernel_seconds). A class's
+  // rate is its bytes as the simulator counts them (core::layer_elementwise over the embedding, one block
+  // and the head) over their time, added over the scenarios; the attention's is core::fused_attention_flops
+  // of a block's forward and backward over their time, one point per (head dim, seq).
+  void measure_decoder_kernels() {
+    std::array<double, core::kKernelClassCount> bytes{}, secs{};
+    std::array<double, core::kKernelClassCount> worst_spread{};
+    std::string shapes;
+    for (const core::Scenario& sc : scenarios_) {
+      const std::optional<cal::DecoderKernelShape> shape = decoder_kernel_shape(sc);
+      if (!shape) continue;
+      const core::ModelDesc m = core::describe_model(sc.model);
+      const int64_t mb = sc.training.micro_batch;
+      const std::string at = sc.name + " (B " + std::to_string(mb) + ", s " + std::to_string(shape->seq) + ", h " +
+                             std::to_string(shape->hidden) + ", f " + std::to_string(shape->ffn) + ", V " +
+                             std::to_string(shape->vocab) + ")";
+      shapes += (shapes.empty() ? "" : "; ") + at;
+      c_.note("decoder kernels of " + at);
+      const cal::DecoderKernelTimes t = cal::decoder_kernel_seconds(0, *shape, R_);
+      const size_t block = 1, head = m.layers.size() - 1;  // layer 0 is the embedding
+      std::vector<core::ElementwiseCost> costs;
+      for (size_t i : {size_t(0), block, head}) costs.push_back(core::layer_elementwise(m, i, mb, 2));
+      for (const auto& [kind, st] : t.class_seconds) {
+        double b = 0;
+        for (const core::ElementwiseCost& c : costs) b += double(core::class_bytes(c, kind));
+        const std::string name(core::kernel_class_name(kind));
+        c_.done(
+            "decoder " + name + " " + sc.name + ": " + fmt(b / 1e6, 1) + " MB in " + fmt(st.median * 1e6, 1) + " us",
+            b / st.median / 1e9, "GB/s", st, "gpu.decoder_kernel_gbps");
+        bytes[size_t(kind)] += b, secs[size_t(kind)] += st.median;
+        worst_spread[size_t(kind)] = std::max(worst_spread[size_t(kind)], st.spread);
+      }
+      const std::vector<core::LayerGemm> fwd = core::forward_gemms(m, m.layers[block], mb);
+      const double ff = core::fused_attention_flops(fwd), bf = core::fused_attention_flops(core::backward_gemms(fwd));
+      const int64_t hd = core::head_dim(m.spec.decoder);
+      for (const auto& [backward, flops, st] :
+           {std::tuple{false, ff, t.attention_fwd_s}, std::tuple{true, bf, t.attention_bwd_s}}) {
+        const double tflops = flops / st.median / 1e12;
+        c_.done(std::string("decoder attention ") + (backward ? "backward" : "forward") + " " + sc.name + ", d " +
+                    std::to_string(hd),
+                tflops, "TFLOP/s", st, "gpu.attention_tflops_by_shape");
+        const core::AttentionPoint pt{hd, shape->seq, sig4(tflops), backward};
+        const bool known = std::any_of(p_.gpu.attention_tflops_by_shape.begin(), p_.gpu.attention_tflops_by_shape.end(),
+                                       [&](const core::AttentionPoint& a) {
+                                         return a.head_dim == pt.head_dim && a.seq == pt.seq && a.backward == backward;
+                                       });
+        if (!known) p_.gpu.attention_tflops_by_shape.push_back(pt);
+      }
+    }
+    if (shapes.empty()) return;
+    std::string spreads;
+    for (int k = 1; k < core::kKernelClassCount; ++k)
+      if (secs[size_t(k)] > 0) {
+        p_.gpu.decoder_kernel_gbps.push_back({core::KernelClass(k), sig4(bytes[size_t(k)] / secs[size_t(k)] / 1e9)});
+        spreads += std::string(spreads.empty() ? "" : ", ") +
+                   std::string(core::kernel_class_name(core::KernelClass(k))) + " " +
+                   fmt(worst_spread[size_t(k)] * 100, 1) + "%";
+      }
+    src()["gpu.decoder_kernel_gbps"] =
+        c_.origin() + ": the decoder workload's own kernels (backends/cuda/decoder_kernels.cuh) launched as one " +
+        "embedding, block and head launch them, at " + shapes + "; [class, GB/s] = the class's bytes as " +
+        "core::layer_elementwise counts them over its measured time (summed over the scenarios), each time the " +
+        "median of " + std::to_string(R_) + " repetitions of >= 2 ms, bf16 data uniform in [-1, 1), spreads " +
+        spreads + ", " + gpu_label_;
+    src()["gpu.attention_tflops_by_shape"] =
+        c_.origin() + ": the fused causal attention (backends/cuda/attention.cu) at " + shapes +
+        "; [head_dim, seq, TFLOP/s, pass] = core::fused_attention_flops of the pass (forward: QK^T and PV over "
+        "the causal half; backward: the recomputed scores, dQ, dK, dP, dV) over the measured time of its kernels, "
+        "each the median of " +
+        std::to_string(R_) + " repetitions of >= 2 ms on uniform [-1, 1) q, k, v, " + gpu_label_;
   }
 
   void measure_gemm_dtypes() {
@@ -926,6 +1031,7 @@ class Calibrator {
   const std::string cpu_name_;
   const int R_;
   const size_t hbm_bytes_, pcie_bytes_, cpu_n_, gpu_opt_n_, dma_chunk_;
+  const std::vector<core::Scenario> scenarios_;  // --scenario
   const std::vector<GemmCase> gemms_;
   const size_t builtin_cases_;
   const std::vector<int> threads_;
@@ -965,6 +1071,12 @@ std::vector<std::pair<std::string, double>> profile_figures(const core::Hardware
     f.emplace_back("gpu.bf16_gemm " + std::string(core::gemm_pass_name(e.pass)) + " " + std::to_string(e.m) + "x" +
                        std::to_string(e.n) + "x" + std::to_string(e.k),
                    e.tflops);
+  for (const core::AttentionPoint& a : g.attention_tflops_by_shape)
+    f.emplace_back("gpu.attention " + std::string(a.backward ? "backward" : "forward") + " d" +
+                       std::to_string(a.head_dim) + " s" + std::to_string(a.seq),
+                   a.tflops);
+  for (const core::KernelRate& r : g.decoder_kernel_gbps)
+    f.emplace_back("gpu.decoder_kernel " + std::string(core::kernel_class_name(r.kind)), r.gbps);
   const core::PcieProfile& pc = p.pcie;
   f.insert(f.end(), {{"pcie.h2d_gbps", pc.h2d_gbps},
                      {"pcie.d2h_gbps", pc.d2h_gbps},

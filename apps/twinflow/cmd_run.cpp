@@ -24,6 +24,7 @@
 #include "apps/twinflow/master_weights.h"
 #include "apps/twinflow/run_decoder.h"
 #include "apps/twinflow/run_overlap.h"
+#include "apps/twinflow/step_timeline_svg.h"
 #include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/table.h"
 #include "backends/cpu/cpu_backend.h"
@@ -85,8 +86,9 @@ struct RunOptions {
   std::optional<int> grad_accum;
   std::optional<int> staging_slots;  // slots per host staging ring; 0: full-size; core::kStagingAuto
   std::optional<size_t> threads;
-  std::string cpu_tuning = "default";  // --cpu-tuning: over backends/cpu/cpu_tuning.h's defaults
-  OutputFiles out;                     // json, trace
+  std::string cpu_tuning = "default";        // --cpu-tuning: over backends/cpu/cpu_tuning.h's defaults
+  OutputFiles out;                          // json, trace
+  std::optional<std::string> timeline_svg;  // the last step's timeline (rank 0), an SVG
   bool verify = false, no_pin = false;
   std::optional<std::string> save_master;
   std::optional<std::string> dump_step, dump_batches;  // decoder: the oracle's files
@@ -136,6 +138,9 @@ CommandOptions run_options() {
   add_output_options(o.desc, {.json = "write every step's figures as JSON (ranks > 0 write FILE.rankN)",
                               .trace = "Chrome/Perfetto trace of the last step (rank 0; with --ratios one file per "
                                        "ratio, FILE's stem + -rRATIO)"});
+  add("timeline-svg", po::value<std::string>(),
+      "the last step's timeline as an SVG (rank 0: a lane per queue, a bar per op; with --ratios one file per ratio, "
+      "FILE's stem + -rRATIO)");
   add("verify", po::bool_switch(),
       "check the final fp32 master weights bit for bit against the functional simulator (synthetic workload; small "
       "models)");
@@ -233,6 +238,7 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   backend::cpu::CpuOptions checked;  // bad knobs fail before any GPU is touched
   backend::cpu::apply_tuning_spec(checked, o.cpu_tuning, "--cpu-tuning");
   o.out = read_output_options(vm);
+  if (vm.count("timeline-svg")) o.timeline_svg = vm["timeline-svg"].as<std::string>();
   if (vm.count("save-master")) o.save_master = vm["save-master"].as<std::string>();
   if (vm.count("dump-step")) o.dump_step = vm["dump-step"].as<std::string>();
   if (vm.count("dump-batches")) o.dump_batches = vm["dump-batches"].as<std::string>();
@@ -470,8 +476,8 @@ std::string check_parity(const cu::EngineConfig& ec, int steps, const std::vecto
   return os.str();
 }
 
-// The last step's timeline as a Chrome trace (rank 0), through the simulator's trace writer.
-void write_trace(const RunPoint& pt, const cu::Engine& eng, int world, std::filesystem::path path, bool sweep) {
+// The last step's timeline (rank 0) as the simulator's SimPoint, for its trace writer and the timeline plot.
+backend::sim::SimPoint last_step_point(const RunPoint& pt, const cu::Engine& eng, int world) {
   backend::sim::SimPoint sp;
   sp.requested_ratio = pt.requested;
   sp.ratio = pt.actual;
@@ -481,8 +487,22 @@ void write_trace(const RunPoint& pt, const cu::Engine& eng, int world, std::file
   backend::sim::RankTiming rt;
   for (const backend::OpInterval& o : pt.steps.back().timeline.ops) rt.ops.push_back({o.op, o.start_ns, o.end_ns});
   sp.ranks = {rt};
-  if (sweep) path.replace_filename(path.stem().string() + "-r" + num(pt.requested, 3) + path.extension().string());
-  backend::sim::write_chrome_trace(sp, path.string());
+  return sp;
+}
+
+// FILE, or in a sweep FILE's stem + -rRATIO + its extension.
+std::string per_ratio_path(std::filesystem::path path, double ratio, bool sweep) {
+  if (sweep) path.replace_filename(path.stem().string() + "-r" + num(ratio, 3) + path.extension().string());
+  return path.string();
+}
+
+// The last step's Chrome trace (--trace) and timeline SVG (--timeline-svg), rank 0.
+void write_step_files(const RunOptions& o, const RunPoint& pt, const cu::Engine& eng, int world) {
+  const bool sweep = o.ratios.size() > 1;
+  const backend::sim::SimPoint sp = last_step_point(pt, eng, world);
+  if (o.out.trace) backend::sim::write_chrome_trace(sp, per_ratio_path(*o.out.trace, pt.requested, sweep));
+  if (o.timeline_svg)
+    write_timeline_svg(step_timeline(sp, "measured", o.sc.name), per_ratio_path(*o.timeline_svg, pt.requested, sweep));
 }
 
 // After step 1: the plan's GPU and pinned host bytes against what the run holds, and (--dump-step) the
@@ -650,7 +670,7 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
     write_master_weights(*o.save_master + (o.ratios.size() > 1 ? ".r" + num(pt.requested, 3) : ""),
                          ec.settings.model.total_params, mine, rank, ec.settings.world, barrier);
   }
-  if (o.out.trace && rank == 0) write_trace(pt, *eng, ec.settings.world, *o.out.trace, o.ratios.size() > 1);
+  if ((o.out.trace || o.timeline_svg) && rank == 0) write_step_files(o, pt, *eng, ec.settings.world);
   return pt;
 }
 

@@ -68,7 +68,10 @@ struct ValidateOptions {
   int steps = 6;
   std::optional<int> nproc;
   std::string run_json;
-  OutputFiles out;  // csv, json, svg; trace when measuring
+  OutputFiles out;                          // csv, json, svg; trace when measuring
+  std::optional<std::string> memory_svg;    // measured and predicted peak GPU memory against the ratio
+  std::optional<std::string> speculation;   // when measuring: run's --speculation, as given
+  std::optional<std::string> timeline_svg;  // when measuring: run's --timeline-svg (one file per ratio)
   double mape_goal = 5, max_goal = 10;
 };
 
@@ -94,8 +97,15 @@ CommandOptions validate_options() {
                               .json = "write the table, MAPE and goals as JSON",
                               .svg = "plot measured and simulated step time against the ratio",
                               .trace = "when measuring: a Chrome trace per ratio (passed to `twinflow run --trace`)"});
-  add("mape-goal", po::value<double>()->default_value(5.0), "goal for the mean absolute percentage error, %");
-  add("max-goal", po::value<double>()->default_value(10.0), "goal for the worst point's absolute error, %");
+  add("memory-svg", po::value<std::string>(), "plot measured and predicted peak GPU memory against the ratio");
+  add_speculation_option(o.desc);
+  add("timeline-svg", po::value<std::string>(),
+      "when measuring: each ratio's last step as an SVG timeline (passed to `twinflow run --timeline-svg`: FILE's "
+      "stem + -rRATIO)");
+  add("mape-goal", po::value<double>()->default_value(5.0),
+      "goal for the mean absolute percentage error of the step time and of the peak GPU memory, %");
+  add("max-goal", po::value<double>()->default_value(10.0),
+      "goal for the worst point's absolute error of the step time and of the peak GPU memory, %");
   return o;
 }
 
@@ -103,8 +113,10 @@ const char kValidateEpilog[] =
     "\nEach point's measured step is the median of its steps after the first; spread = (max - min) /\n"
     "median of those. error = (simulated - measured) / measured. Phase columns (ms, measured/simulated):\n"
     "compute = forward + backward op time, opt = end of the last backward to the end of the step,\n"
-    "cpu = CPU optimizer op time, d2h/h2d = copy op time.\n"
-    "Exit codes: 0 both goals met, 1 a goal missed, 2 bad input, 3 the measuring run failed, 4 internal error.\n";
+    "cpu = CPU optimizer op time (passes and commits), d2h/h2d = copy op time. gpu_GB m/s: peak GPU memory after step "
+    "1\n"
+    "(cudaMemGetInfo) against the memory model's; its MAPE and worst point are held to the same goals.\n"
+    "Exit codes: 0 every goal met, 1 a goal missed, 2 bad input, 3 the measuring run failed, 4 internal error.\n";
 
 std::optional<ValidateOptions> parse_validate_options(const std::vector<std::string>& args) {
   const std::optional<po::variables_map> parsed = parse_command(args, validate_options(), kValidateEpilog);
@@ -124,26 +136,35 @@ std::optional<ValidateOptions> parse_validate_options(const std::vector<std::str
   o.max_goal = vm["max-goal"].as<double>();
   if (!(o.mape_goal > 0) || !(o.max_goal > 0)) throw core::InputError("--mape-goal and --max-goal must be > 0");
   o.out = read_output_options(vm);
+  if (vm.count("memory-svg")) o.memory_svg = vm["memory-svg"].as<std::string>();
   if (vm.count("measured")) {
-    if (vm.count("ratios") || vm.count("nproc") || o.out.trace)
+    if (vm.count("ratios") || vm.count("nproc") || o.out.trace || vm.count("speculation") || vm.count("timeline-svg"))
       throw core::InputError(
-          "--measured compares an existing sweep: --ratios, --nproc and --trace apply only to measuring");
+          "--measured compares an existing sweep: --ratios, --nproc, --trace, --speculation and --timeline-svg apply "
+          "only to measuring");
     o.measured = vm["measured"].as<std::string>();
     return o;
   }
   o.steps = int(int_option(vm, kSteps));
   if (const std::optional<int64_t> nproc = optional_int_option(vm, kNproc)) o.nproc = int(*nproc);
   if (vm.count("ratios")) o.ratios = vm["ratios"].as<std::string>();
+  if (vm.count("speculation")) {
+    (void)read_speculation_option(vm);  // checked here, before anything runs
+    o.speculation = vm["speculation"].as<std::string>();
+  }
+  if (vm.count("timeline-svg")) o.timeline_svg = vm["timeline-svg"].as<std::string>();
   o.run_json = vm["run-json"].as<std::string>();
   return o;
 }
 
 // ---- measuring ------------------------------------------------------------------------------------------
 
-// The default ratios less those the memory model rejects on `nproc` ranks of one node.
-std::vector<double> feasible_ratios(const core::Scenario& sc, int nproc) {
+// The default ratios less those the memory model rejects on `nproc` ranks of one node (with the
+// --speculation budget the run will plan with).
+std::vector<double> feasible_ratios(const core::Scenario& sc, int nproc, std::optional<int64_t> speculation) {
   core::Scenario probe = sc;
   backend::sim::SimOptions opt;
+  opt.overrides.speculation_bytes = speculation;
   if (nproc != probe.cluster.world_size()) {
     probe.cluster.nodes = 1, probe.cluster.gpus_per_node = nproc;
     opt.overrides.world = nproc;
@@ -165,7 +186,9 @@ std::vector<double> feasible_ratios(const core::Scenario& sc, int nproc) {
 // code to leave with when it failed.
 std::optional<int> measure(const ValidateOptions& o) {
   const int nproc = o.nproc.value_or(o.sc.cluster.world_size());
-  const std::vector<double> ratios = o.ratios ? parse_ratio_list(*o.ratios) : feasible_ratios(o.sc, nproc);
+  std::optional<int64_t> speculation;
+  if (o.speculation) speculation = parse_speculation_text(*o.speculation);
+  const std::vector<double> ratios = o.ratios ? parse_ratio_list(*o.ratios) : feasible_ratios(o.sc, nproc, speculation);
   std::string list;
   for (double r : ratios) list += (list.empty() ? "" : ",") + ratio_text(r);
   std::vector<std::string> cmd;
@@ -174,6 +197,8 @@ std::optional<int> measure(const ValidateOptions& o) {
                                std::string("--steps"), std::to_string(o.steps), std::string("--json"), o.run_json})
     cmd.push_back(a);
   if (o.out.trace) cmd.insert(cmd.end(), {"--trace", *o.out.trace});
+  if (o.speculation) cmd.insert(cmd.end(), {"--speculation", *o.speculation});
+  if (o.timeline_svg) cmd.insert(cmd.end(), {"--timeline-svg", *o.timeline_svg});
   const int rc = run_self(cmd);
   if (rc == 0) return std::nullopt;
   std::cerr << "twinflow validate: the measuring run exited with " << rc
@@ -186,6 +211,8 @@ std::optional<int> measure(const ValidateOptions& o) {
 
 struct Verdict {
   bool mape_ok = false, max_ok = false;
+  bool memory_mape_ok = true, memory_max_ok = true;  // true where the sweep has no memory to compare
+  bool all() const { return mape_ok && max_ok && memory_mape_ok && memory_max_ok; }
 };
 
 Verdict print_validation(const ValidateOptions& o, const MeasuredSweep& m, const std::string& measured_file,
@@ -199,13 +226,25 @@ Verdict print_validation(const ValidateOptions& o, const MeasuredSweep& m, const
     t.add({fmt(r.ratio, 3), fmt(r.actual_ratio, 4), fmt(r.measured.median_ms, 1), fmt(r.measured.spread * 100, 1),
            fmt(r.simulated_ms, 1), fmt(r.error_pct, 1), pair(r.meas_compute_ms, r.sim_compute_ms),
            pair(r.meas_opt_phase_ms, r.sim_opt_phase_ms), pair(r.meas_cpu_opt_ms, r.sim_cpu_opt_ms),
-           pair(r.meas_d2h_ms, r.sim_d2h_ms), pair(r.meas_h2d_ms, r.sim_h2d_ms)});
+           pair(r.meas_d2h_ms, r.sim_d2h_ms), pair(r.meas_h2d_ms, r.sim_h2d_ms),
+           r.has_memory ? fmt(r.meas_gpu_gb, 2) + "/" + fmt(r.sim_gpu_gb, 2) : "-",
+           r.has_memory ? fmt(r.gpu_error_pct, 1) : "-"});
   t.print(std::cout);
-  const Verdict verdict{v.mape_pct <= o.mape_goal, v.worst_pct <= o.max_goal};
-  std::cout << "MAPE " << fmt(v.mape_pct, 2) << "% over " << v.rows.size() << " points (goal <= " << fmt(o.mape_goal, 1)
-            << "%): " << (verdict.mape_ok ? "met" : "MISSED") << "; worst " << fmt(v.worst_pct, 2) << "% at ratio "
-            << fmt(v.worst_ratio, 3) << " (goal <= " << fmt(o.max_goal, 1)
-            << "%): " << (verdict.max_ok ? "met" : "MISSED") << "\n";
+  Verdict verdict{v.mape_pct <= o.mape_goal, v.worst_pct <= o.max_goal};
+  std::cout << "step time: MAPE " << fmt(v.mape_pct, 2) << "% over " << v.rows.size()
+            << " points (goal <= " << fmt(o.mape_goal, 1) << "%): " << (verdict.mape_ok ? "met" : "MISSED")
+            << "; worst " << fmt(v.worst_pct, 2) << "% at ratio " << fmt(v.worst_ratio, 3)
+            << " (goal <= " << fmt(o.max_goal, 1) << "%): " << (verdict.max_ok ? "met" : "MISSED") << "\n";
+  if (v.memory.points > 0) {
+    verdict.memory_mape_ok = v.memory.mape_pct <= o.mape_goal;
+    verdict.memory_max_ok = v.memory.worst_pct <= o.max_goal;
+    std::cout << "peak GPU memory: MAPE " << fmt(v.memory.mape_pct, 2) << "% over " << v.memory.points
+              << " points (goal <= " << fmt(o.mape_goal, 1) << "%): " << (verdict.memory_mape_ok ? "met" : "MISSED")
+              << "; worst " << fmt(v.memory.worst_pct, 2) << "% at ratio " << fmt(v.memory.worst_ratio, 3)
+              << " (goal <= " << fmt(o.max_goal, 1) << "%): " << (verdict.memory_max_ok ? "met" : "MISSED") << "\n";
+  } else {
+    std::cout << "peak GPU memory: not in the measured sweep (a run from before memory_check)\n";
+  }
   return verdict;
 }
 
@@ -222,7 +261,16 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
   doc["mape_pct"] = v.mape_pct;
   doc["worst_pct"] = v.worst_pct;
   doc["worst_ratio"] = v.worst_ratio;
-  doc["goals"] = {{"mape_pct", o.mape_goal}, {"worst_pct", o.max_goal}, {"met", verdict.mape_ok && verdict.max_ok}};
+  doc["goals"] = {{"mape_pct", o.mape_goal},
+                  {"worst_pct", o.max_goal},
+                  {"met", verdict.all()},
+                  {"step_met", verdict.mape_ok && verdict.max_ok},
+                  {"memory_met", verdict.memory_mape_ok && verdict.memory_max_ok}};
+  if (v.memory.points > 0)
+    doc["memory"] = {{"mape_pct", v.memory.mape_pct},
+                     {"worst_pct", v.memory.worst_pct},
+                     {"worst_ratio", v.memory.worst_ratio},
+                     {"points", v.memory.points}};
   add_scenario_record(doc, o.sc);
   for (const ValidationRow& r : v.rows)
     doc["points"].push_back({{"ratio", r.ratio},
@@ -237,6 +285,11 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
                              {"cpu_optimizer_ms", {r.meas_cpu_opt_ms, r.sim_cpu_opt_ms}},
                              {"d2h_ms", {r.meas_d2h_ms, r.sim_d2h_ms}},
                              {"h2d_ms", {r.meas_h2d_ms, r.sim_h2d_ms}}});
+  for (size_t i = 0; i < v.rows.size(); ++i)
+    if (v.rows[i].has_memory)
+      doc["points"][i]["gpu_gb"] = {{"measured", v.rows[i].meas_gpu_gb},
+                                    {"simulated", v.rows[i].sim_gpu_gb},
+                                    {"error_pct", v.rows[i].gpu_error_pct}};
   write_json_file(doc, *o.out.json, 1);
 }
 
@@ -256,9 +309,47 @@ void write_validation_svg(const ValidateOptions& o, const MeasuredSweep& m, cons
     sim.y.push_back(r.simulated_ms);
   }
   spec.series = {meas, sim};
+  if (m.tokens_per_step > 0) {  // a decoder: tokens/s on the right axis, measured and simulated
+    spec.right_label = "tokens/s (dashed)";
+    spec.series[0].name = "measured ms";  // four legend entries: short names
+    spec.series[1].name = "simulated ms";
+    Series meas_tps{"measured tok/s", {}, {}, true, "#1f77b4", {}};
+    Series sim_tps{"simulated tok/s", {}, {}, true, "#ff7f0e", {}};
+    for (const ValidationRow& r : v.rows) {
+      meas_tps.x.push_back(r.actual_ratio);
+      meas_tps.y.push_back(double(m.tokens_per_step) / (r.measured.median_ms / 1e3));
+      sim_tps.x.push_back(r.actual_ratio);
+      sim_tps.y.push_back(double(m.tokens_per_step) / (r.simulated_ms / 1e3));
+    }
+    spec.series.push_back(meas_tps);
+    spec.series.push_back(sim_tps);
+  }
   spec.note = "MAPE " + fmt(v.mape_pct, 2) + "%, worst " + fmt(v.worst_pct, 2) + "% at ratio " + fmt(v.worst_ratio, 3) +
               " (" + std::to_string(v.rows.size()) + " points)";
   write_svg(spec, *o.out.svg);
+}
+
+void write_memory_svg(const ValidateOptions& o, const MeasuredSweep& m, const Validation& v) {
+  PlotSpec spec;
+  spec.title = "validate: peak GPU memory, " + (o.sc.name.empty() ? o.scenario_file : o.sc.name) + " on " +
+               (m.gpu.empty() ? "?" : m.gpu) + " x" + std::to_string(m.world);
+  spec.x_label = "ratio (CPU share of the optimizer)";
+  spec.left_label = "GPU memory per rank (GB)";
+  Series meas{"measured after step 1 (cudaMemGetInfo)", {}, {}, false, "#1f77b4", {}};
+  Series sim{"memory model", {}, {}, false, "#ff7f0e", {}};
+  for (const ValidationRow& r : v.rows) {
+    if (!r.has_memory) continue;
+    meas.x.push_back(r.actual_ratio);
+    meas.y.push_back(r.meas_gpu_gb);
+    sim.x.push_back(r.actual_ratio);
+    sim.y.push_back(r.sim_gpu_gb);
+  }
+  spec.series = {meas, sim};
+  spec.note = v.memory.points > 0
+                  ? "MAPE " + fmt(v.memory.mape_pct, 2) + "%, worst " + fmt(v.memory.worst_pct, 2) + "% at ratio " +
+                        fmt(v.memory.worst_ratio, 3) + " (" + std::to_string(v.memory.points) + " points)"
+                  : "the measured sweep recorded no memory";
+  write_svg(spec, *o.memory_svg, "--memory-svg");
 }
 
 }  // namespace
@@ -273,12 +364,13 @@ int cmd_validate(const std::vector<std::string>& args) {
   const MeasuredSweep m = load_measured_sweep(measured_file);
   const Validation v = validate_sweep(o.sc, m);
   Table t({"ratio", "actual", "measured_ms", "spread_%", "simulated_ms", "error_%", "compute m/s", "opt m/s", "cpu m/s",
-           "d2h m/s", "h2d m/s"});
+           "d2h m/s", "h2d m/s", "gpu_GB m/s", "gpu_err_%"});
   const Verdict verdict = print_validation(o, m, measured_file, v, t);
   if (o.out.csv) t.write_csv(*o.out.csv);
   if (o.out.json) write_validation_json(o, m, measured_file, v, verdict);
   if (o.out.svg) write_validation_svg(o, m, v);
-  return verdict.mape_ok && verdict.max_ok ? kExitOk : kExitCheckFailed;
+  if (o.memory_svg) write_memory_svg(o, m, v);
+  return verdict.all() ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace tf::app

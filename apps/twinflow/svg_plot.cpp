@@ -1,4 +1,4 @@
-// SVG line plots for sweeps (no dependencies; opens in any browser).
+// SVG line plots for sweeps and step timelines (no dependencies; opens in any browser).
 #include "apps/twinflow/svg_plot.h"
 
 #include <algorithm>
@@ -96,6 +96,7 @@ std::string render_svg(const PlotSpec& spec) {
       << esc(spec.right_label) << "</text>\n";
   // series
   int legend = 0;
+  const double legend_step = spec.series.size() > 3 ? 165 : 230;  // four entries fit across
   for (const Series& s : spec.series) {
     o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2\""
       << (s.right_axis ? " stroke-dasharray=\"6,4\"" : "") << " points=\"";
@@ -108,7 +109,7 @@ std::string render_svg(const PlotSpec& spec) {
       o << "<circle cx=\"" << X(s.x[i]) << "\" cy=\"" << Y(s.y[i], s.right_axis) << "\" r=\"3\" fill=\""
         << (mark ? "white" : s.color) << "\" stroke=\"" << (mark ? "red" : s.color) << "\"/>\n";
     }
-    const double lx = L + 10 + 230 * legend++, ly = T - 10;
+    const double lx = L + 10 + legend_step * legend++, ly = T - 10;
     o << "<line x1=\"" << lx << "\" y1=\"" << ly << "\" x2=\"" << lx + 24 << "\" y2=\"" << ly << "\" stroke=\""
       << s.color << "\" stroke-width=\"2\"" << (s.right_axis ? " stroke-dasharray=\"6,4\"" : "") << "/>\n";
     o << "<text x=\"" << lx + 30 << "\" y=\"" << ly + 4 << "\">" << esc(s.name) << "</text>\n";
@@ -122,6 +123,64 @@ std::string render_svg(const PlotSpec& spec) {
 
 void write_svg(const PlotSpec& spec, const std::string& path, const std::string& option) {
   core::write_output_file(path, render_svg(spec), option);
+}
+
+std::string render_timeline_svg(const TimelineSpec& spec) {
+  const double W = 1000, L = 90, R = 20, T = 50, lane_h = 34, gap = 8;
+  const double plot_h = double(spec.lanes.size()) * (lane_h + gap);
+  const double legend_rows = std::ceil(double(spec.kinds.size()) / 6.0);
+  const double H = T + plot_h + 40 + 18 * legend_rows + 30;
+  double end = 0;
+  for (const TimelineBar& b : spec.bars) end = std::max(end, b.end_ms);
+  Range xr;
+  xr.add(0);
+  xr.add(end);
+  xr.finish(true);
+  auto X = [&](double ms) { return L + (ms - xr.lo) / (xr.hi - xr.lo) * (W - L - R); };
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << esc(spec.title)
+    << "</text>\n";
+  const double axis_y = T + plot_h;
+  for (int i = 0; i <= 10; ++i) {  // time grid, ms
+    const double t = xr.lo + (xr.hi - xr.lo) * i / 10;
+    o << "<line x1=\"" << X(t) << "\" y1=\"" << T << "\" x2=\"" << X(t) << "\" y2=\"" << axis_y
+      << "\" stroke=\"#eee\"/>\n";
+    o << "<text x=\"" << X(t) << "\" y=\"" << axis_y + 16 << "\" text-anchor=\"middle\">" << num(t) << "</text>\n";
+  }
+  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << axis_y + 34
+    << "\" text-anchor=\"middle\">time in the step (ms)</text>\n";
+  for (size_t l = 0; l < spec.lanes.size(); ++l) {
+    const double y = T + double(l) * (lane_h + gap);
+    o << "<rect x=\"" << L << "\" y=\"" << y << "\" width=\"" << W - L - R << "\" height=\"" << lane_h
+      << "\" fill=\"#f7f7f7\"/>\n";
+    o << "<text x=\"" << L - 6 << "\" y=\"" << y + lane_h / 2 + 4 << "\" text-anchor=\"end\">" << esc(spec.lanes[l])
+      << "</text>\n";
+  }
+  for (const TimelineBar& b : spec.bars) {
+    if (b.lane < 0 || size_t(b.lane) >= spec.lanes.size()) continue;
+    const double y = T + double(b.lane) * (lane_h + gap);
+    const std::string color =
+        b.kind >= 0 && size_t(b.kind) < spec.kinds.size() ? spec.kinds[size_t(b.kind)].second : "#999";
+    o << "<rect x=\"" << X(b.start_ms) << "\" y=\"" << y + 2 << "\" width=\""
+      << std::max(0.5, X(b.end_ms) - X(b.start_ms)) << "\" height=\"" << lane_h - 4 << "\" fill=\"" << color
+      << "\" stroke=\"white\" stroke-width=\"0.3\"/>\n";
+  }
+  for (size_t k = 0; k < spec.kinds.size(); ++k) {
+    const double lx = L + 150 * double(k % 6), ly = axis_y + 52 + 18 * double(k / 6);
+    o << "<rect x=\"" << lx << "\" y=\"" << ly - 9 << "\" width=\"12\" height=\"10\" fill=\"" << spec.kinds[k].second
+      << "\"/>\n<text x=\"" << lx + 16 << "\" y=\"" << ly << "\">" << esc(spec.kinds[k].first) << "</text>\n";
+  }
+  if (!spec.note.empty())
+    o << "<text x=\"" << L << "\" y=\"" << H - 10 << "\" font-size=\"11\" fill=\"#555\">" << esc(spec.note)
+      << "</text>\n";
+  o << "</svg>\n";
+  return o.str();
+}
+
+void write_timeline_svg(const TimelineSpec& spec, const std::string& path, const std::string& option) {
+  core::write_output_file(path, render_timeline_svg(spec), option);
 }
 
 }  // namespace tf::app

@@ -80,13 +80,13 @@ double median(std::vector<double> v) {
 
 double ms(int64_t ns) { return double(ns) / 1e6; }
 
-// f(step) of the steady steps: all but the first (which pays for first-touch and cuBLAS/NCCL set-up),
-// or the only one.
+// f(step) of the steady steps: all but the point's first (which pays for first-touch and cuBLAS/NCCL
+// set-up; step 1, or the first after a resume), or the only one.
 template <class F>
 std::vector<double> steady_values(const MeasuredPoint& p, F f) {
   std::vector<double> v;
-  for (const MeasuredPoint::Step& s : p.steps)
-    if (s.step > 1 || p.steps.size() == 1) v.push_back(f(s));
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    if (i > 0 || p.steps.size() == 1) v.push_back(f(p.steps[i]));
   return v;
 }
 
@@ -126,6 +126,9 @@ MeasuredPoint read_point(const json& j, const std::string& file, const std::stri
   p.actual_ratio = num_field(j, file, at, "actual_ratio", 0, 1);
   if (j.contains("speculation_bytes")) p.speculation_bytes = int_field(j, file, at, "speculation_bytes", 0, INT64_MAX);
   if (j.contains("staging_slots")) p.staging_slots = int(int_field(j, file, at, "staging_slots", 0, 1024));
+  if (j.contains("memory_check"))
+    p.gpu_measured_bytes =
+        int_field(field(j, file, at, "memory_check"), file, at + ".memory_check", "gpu_measured", 0, INT64_MAX);
   const json& steps = field(j, file, at, "steps");
   if (!steps.is_array() || steps.empty()) bad(file, at + ".steps", "must be a non-empty list");
   for (size_t i = 0; i < steps.size(); ++i)
@@ -161,6 +164,7 @@ MeasuredSweep parse_measured_sweep(const std::string& json_text, const std::stri
   m.threads = int(int_field(doc, file, "", "threads", 1, 1 << 16));
   if (doc.contains("grad_accum")) m.grad_accum = int(int_field(doc, file, "", "grad_accum", 1, core::kMaxBatch));
   m.params = int_field(doc, file, "", "params", 0, INT64_MAX);  // 0: not recorded (a sweep recovered from a log)
+  if (doc.contains("tokens_per_step")) m.tokens_per_step = int_field(doc, file, "", "tokens_per_step", 0, INT64_MAX);
   const json& pts = field(doc, file, "", "points");
   if (!pts.is_array() || pts.empty()) bad(file, "points", "must be a non-empty list");
   for (size_t i = 0; i < pts.size(); ++i)
@@ -215,7 +219,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
   }
 
   Validation v;
-  double sum = 0;
+  double sum = 0, mem_sum = 0;
   for (const MeasuredPoint& p : m.points) {
     opt.overrides.speculation_bytes = p.speculation_bytes;
     opt.overrides.staging_slots = p.staging_slots;
@@ -238,19 +242,33 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
     r.sim_compute_ms = ms(kind(sp.kind_ns, K::kForward) + kind(sp.kind_ns, K::kBackward));
     r.meas_opt_phase_ms = steady_median(p, [](const MeasuredPoint::Step& s) { return ms(s.optimizer_phase_ns); });
     r.sim_opt_phase_ms = ms(sp.optimizer_phase_ns);
-    r.meas_cpu_opt_ms =
-        steady_median(p, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kCpuOptimizer)); });
-    r.sim_cpu_opt_ms = ms(kind(sp.kind_ns, K::kCpuOptimizer));
+    // the CPU queue's optimizer work: its passes and, for speculated layers, the commits (which redo the
+    // update when the speculation did not hold)
+    r.meas_cpu_opt_ms = steady_median(p, [](const MeasuredPoint::Step& s) {
+      return ms(kind(s.kind_ns, K::kCpuOptimizer) + kind(s.kind_ns, K::kCpuCommit));
+    });
+    r.sim_cpu_opt_ms = ms(kind(sp.kind_ns, K::kCpuOptimizer) + kind(sp.kind_ns, K::kCpuCommit));
     r.meas_d2h_ms = steady_median(p, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kD2HGrad)); });
     r.sim_d2h_ms = ms(kind(sp.kind_ns, K::kD2HGrad));
     r.meas_h2d_ms = steady_median(p, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kH2DParam)); });
     r.sim_h2d_ms = ms(kind(sp.kind_ns, K::kH2DParam));
+    if (p.gpu_measured_bytes && *p.gpu_measured_bytes > 0) {
+      r.has_memory = true;
+      r.meas_gpu_gb = double(*p.gpu_measured_bytes) / 1e9;
+      r.sim_gpu_gb = double(sp.memory.gpu_total) / 1e9;
+      r.gpu_error_pct = (r.sim_gpu_gb - r.meas_gpu_gb) / r.meas_gpu_gb * 100.0;
+      const double am = std::abs(r.gpu_error_pct);
+      mem_sum += am;
+      if (v.memory.points == 0 || am > v.memory.worst_pct) v.memory.worst_pct = am, v.memory.worst_ratio = r.ratio;
+      ++v.memory.points;
+    }
     const double a = std::abs(r.error_pct);
     sum += a;
     if (v.rows.empty() || a > v.worst_pct) v.worst_pct = a, v.worst_ratio = r.ratio;
     v.rows.push_back(r);
   }
   v.mape_pct = sum / double(v.rows.size());
+  if (v.memory.points > 0) v.memory.mape_pct = mem_sum / double(v.memory.points);
   return v;
 }
 

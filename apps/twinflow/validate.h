@@ -31,6 +31,9 @@ struct MeasuredPoint {
   // The host staging the run planned with (core::StagingChoice::slots); none where the run predates
   // `staging_slots: auto` (validate then resolves auto against the profile's host memory).
   std::optional<int> staging_slots;
+  // GPU bytes the process held after step 1 (cudaMemGetInfo: total - free; the run's
+  // memory_check.gpu_measured); none where the run did not record it.
+  std::optional<int64_t> gpu_measured_bytes;
 };
 
 struct MeasuredSweep {
@@ -40,6 +43,7 @@ struct MeasuredSweep {
   int threads = 0;     // the CPU optimizer's threads per rank
   int grad_accum = 0;  // 0: not recorded (the scenario's then)
   int64_t params = 0;
+  int64_t tokens_per_step = 0;  // all ranks' tokens of a step (a decoder's run); 0: not recorded
   std::vector<MeasuredPoint> points;
 };
 
@@ -66,7 +70,7 @@ backend::sim::SpeculationCase speculation_case(const MeasuredPoint& p);
 
 // Per point: the measured median and the simulated step, and the same for the phases that explain a
 // difference: fwd+bwd (summed op time on the compute stream), the optimizer phase (end of the last
-// backward to the end of the step), and the CPU optimizer, D2H and H2D op time.
+// backward to the end of the step), and the CPU optimizer (passes and commits), D2H and H2D op time.
 struct ValidationRow {
   double ratio = 0, actual_ratio = 0;
   SteadyStat measured;
@@ -77,6 +81,19 @@ struct ValidationRow {
   double meas_cpu_opt_ms = 0, sim_cpu_opt_ms = 0;
   double meas_d2h_ms = 0, sim_d2h_ms = 0;
   double meas_h2d_ms = 0, sim_h2d_ms = 0;
+  // Peak GPU memory: measured after step 1 against the memory model's (SimPoint::memory.gpu_total), GB;
+  // has_memory false where the run did not record it.
+  bool has_memory = false;
+  double meas_gpu_gb = 0, sim_gpu_gb = 0;
+  double gpu_error_pct = 0;  // (simulated - measured) / measured x 100
+};
+
+// Mean and worst absolute percentage error over a sweep's points.
+struct ErrorSummary {
+  double mape_pct = 0;   // mean |error|
+  double worst_pct = 0;  // largest |error|
+  double worst_ratio = 0;
+  int points = 0;
 };
 
 struct Validation {
@@ -84,6 +101,7 @@ struct Validation {
   double mape_pct = 0;   // mean |error_pct|
   double worst_pct = 0;  // largest |error_pct|
   double worst_ratio = 0;
+  ErrorSummary memory;  // of gpu_error_pct over the rows that have it (points 0: none)
 };
 
 // Simulates every measured point on `sc` (whose cluster.hardware is the profile to validate) with the

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "backends/cuda/calibrate.h"
 #include "backends/cuda/cublas_gemm.cuh"
 #include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/decoder_kernels.cuh"
 #include "backends/cuda/nccl_comm.cuh"
 #include "backends/cuda/reduce_scatter.h"
 #include "core/error.h"
@@ -876,6 +878,184 @@ NcclGroup::ReduceScatterStat NcclGroup::engine_reduce_scatter(int64_t message_by
     gbps.push_back(double(message_bytes) * (n - 1) / n / (whole - sum) / 1e9);
   }
   return {make_stat(std::move(whole_us)), make_stat(std::move(sum_us)), make_stat(std::move(gbps))};
+}
+
+}  // namespace tf::backend::cuda::calibrate
+
+// ---- the decoder's own kernels -----------------------------------------------------------------------
+
+namespace tf::backend::cuda::calibrate {
+namespace {
+
+// Uniform ids in [0, n) from a fixed LCG (the timing does not depend on which ids).
+std::vector<int32_t> uniform_ids(int64_t count, int64_t n, uint64_t seed) {
+  std::vector<int32_t> v(static_cast<size_t>(count));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int32_t& id : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    id = int32_t((x >> 33) % uint64_t(n));
+  }
+  return v;
+}
+
+// The buffers one embedding, block and head launch their kernels on (T = B s rows), filled once.
+struct DecoderBuffers {
+  explicit DecoderBuffers(const DecoderKernelShape& d, cudaStream_t s)
+      : t(d.batch * d.seq),
+        part_floats(std::max(layer_norm_partial_floats(t, d.hidden),
+                             bias_grad_partial_floats(t, std::max(3 * d.hidden, d.ffn)))),
+        x(bf16s(t * d.hidden)),                     // (T, h) bf16: a block's input
+        y(bf16s(t * d.hidden)),                     // (T, h) bf16: a LayerNorm's output, a GEMM's
+        r(bf16s(t * d.hidden)),                     // (T, h) bf16: a residual, dresid
+        dy(bf16s(t * d.hidden)),                    // (T, h) bf16: an incoming gradient
+        dx(bf16s(t * d.hidden)),                    // (T, h) bf16: LayerNorm backward's output
+        w(bf16s(d.hidden)),                         // (h) bf16: a LayerNorm's weight, a bias
+        b(bf16s(d.hidden)),                         // (h) bf16
+        b3(bf16s(3 * d.hidden)),                    // (3h) bf16: QKV's bias
+        bf(bf16s(d.ffn)),                           // (f) bf16: fc1's bias
+        dw(bf16s(3 * d.hidden)),                    // (3h) bf16: a weight or bias gradient
+        db(bf16s(std::max(3 * d.hidden, d.ffn))),   // (max(3h, f)) bf16
+        stats(size_t(2 * t) * 4),                   // (2, T) fp32: mean, rstd
+        partials(size_t(part_floats) * 4),          // fp32 row-sum partials
+        qkv(bf16s(3 * t * d.hidden)),               // (T, 3h) bf16
+        dqkv(bf16s(3 * t * d.hidden)),              // (T, 3h) bf16
+        o(bf16s(t * d.hidden)),                     // (T, h) bf16: the attention's output
+        lse(size_t(t * d.heads) * 4),               // (B, H, s) fp32
+        delta(size_t(t * d.heads) * 4),             // (B, H, s) fp32
+        u(bf16s(t * d.ffn)),                        // (T, f) bf16: fc1's pre-activation
+        g(bf16s(t * d.ffn)),                        // (T, f) bf16: the activation
+        du(bf16s(t * d.ffn)),                       // (T, f) bf16
+        logits(bf16s(t * d.vocab)),                 // (T, V) bf16
+        targets(size_t(t) * 4),                     // (T) int32
+        tokens(size_t(t) * 4),                      // (T) int32
+        row_loss(size_t(t) * 4),                    // (T) fp32
+        loss_sum(4),                                // (1) fp32
+        embed(bf16s(d.vocab * d.hidden)),           // (V, h) bf16
+        dembed(bf16s(d.vocab * d.hidden)),          // (V, h) bf16
+        head_grad(size_t(d.vocab * d.hidden) * 4),  // (V, h) fp32: the tied head's dE_head
+        pos(bf16s(d.pos_rows * d.hidden)),          // (P + off, h) bf16
+        dpos(bf16s(d.pos_rows * d.hidden)),         // (P + off, h) bf16
+        starts(size_t(d.vocab + 1) * 4),            // (V + 1) int32: sort_token_rows
+        rows_by_token(size_t(t) * 4) {              // (T) int32
+    uint64_t seed = 11;
+    for (DeviceMemory* m : {&x, &y, &r, &dy, &dx, &w, &b, &b3, &bf, &qkv, &o, &u, &g, &logits, &embed, &pos})
+      fill_random(GemmType::kBF16, m->get(), m->bytes() / 2, seed++, s);
+    fill_random(GemmType::kFP32, head_grad.get(), head_grad.bytes() / 4, seed++, s);
+    const std::vector<int32_t> tok = uniform_ids(t, d.vocab, 1), tgt = uniform_ids(t, d.vocab, 2);
+    const TokenRowIndex index = sort_token_rows(tok.data(), t, d.vocab);
+    TF_CUDA_CHECK(cudaMemcpyAsync(tokens.get(), tok.data(), tokens.bytes(), cudaMemcpyHostToDevice, s));
+    TF_CUDA_CHECK(cudaMemcpyAsync(targets.get(), tgt.data(), targets.bytes(), cudaMemcpyHostToDevice, s));
+    TF_CUDA_CHECK(cudaMemcpyAsync(starts.get(), index.starts.data(), starts.bytes(), cudaMemcpyHostToDevice, s));
+    TF_CUDA_CHECK(
+        cudaMemcpyAsync(rows_by_token.get(), index.rows.data(), rows_by_token.bytes(), cudaMemcpyHostToDevice, s));
+    TF_CUDA_CHECK(cudaStreamSynchronize(s));  // the host vectors go out of scope
+  }
+  static size_t bf16s(int64_t n) { return size_t(n) * 2; }
+  template <class T = uint16_t>
+  T* p(const DeviceMemory& m) const {
+    return m.as<T>();
+  }
+
+  int64_t t, part_floats;
+  DeviceMemory x, y, r, dy, dx, w, b, b3, bf, dw, db, stats, partials, qkv, dqkv, o, lse, delta, u, g, du, logits,
+      targets, tokens, row_loss, loss_sum, embed, dembed, head_grad, pos, dpos, starts, rows_by_token;
+};
+
+// Each class's launches over the embedding, one block and the head (workload_decoder.cu's calls).
+std::vector<std::pair<core::KernelClass, std::function<void()>>> class_launches(const DecoderKernelShape& d,
+                                                                                DecoderBuffers& m, cudaStream_t s) {
+  using K = core::KernelClass;
+  const int64_t T = m.t, h = d.hidden, f = d.ffn;
+  const float eps = 1e-5f;
+  const Activation act = d.relu ? Activation::kRelu : Activation::kGeluTanh;
+  const auto bf = core::DType::kBF16;
+  float* mean = m.p<float>(m.stats);
+  float* rstd = mean + T;
+  const EmbeddingDims ed{d.batch, d.seq, h, d.vocab, d.pos_rows, d.pos_offset};
+  const int ln_fwd = 2 + (d.pre_ln ? 1 : 0);
+  return {
+      {K::kLayerNormForward,
+       [=, &m] {
+         for (int i = 0; i < ln_fwd; ++i)
+           layer_norm_forward(m.p(m.x), m.p(m.w), m.p(m.b), T, h, eps, m.p(m.y), mean, rstd, s);
+       }},
+      {K::kLayerNormBackward,
+       [=, &m] {
+         for (int i = 0; i < 2; ++i)
+           layer_norm_backward(m.p(m.dy), m.p(m.x), mean, rstd, m.p(m.w), m.p(m.r), T, h, m.p(m.dx),
+                               m.p<float>(m.partials), bf, m.p(m.dw), m.p(m.db), s);
+         if (d.pre_ln)
+           layer_norm_backward(m.p(m.dy), m.p(m.x), mean, rstd, m.p(m.w), nullptr, T, h, m.p(m.dx),
+                               m.p<float>(m.partials), bf, m.p(m.dw), m.p(m.db), s);
+       }},
+      {K::kBiasActForward,
+       [=, &m] {
+         bias_act_forward(m.p(m.qkv), m.p(m.b3), T, 3 * h, Activation::kNone, nullptr, s);
+         bias_act_forward(m.p(m.u), m.p(m.bf), T, f, act, m.p(m.g), s);
+       }},
+      {K::kBiasResidualForward,
+       [=, &m] {
+         for (int i = 0; i < 2; ++i) bias_residual_forward(m.p(m.y), m.p(m.b), m.p(m.r), T, h, m.p(m.dx), s);
+       }},
+      {K::kBiasActBackward,
+       [=, &m] {
+         bias_act_backward(m.p(m.g), m.p(m.u), T, f, act, m.p(m.du), m.p<float>(m.partials), bf, m.p(m.db), s);
+       }},
+      {K::kBiasGrad,
+       [=, &m] {
+         for (int i = 0; i < 2; ++i) bias_grad(m.p(m.dy), T, h, m.p<float>(m.partials), bf, m.p(m.db), s);
+         bias_grad(m.p(m.qkv), T, 3 * h, m.p<float>(m.partials), bf, m.p(m.db), s);
+       }},
+      {K::kEmbeddingForward,
+       [=, &m] { embedding_forward(m.p<int32_t>(m.tokens), m.p(m.embed), m.p(m.pos), ed, m.p(m.y), s); }},
+      {K::kEmbeddingBackward,
+       [=, &m] {
+         position_grad(m.p(m.dy), ed, bf, m.p(m.dpos), s);
+         token_embedding_grad(m.p(m.dy), m.p<int32_t>(m.starts), m.p<int32_t>(m.rows_by_token),
+                              d.tied ? m.p<float>(m.head_grad) : nullptr, T, d.vocab, h, bf, m.p(m.dembed), s);
+       }},
+      {K::kCrossEntropy,
+       [=, &m] {
+         cross_entropy_forward_backward(m.p(m.logits), m.p<int32_t>(m.targets), T, d.vocab, 1.0f / float(T),
+                                        m.p<float>(m.row_loss), m.p<float>(m.loss_sum), s);
+       }},
+  };
+}
+
+// Seconds per call of fn: warm-up, then `reps` repetitions of >= 2 ms.
+Stat seconds_per_call(cudaStream_t s, int reps, const std::function<void()>& fn) {
+  for (int i = 0; i < 2; ++i) fn();
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  const auto call = [&](int) { fn(); };
+  return make_stat(event_timed(s, reps, calls_for(s, 2e-3, call), call));
+}
+
+}  // namespace
+
+DecoderKernelTimes decoder_kernel_seconds(int device, const DecoderKernelShape& d, int reps) {
+  check_reps(reps, "decoder_kernel_seconds");
+  check_device(device);
+  if (d.batch < 1 || d.seq < 1 || d.hidden < 1 || d.heads < 1 || d.hidden % d.heads != 0 || d.ffn < 1 || d.vocab < 1 ||
+      d.pos_rows < d.seq + d.pos_offset)
+    throw core::InputError("decoder_kernel_seconds: a decoder shape needs B, s, h, H (dividing h), f, V >= 1 and " +
+                           std::string("P + off >= s + off position rows"));
+  DeviceGuard guard(device);
+  Stream stream;
+  const cudaStream_t s = stream.get();
+  DecoderBuffers m(d, s);
+  DecoderKernelTimes out;
+  for (const auto& [kind, fn] : class_launches(d, m, s))
+    out.class_seconds.emplace_back(kind, seconds_per_call(s, reps, fn));
+  const AttentionDims ad{d.batch, d.seq, d.heads, d.hidden / d.heads};
+  // QKV's bias timing above added to qkv in place: fresh values for the attention
+  fill_random(GemmType::kBF16, m.qkv.get(), m.qkv.bytes() / 2, 101, s);
+  out.attention_fwd_s =
+      seconds_per_call(s, reps, [&] { attention_forward(m.p(m.qkv), ad, m.p(m.o), m.p<float>(m.lse), s); });
+  // the backward reads the forward's log-sum-exp: the last forward above left it in lse
+  out.attention_bwd_s = seconds_per_call(s, reps, [&] {
+    attention_backward(m.p(m.qkv), m.p(m.o), m.p(m.dy), m.p<float>(m.lse), ad, m.p<float>(m.delta), m.p(m.dqkv), s);
+  });
+  return out;
 }
 
 }  // namespace tf::backend::cuda::calibrate

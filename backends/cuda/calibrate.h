@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/gemm.h"
@@ -63,6 +64,28 @@ struct BackgroundLoad {
 // while it runs (on other streams: the GEMM shares the GPU's SMs and HBM with it).
 Stat gemm_tflops(int device, GemmType type, core::GemmPass pass, int64_t m, int64_t n, int64_t k, int reps,
                  GemmData data = GemmData::kRandom, const BackgroundLoad* load = nullptr);
+
+// ---- the decoder's own kernels (decoder_kernels.cuh, attention.cu) -----------------------------------
+// The shapes a decoder's embedding (e = h), blocks and head launch their kernels at, one micro-batch.
+struct DecoderKernelShape {
+  int64_t batch = 0, seq = 0, hidden = 0, heads = 0, ffn = 0, vocab = 0;
+  int64_t pos_rows = 0, pos_offset = 0;  // P + off position rows; off
+  bool relu = true;                      // OPT's ReLU, else GPT-2's GELU (tanh)
+  bool pre_ln = true;                    // the head's final LayerNorm (pre-LN models)
+  bool tied = true;                      // the embedding's gradient adds the tied head's fp32 dE_head
+};
+// Seconds per repetition of each class's launches (core::KernelClass) over the embedding, one block
+// and the head, forward and backward, as backends/cuda/workload_decoder.cu issues them: LayerNorm
+// forward 2 + LNf, backward 2 (with the residual gradient) + LNf's; QKV's bias and fc1's bias +
+// activation; two bias + residual adds; du with db1; db2, dbo, dbqkv; the embedding's gather and its
+// backward (dPos, dE with dE_head); the fused cross-entropy; the attention forward and backward. Each
+// the median of `reps` repetitions of >= 2 ms after a warm-up; bf16 data uniform in [-1, 1), tokens and
+// targets uniform in [0, V).
+struct DecoderKernelTimes {
+  std::vector<std::pair<core::KernelClass, Stat>> class_seconds;
+  Stat attention_fwd_s, attention_bwd_s;
+};
+DecoderKernelTimes decoder_kernel_seconds(int device, const DecoderKernelShape& shape, int reps);
 
 // ---- device memory -------------------------------------------------------------------------------
 // cudaMemcpy device-to-device of `bytes`; GB/s counting bytes read + written (2 x bytes).

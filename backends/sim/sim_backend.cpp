@@ -60,18 +60,71 @@ struct CostSetup {
   SpeculationCase speculation = SpeculationCase::kHolds;  // what the speculated CPU layers' ops cost
 };
 
+// The fused attention's measured rates for a decoder block's shape (gpu.attention_tflops_by_shape),
+// TFLOP/s of each pass; 0 where the profile has none (its products then run as GEMMs of the table).
+struct AttentionRates {
+  double fwd_tflops = 0, bwd_tflops = 0;
+  bool measured() const { return fwd_tflops > 0 && bwd_tflops > 0; }
+};
+
+AttentionRates attention_rates(const core::GpuProfile& g, const core::ModelDesc& m, const core::LayerDesc& l) {
+  if (l.kind != core::LayerKind::kBlock || m.spec.decoder.heads <= 0) return {};
+  const core::DecoderShape& d = m.spec.decoder;
+  return {g.attention_tflops_at(core::head_dim(d), d.seq, false),
+          g.attention_tflops_at(core::head_dim(d), d.seq, true)};
+}
+
 // ns of a layer's GEMMs. A batch of products runs at the rate of the one GEMM with the same tiles,
 // (batch x m, n, k): a strided-batched kernel fills the GPU with the batch's tiles the same way.
-// With a measured table (bf16 only) rates come from it; otherwise the roofline-and-tiles model.
+// With a measured table (bf16 only) rates come from it; otherwise the roofline-and-tiles model. The
+// fused attention's products run at its measured rate for the pass when there is one (`attention_tflops`
+// > 0): core::fused_attention_flops over it, its own traffic included.
 double gemms_ns(const std::vector<core::LayerGemm>& gemms, const tf::sim::GemmParams& gp,
-                const tf::sim::GemmRateTable* table) {
+                const tf::sim::GemmRateTable* table, double attention_tflops) {
   double ns = 0;
   for (const core::LayerGemm& g : gemms) {
+    if (g.fused_attention && attention_tflops > 0) continue;
     const tf::sim::GemmShape eq{g.m * g.batch, g.n, g.k};
     const double tflops = table ? table->tflops_at(gp, eq, g.pass) : gp.peak_tflops * tf::sim::gemm_efficiency(gp, eq);
     ns += tf::sim::gemm_flops(eq) / (tflops * 1e3);  // 1 TFLOP/s = 1e3 FLOP/ns
   }
+  if (attention_tflops > 0) ns += core::fused_attention_flops(gemms) / (attention_tflops * 1e3);
   return ns;
+}
+
+// ns of a layer's memory-bound kernels: each class's bytes at its measured rate (gpu.decoder_kernel_gbps),
+// else at gpu.hbm_gbps (GB/s = bytes per ns). With a measured attention rate the attention's own
+// traffic is part of that rate's time and is not counted again.
+double elementwise_ns(const std::vector<core::KernelCost>& kernels, const core::GpuProfile& g,
+                      bool attention_measured) {
+  int64_t hbm_bytes = 0;  // the classes without a measured rate, summed first (one division, as before the classes)
+  double ns = 0;
+  for (const core::KernelCost& k : kernels) {
+    const bool attention =
+        k.kind == core::KernelClass::kAttentionForward || k.kind == core::KernelClass::kAttentionBackward;
+    if (attention && attention_measured) continue;
+    const double gbps = g.kernel_gbps(k.kind);
+    if (gbps == g.hbm_gbps)
+      hbm_bytes += k.bytes;
+    else
+      ns += double(k.bytes) / gbps;
+  }
+  return ns + double(hbm_bytes) / g.hbm_gbps;
+}
+
+// Kernel launches of a layer's GEMM list: one per GEMM, except the fused attention's products when its
+// rate is measured: one forward kernel, and two backward kernels (dK/dV, dQ) besides the D kernel that
+// the memory-bound list counts.
+int gemm_launches(const std::vector<core::LayerGemm>& gemms, bool attention_measured, bool backward) {
+  int n = 0;
+  bool fused = false;
+  for (const core::LayerGemm& g : gemms) {
+    if (g.fused_attention && attention_measured)
+      fused = true;
+    else
+      ++n;
+  }
+  return n + (fused ? (backward ? 2 : 1) : 0);
 }
 
 tf::sim::BusBandwidthCurve curve_of(const std::vector<core::BusPoint>& pts) {
@@ -94,8 +147,10 @@ double peak_tflops_of(const core::Scenario& s) {
   return peak_tflops;
 }
 
-// Per layer: its GEMMs, and its memory-bound kernels (bias, activation, norms, loss) at the HBM rate;
-// one kernel per GEMM (at least one kernel per op: an embedding's gather).
+// Per layer: its GEMMs (the fused attention at its measured rate when the profile has one), and its
+// memory-bound kernels (bias, activation, norms, loss) at their classes' measured rates or the HBM
+// rate; one kernel per GEMM (at least one kernel per op: an embedding's gather). With activation
+// checkpointing a block's backward runs its forward again first (the same kernels, the same cost).
 void layer_costs(const core::Scenario& s, const core::RunSettings& rs, double gemm_max_efficiency, CostSetup& c) {
   const core::HardwareProfile& hw = s.cluster.hardware;
   const core::ModelDesc& model = rs.model;
@@ -106,7 +161,8 @@ void layer_costs(const core::Scenario& s, const core::RunSettings& rs, double ge
   gp.max_efficiency = gemm_max_efficiency;
   gp.bytes_per_element = act_bytes;
   std::vector<tf::sim::GemmRatePoint> measured_gemms;
-  if (s.training.precision == core::Precision::kBF16)
+  const bool bf16 = s.training.precision == core::Precision::kBF16;
+  if (bf16)
     for (const core::GemmPoint& e : hw.gpu.bf16_gemm_tflops_by_shape)
       measured_gemms.push_back({{e.m, e.n, e.k}, e.tflops, e.pass});
   const tf::sim::GemmRateTable table(std::move(measured_gemms));
@@ -116,14 +172,17 @@ void layer_costs(const core::Scenario& s, const core::RunSettings& rs, double ge
     const std::vector<core::LayerGemm> fwd = core::forward_gemms(model, l, rs.step.micro_batch),
                                        bwd = core::backward_gemms(fwd, core::layer_needs_input_grad(model, i));
     const core::ElementwiseCost ew = core::layer_elementwise(model, i, rs.step.micro_batch, act_bytes);
+    // the attention kernel's rates are of bf16 training (its only dtype)
+    const AttentionRates att = bf16 ? attention_rates(hw.gpu, model, l) : AttentionRates{};
+    const bool am = att.measured();
     const bool recompute = rs.step.checkpointing && l.kind == core::LayerKind::kBlock;
-    const double f = gemms_ns(fwd, gp, measured) + double(ew.fwd_bytes) / hw.gpu.hbm_gbps;
-    const int fk = static_cast<int>(fwd.size()) + ew.fwd_kernels;
+    const double f = gemms_ns(fwd, gp, measured, am ? att.fwd_tflops : 0) + elementwise_ns(ew.fwd, hw.gpu, am);
+    const int fk = gemm_launches(fwd, am, false) + ew.fwd_kernels();
     c.fwd_gemm_ns.push_back(f);
-    c.bwd_gemm_ns.push_back(gemms_ns(bwd, gp, measured) + double(ew.bwd_bytes) / hw.gpu.hbm_gbps +
+    c.bwd_gemm_ns.push_back(gemms_ns(bwd, gp, measured, am ? att.bwd_tflops : 0) + elementwise_ns(ew.bwd, hw.gpu, am) +
                             (recompute ? f : 0.0));
     c.fwd_kernels.push_back(std::max(1, fk));
-    c.bwd_kernels.push_back(std::max(1, static_cast<int>(bwd.size()) + ew.bwd_kernels + (recompute ? fk : 0)));
+    c.bwd_kernels.push_back(std::max(1, gemm_launches(bwd, am, true) + ew.bwd_kernels() + (recompute ? fk : 0)));
   }
 }
 

@@ -582,3 +582,72 @@ TEST(SimSpeculation, HeldSpeculationHidesTheCpuPassAndTheOtherCasesCostWhatTheyD
   plain.training.gradient_clipping = 0;
   EXPECT_EQ(simulate_step(plain, 0.6, held).step_ns, simulate_step(plain, 0.6, off).step_ns);
 }
+
+namespace {
+
+// A tiny decoder on one H100 at ratio 0: T = 64 rows (micro-batch 1, s 64), h 64, H 4 (d 16), f 256, V 512.
+tf::core::Scenario tiny_decoder(bool checkpointing) {
+  return tf::core::parse_scenario(
+      "model: {type: decoder, layers: 2, hidden: 64, heads: 4, vocab: 512, seq: 64}\n"
+      "cluster: {profile: h100-80gb-16core, cpu_cores_per_gpu: 4}\n"
+      "training: {micro_batch: 1, gradient_clipping: 1.0, activation_checkpointing: " +
+          std::string(checkpointing ? "true" : "false") +
+          "}\n"
+          "optimizer: {type: adamw}\n"
+          "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0}}\n",
+      {}, "tiny.yaml");
+}
+
+// The duration of layer `layer`'s first op of `kind` (rank 0).
+int64_t op_ns(const tf::core::Scenario& s, tf::core::OpKind kind, int layer) {
+  const SimPoint p = simulate_step(s, 0.0, {.record_ops = true, .keep_plans = true});
+  for (size_t i = 0; i < p.plans[0].ops.size(); ++i) {
+    const auto& op = p.plans[0].ops[i];
+    if (op.kind == kind && op.layer == layer) return p.ranks[0].ops[i].end_ns - p.ranks[0].ops[i].start_ns;
+  }
+  ADD_FAILURE() << "no op of layer " << layer;
+  return 0;
+}
+
+}  // namespace
+
+// The fused attention at its measured rate (gpu.attention_tflops_by_shape): its FLOPs are those of the
+// causal half, forward QK^T and PV of (s + 1) x s/2 x d per (sample, head): 2 x 2 x 65 x 32 x 16 x 4 =
+// 532,480 FLOP; backward 5 products, 1,331,200 FLOP. At 2 and 1 TFLOP/s (2e3 and 1e3 FLOP/ns) the passes
+// take 266.24 and 1331.2 ns, at twice the rates half that: the block's ops differ by 133.12 and 665.6 ns
+// (each op's time is rounded up to a whole ns: within 1 ns). With checkpointing the backward runs the
+// forward again: 665.6 + 133.12.
+TEST(SimDecoder, MeasuredAttentionRateSetsTheFusedKernelsTime) {
+  using tf::core::OpKind;
+  for (bool ckpt : {false, true}) {
+    SCOPED_TRACE(ckpt);
+    tf::core::Scenario slow = tiny_decoder(ckpt), fast = tiny_decoder(ckpt);
+    slow.cluster.hardware.gpu.attention_tflops_by_shape = {{16, 64, 2.0, false}, {16, 64, 1.0, true}};
+    fast.cluster.hardware.gpu.attention_tflops_by_shape = {{16, 64, 4.0, false}, {16, 64, 2.0, true}};
+    EXPECT_NEAR(double(op_ns(slow, OpKind::kForward, 1) - op_ns(fast, OpKind::kForward, 1)), 133.12, 1.0);
+    EXPECT_NEAR(double(op_ns(slow, OpKind::kBackward, 1) - op_ns(fast, OpKind::kBackward, 1)),
+                665.6 + (ckpt ? 133.12 : 0.0), 1.0);
+    // the embedding and the head have no attention
+    EXPECT_EQ(op_ns(slow, OpKind::kForward, 3), op_ns(fast, OpKind::kForward, 3));
+  }
+}
+
+// A class's measured rate (gpu.decoder_kernel_gbps) replaces the HBM rate for that class's bytes only.
+// The block's two LayerNorm forwards move 2 x (2Th e + 2h e + 8T) = 2 x (16384 + 256 + 512) = 34,304 B;
+// at half the HBM rate they take 34,304 / hbm_gbps ns longer. The head's cross-entropy moves T V e + 12 T =
+// 66,304 B forward and 2 T V e + 8 T = 131,584 B backward.
+TEST(SimDecoder, MeasuredKernelClassRatesReplaceTheHbmRate) {
+  using tf::core::KernelClass;
+  using tf::core::OpKind;
+  const tf::core::Scenario base = tiny_decoder(false);
+  const double hbm = base.cluster.hardware.gpu.hbm_gbps;
+  tf::core::Scenario ln = base;
+  ln.cluster.hardware.gpu.decoder_kernel_gbps = {{KernelClass::kLayerNormForward, hbm / 2}};
+  EXPECT_NEAR(double(op_ns(ln, OpKind::kForward, 1) - op_ns(base, OpKind::kForward, 1)), 34304 / hbm, 1.0);
+  EXPECT_EQ(op_ns(ln, OpKind::kBackward, 1), op_ns(base, OpKind::kBackward, 1));  // LayerNorm backward: not this class
+  tf::core::Scenario ce = base;
+  ce.cluster.hardware.gpu.decoder_kernel_gbps = {{KernelClass::kCrossEntropy, hbm / 4}};
+  EXPECT_NEAR(double(op_ns(ce, OpKind::kForward, 3) - op_ns(base, OpKind::kForward, 3)), 3 * 66304 / hbm, 1.0);
+  EXPECT_NEAR(double(op_ns(ce, OpKind::kBackward, 3) - op_ns(base, OpKind::kBackward, 3)), 3 * 131584 / hbm, 1.0);
+  EXPECT_EQ(op_ns(ce, OpKind::kForward, 1), op_ns(base, OpKind::kForward, 1));
+}

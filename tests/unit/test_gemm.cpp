@@ -42,20 +42,26 @@ TEST(Gemm, BlockGemmsAreTheFusedAttentionsCausalHalf) {
   const ModelDesc m = describe_model(model_preset("gpt-tiny"));  // h 64, H 4 (d 16), f 256, s 64
   const std::vector<LayerGemm> fwd = forward_gemms(m, m.layers[1], 2);
   // T = 128; the causal half of 64 x 64 is 64*65/2 = 2080 = 65 x 32 pairs per (sample, head)
-  const std::vector<LayerGemm> want = {{128, 192, 64},  {65, 32, 16, 8, GemmPass::kForward, true},
-                                       {65, 16, 32, 8}, {128, 64, 64},
-                                       {128, 256, 64},  {128, 64, 256}};
+  const std::vector<LayerGemm> want = {{128, 192, 64},
+                                       {65, 32, 16, 8, GemmPass::kForward, true, true},
+                                       {65, 16, 32, 8, GemmPass::kForward, false, true},
+                                       {128, 64, 64},
+                                       {128, 256, 64},
+                                       {128, 64, 256}};
   EXPECT_EQ(fwd, want);
   const std::vector<LayerGemm> bwd = backward_gemms(fwd);
   ASSERT_EQ(bwd.size(), 13u);  // 6 x (input, weight gradient) + the recomputed scores
-  EXPECT_EQ(bwd[2], (LayerGemm{65, 32, 16, 8, GemmPass::kForward}));
-  EXPECT_EQ(bwd[3], (LayerGemm{65, 16, 32, 8, GemmPass::kInputGrad}));   // dQ = dS K
-  EXPECT_EQ(bwd[4], (LayerGemm{32, 16, 65, 8, GemmPass::kWeightGrad}));  // dK = dS^T Q
+  EXPECT_EQ(bwd[2], (LayerGemm{65, 32, 16, 8, GemmPass::kForward, false, true}));
+  EXPECT_EQ(bwd[3], (LayerGemm{65, 16, 32, 8, GemmPass::kInputGrad, false, true}));   // dQ = dS K
+  EXPECT_EQ(bwd[4], (LayerGemm{32, 16, 65, 8, GemmPass::kWeightGrad, false, true}));  // dK = dS^T Q
+  // the fused attention's FLOPs: forward 2 products of 2*65*32*16*8 each; backward 5
+  EXPECT_DOUBLE_EQ(fused_attention_flops(fwd), 2 * 2.0 * 65 * 32 * 16 * 8);
+  EXPECT_DOUBLE_EQ(fused_attention_flops(bwd), 5 * 2.0 * 65 * 32 * 16 * 8);
   // an odd sequence: 7*8/2 = 28 = 7 x 4
   ModelSpec odd = model_preset("gpt-tiny");
   odd.decoder.seq = 7;
   const ModelDesc mo = describe_model(odd);
-  EXPECT_EQ(forward_gemms(mo, mo.layers[1], 1)[1], (LayerGemm{7, 4, 16, 4, GemmPass::kForward, true}));
+  EXPECT_EQ(forward_gemms(mo, mo.layers[1], 1)[1], (LayerGemm{7, 4, 16, 4, GemmPass::kForward, true, true}));
 }
 
 TEST(Gemm, ProjectionsAreGemmsOfTheEmbeddingAndHead) {
@@ -72,20 +78,43 @@ TEST(Gemm, DecoderElementwiseBytesByHand) {
   const ModelDesc m = describe_model(model_preset("gpt-tiny"));
   const ElementwiseCost blk = layer_elementwise(m, 1, 1, 2);
   // 20*64*64*2 + 3*64*256*2 + 9*64*2 + 256*2 + 16*64 + 4*64*4
-  EXPECT_EQ(blk.fwd_bytes, 163'840 + 98'304 + 1'152 + 512 + 1'024 + 1'024);
-  EXPECT_EQ(blk.fwd_kernels, 6);
+  EXPECT_EQ(blk.fwd_bytes(), 163'840 + 98'304 + 1'152 + 512 + 1'024 + 1'024);
+  EXPECT_EQ(blk.fwd_kernels(), 6);
   // 26*64*64*2 + 4*64*256*2 + 11*64*2 + 256*2 + 16*64 + 20*64*4: no s x s term
-  EXPECT_EQ(blk.bwd_bytes, 212'992 + 131'072 + 1'408 + 512 + 1'024 + 5'120);
-  EXPECT_EQ(blk.bwd_kernels, 14);
+  EXPECT_EQ(blk.bwd_bytes(), 212'992 + 131'072 + 1'408 + 512 + 1'024 + 5'120);
+  EXPECT_EQ(blk.bwd_kernels(), 14);
   const ElementwiseCost emb = layer_elementwise(m, 0, 1, 2);
-  EXPECT_EQ(emb.fwd_bytes, 4 * 64 + 3 * 64 * 64 * 2);  // ids, token and position rows, x0
+  EXPECT_EQ(emb.fwd_bytes(), 4 * 64 + 3 * 64 * 64 * 2);  // ids, token and position rows, x0
   // dx0 read twice (dPos, scatter), the position table, ids, dE written, the head's fp32 dE_head
-  EXPECT_EQ(emb.bwd_bytes, 2 * 64 * 64 * 2 + 64 * 64 * 2 + 4 * 64 + 512 * 64 * 2 + 4 * 512 * 64);
+  EXPECT_EQ(emb.bwd_bytes(), 2 * 64 * 64 * 2 + 64 * 64 * 2 + 4 * 64 + 512 * 64 * 2 + 4 * 512 * 64);
   const ElementwiseCost head = layer_elementwise(m, 3, 1, 2);
-  EXPECT_EQ(head.fwd_bytes, 64 * 512 * 2 + 12 * 64 + 2 * 64 * 64 * 2 + 2 * 64 * 2 + 8 * 64);  // CE + LNf
-  EXPECT_EQ(head.bwd_bytes, 2 * 64 * 512 * 2 + 8 * 64 + 3 * 64 * 64 * 2 + 8 * 64 + 3 * 64 * 2);
-  EXPECT_EQ(head.fwd_kernels, 2);
-  EXPECT_EQ(head.bwd_kernels, 3);
+  EXPECT_EQ(head.fwd_bytes(), 64 * 512 * 2 + 12 * 64 + 2 * 64 * 64 * 2 + 2 * 64 * 2 + 8 * 64);  // CE + LNf
+  EXPECT_EQ(head.bwd_bytes(), 2 * 64 * 512 * 2 + 8 * 64 + 3 * 64 * 64 * 2 + 8 * 64 + 3 * 64 * 2);
+  EXPECT_EQ(head.fwd_kernels(), 2);
+  EXPECT_EQ(head.bwd_kernels(), 3);
   // the bytes scale with the micro-batch (every term but the parameters' is per row)
-  EXPECT_EQ(layer_elementwise(m, 1, 2, 2).fwd_bytes - blk.fwd_bytes, blk.fwd_bytes - 9 * 64 * 2 - 256 * 2);
+  EXPECT_EQ(layer_elementwise(m, 1, 2, 2).fwd_bytes() - blk.fwd_bytes(), blk.fwd_bytes() - 9 * 64 * 2 - 256 * 2);
+}
+
+TEST(Gemm, DecoderElementwiseClassesByHand) {
+  // gpt-tiny, one sample: T 64, h 64, f 256, H 4, V 512, 2-byte activations; the classes calibrate times
+  const ModelDesc m = describe_model(model_preset("gpt-tiny"));
+  const ElementwiseCost blk = layer_elementwise(m, 1, 1, 2);
+  EXPECT_EQ(class_bytes(blk, KernelClass::kLayerNormForward), 2 * (2 * 64 * 64 * 2 + 2 * 64 * 2 + 8 * 64));
+  EXPECT_EQ(class_bytes(blk, KernelClass::kBiasActForward), 6 * 64 * 64 * 2 + 3 * 64 * 2 + 3 * 64 * 256 * 2 + 256 * 2);
+  EXPECT_EQ(class_bytes(blk, KernelClass::kBiasResidualForward), 2 * (3 * 64 * 64 * 2 + 64 * 2));
+  EXPECT_EQ(class_bytes(blk, KernelClass::kAttentionForward), 4 * 64 * 64 * 2 + 4 * 64 * 4);
+  EXPECT_EQ(class_bytes(blk, KernelClass::kBiasGrad), 5 * 64 * 64 * 2 + 5 * 64 * 2);
+  EXPECT_EQ(class_bytes(blk, KernelClass::kBiasActBackward), 4 * 64 * 256 * 2 + 256 * 2);
+  EXPECT_EQ(class_bytes(blk, KernelClass::kLayerNormBackward), 2 * (4 * 64 * 64 * 2 + 8 * 64 + 3 * 64 * 2));
+  EXPECT_EQ(class_bytes(blk, KernelClass::kAttentionBackward), 13 * 64 * 64 * 2 + 20 * 64 * 4);
+  EXPECT_EQ(class_bytes(blk, KernelClass::kCrossEntropy), 0);
+  const ElementwiseCost head = layer_elementwise(m, 3, 1, 2);
+  // the loss (T V e + 12 T) and dlogits (2 T V e + 8 T): one fused kernel, one class
+  EXPECT_EQ(class_bytes(head, KernelClass::kCrossEntropy), 3 * 64 * 512 * 2 + 20 * 64);
+  EXPECT_EQ(class_bytes(head, KernelClass::kLayerNormForward), 2 * 64 * 64 * 2 + 2 * 64 * 2 + 8 * 64);
+  // names round-trip
+  for (int c = 0; c < kKernelClassCount; ++c)
+    EXPECT_EQ(parse_kernel_class(kernel_class_name(KernelClass(c))), KernelClass(c)) << c;
+  EXPECT_EQ(parse_kernel_class("layer_norm"), std::nullopt);
 }

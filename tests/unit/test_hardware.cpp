@@ -44,6 +44,8 @@ HardwareProfile full_profile() {
                                      {16, 4096, 4096, 55.5},
                                      {8192, 8192, 8192, 700.5, GemmPass::kInputGrad},
                                      {8192, 8192, 4096, 650.25, GemmPass::kWeightGrad}};
+  p.gpu.attention_tflops_by_shape = {{64, 1024, 301.5, false}, {64, 1024, 240.25, true}, {128, 2048, 410.125, false}};
+  p.gpu.decoder_kernel_gbps = {{KernelClass::kLayerNormForward, 2650.5}, {KernelClass::kCrossEntropy, 1999.25}};
   p.pcie.h2d_gbps = 53.7;
   p.pcie.d2h_gbps = 54.1;
   p.pcie.bidir_total_gbps = 83.2;
@@ -92,6 +94,8 @@ HardwareProfile full_profile() {
                           "gpu.nccl_comm_bytes",
                           "gpu.alloc_granularity_bytes",
                           "gpu.pinned_host_map_bytes_per_gb",
+                          "gpu.attention_tflops_by_shape",
+                          "gpu.decoder_kernel_gbps",
                           "pcie.h2d_gbps",
                           "pcie.d2h_gbps",
                           "pcie.bidir_total_gbps",
@@ -165,6 +169,8 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   p.gpu.hbm_copy_gbps = p.gpu.event_record_ns = p.gpu.event_sync_ns = p.gpu.optimizer_gbps = 0;
   p.gpu.compute_slowdown_during_collectives = p.gpu.compute_slowdown_during_dma = 0;
   p.gpu.bf16_gemm_tflops_by_shape.clear();
+  p.gpu.attention_tflops_by_shape.clear();
+  p.gpu.decoder_kernel_gbps.clear();
   p.pcie.pageable_h2d_gbps = p.pcie.copy_latency_ns = 0;
   p.intra_node.bus_gbps_by_message_bytes.clear();
   p.intra_node.all_gather_bus_gbps_by_message_bytes.clear();
@@ -183,7 +189,8 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   for (const char* key :
        {"hbm_copy_gbps", "event_record_ns", "event_sync_ns", "optimizer_gbps", "bf16_gemm_tflops_by_shape",
         "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads", "by_ranks", "compute_slowdown",
-        "description", "context_bytes", "nccl_comm_bytes", "alloc_granularity", "pinned_host_map"})
+        "description", "context_bytes", "nccl_comm_bytes", "alloc_granularity", "pinned_host_map", "attention",
+        "decoder_kernel"})
     EXPECT_FALSE(contains(text, key)) << key;
   HardwareProfile q = parse_hardware_profile(text, "min.yaml");
   // sources of the figures not written are not read back
@@ -234,6 +241,14 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
       {"- [8192, 8192, 8192, 781.0625]", "- [8192, 0, 8192, 781.0625]", "bf16_gemm_tflops_by_shape.value[1][1]"},
       {"- [8192, 8192, 8192, 781.0625]", "- [8192, 8192, 8192, 0]", "bf16_gemm_tflops_by_shape.value[1][3]"},
       {"- [33554432, 181.25]", "- [1000, 181.25]", "message sizes must ascend"},
+      {"- [64, 1024, 240.25, backward]", "- [64, 1024, 240.25, forward]", "is listed twice"},
+      {"- [64, 1024, 240.25, backward]", "- [64, 1024, 240.25, sideways]", "unknown attention pass"},
+      {"- [64, 1024, 240.25, backward]", "- [64, 1024, 0, backward]", "attention_tflops_by_shape.value[1][2]"},
+      {"- [64, 1024, 240.25, backward]", "- [64, 240.25, backward]", "expected an entry [head_dim, seq, tflops"},
+      {"- [cross_entropy, 1999.25]", "- [layer_norm, 1999.25]", "unknown kernel class"},
+      {"- [cross_entropy, 1999.25]", "- [layer_norm_forward, 1999.25]", "is listed twice"},
+      {"- [cross_entropy, 1999.25]", "- [other, 1999.25]", "unknown kernel class"},
+      {"- [cross_entropy, 1999.25]", "- [cross_entropy, 0]", "decoder_kernel_gbps.value[1][1]"},
       {"- [2, 4.75]", "- [1, 4.75]", "rank counts must ascend; 1 follows 1"},
       {"- [4, 4.5]", "- [33, 4.5]", "optimizer_node_gparam_s_by_ranks.value[2][0]"},
       {"- [4, 4.5]", "- [4, 0]", "optimizer_node_gparam_s_by_ranks.value[2][1]"},
@@ -252,6 +267,29 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
       EXPECT_TRUE(contains(e.what(), c.message)) << e.what();
     }
   }
+}
+
+// The attention rate of a pass: the nearest head dimension's points, of those the nearest sequence length.
+TEST(GpuProfile, AttentionRateIsTheNearestMeasuredShapes) {
+  GpuProfile g;
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, false), 0.0);  // none measured
+  g.attention_tflops_by_shape = {{64, 1024, 300, false},
+                                 {64, 1024, 240, true},
+                                 {128, 1024, 400, false},
+                                 {128, 4096, 450, false},
+                                 {128, 2048, 350, true}};
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, false), 300);
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, true), 240);
+  EXPECT_EQ(g.attention_tflops_at(64, 8192, true), 240);    // the only d 64 backward point
+  EXPECT_EQ(g.attention_tflops_at(128, 2000, false), 400);  // nearer 1024 than 4096 in log distance
+  EXPECT_EQ(g.attention_tflops_at(128, 3000, false), 450);  // nearer 4096 than 1024
+  EXPECT_EQ(g.attention_tflops_at(80, 1024, false), 300);   // 80 is nearer 64 than 128 in log distance
+  EXPECT_EQ(g.attention_tflops_at(100, 1024, true), 350);   // nearer 128: its backward point
+  g.hbm_gbps = 3000;
+  g.decoder_kernel_gbps = {{KernelClass::kBiasGrad, 1500}};
+  EXPECT_EQ(g.kernel_gbps(KernelClass::kBiasGrad), 1500);
+  EXPECT_EQ(g.kernel_gbps(KernelClass::kCrossEntropy), 3000);  // not measured: HBM
+  EXPECT_EQ(g.kernel_gbps(KernelClass::kOther), 3000);
 }
 
 // The node rate with k concurrent ranks: the measured points, linear between them, flat outside.
