@@ -558,6 +558,7 @@ std::vector<ReportedSetting> settings_report(const Scenario& s) {
     num("training.speculation", double(*t.speculation_bytes));
   else
     text("training.speculation", "auto");
+  text("training.carry_tail", bool_text(t.carry_tail));
   num("training.steps", double(t.steps));
   const bool fp16 = t.precision == Precision::kFP16;
   text("training.loss_scaling", !fp16 ? "off" : t.loss_scaling.dynamic() ? "dynamic" : "static");

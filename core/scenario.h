@@ -54,6 +54,10 @@ struct TrainingConfig {
   // Twin-Flow's speculative CPU updates (docs/ARCHITECTURE.md, "Speculation"): host bytes per rank for the
   // speculated layers' second state slot; 0 off; nullopt `auto` (what the host has beyond the plan).
   std::optional<int64_t> speculation_bytes;
+  // Carry each step's CPU-side optimizer tail into the next step (docs/ARCHITECTURE.md, "Carrying the
+  // optimizer tail into the next step"; StepConfig::carry_tail): on by default, `false` gives the
+  // schedule that waits for it at every step's end. The bits do not depend on it.
+  bool carry_tail = true;
 };
 
 struct OptimizerConfig {

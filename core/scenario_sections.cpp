@@ -199,6 +199,7 @@ void read_training(const Node& n, Ctx& ctx, bool has_ds, ClientSettings& client,
   // Twin-Flow's own optimisation, not a training setting: its default (auto) is in settings_report, not
   // among the recorded defaults
   if (const Node* v = m.find("speculation")) t.speculation_bytes = read_speculation(*v);
+  if (const Node* v = m.find("carry_tail")) t.carry_tail = config::read_bool(*v);
   m.fail_unknown();
   if (has_ds) return;  // read_ds_config takes the rest
 

@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <boost/system/system_error.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
@@ -271,6 +271,20 @@ std::optional<int64_t> read_speculation_option(const po::variables_map& vm) {
     throw core::InputError("--speculation '" + core::printable(v, 40) +
                            "': expected auto or a number of bytes >= 0 (0 turns speculation off)");
   return int64_t(n);
+}
+
+void add_carry_tail_option(po::options_description& desc) {
+  desc.add_options()("carry-tail", po::value<std::string>(),
+                     "on|off: carry each step's CPU optimizer tail (CPU passes, H2Ds, replica refreshes) into the "
+                     "next step (default: the scenario's training.carry_tail, on)");
+}
+
+std::optional<bool> read_carry_tail_option(const po::variables_map& vm) {
+  if (!vm.count("carry-tail")) return std::nullopt;
+  const std::string v = core::ascii_lower(vm["carry-tail"].as<std::string>());
+  if (v == "on" || v == "true") return true;
+  if (v == "off" || v == "false") return false;
+  throw core::InputError("--carry-tail '" + core::printable(v, 40) + "': expected on or off");
 }
 
 std::string self_executable(const std::string& who) {

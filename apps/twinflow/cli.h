@@ -132,6 +132,12 @@ std::optional<int> read_staging_slots(const po::variables_map& vm);
 void add_speculation_option(po::options_description& desc);
 std::optional<int64_t> read_speculation_option(const po::variables_map& vm);
 
+// ---- carrying the tail (--carry-tail on|off) ----------------------------------------------------------
+// Overrides the scenario's training.carry_tail (docs/ARCHITECTURE.md, "Carrying the optimizer tail into
+// the next step"); none: not given. core::InputError for anything but on/off/true/false.
+void add_carry_tail_option(po::options_description& desc);
+std::optional<bool> read_carry_tail_option(const po::variables_map& vm);
+
 // This executable's path (/proc/self/exe), to run another twinflow subcommand; core::RuntimeFailure
 // naming `who` when it cannot be read.
 std::string self_executable(const std::string& who);

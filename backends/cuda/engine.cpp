@@ -243,6 +243,9 @@ class EngineImpl final : public Engine {
     shard_ = part_.ranks[size_t(cfg_.rank)];
     core::MemoryOptions mo = s_.memory_options();
     mo.host_bytes_per_rank = host_limit();
+    // Not yet in the engine: carrying the tail into the next step (docs/ARCHITECTURE.md, "Carrying the
+    // optimizer tail into the next step"); every step ends with every queue done, as with carry_tail off.
+    mo.step.carry_tail = false;
     core::RankPlan rp = core::plan_rank(s_.model, part_, cfg_.rank, cfg_.ratio, mo);
     split_ = std::move(rp.split);
     plan_ = std::move(rp.step);
@@ -910,7 +913,7 @@ class EngineImpl final : public Engine {
   std::optional<core::Speculation> spec_;  // the per-step rule and each layer's current slot
   std::unique_ptr<cpu::CpuSegment> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
-  std::vector<Event> events_;  // (2 x ops): each op's start and end
+  std::vector<Event> events_;                     // (2 x ops): each op's start and end
   std::optional<Event> t0_;
   std::optional<NcclComm> comm_;
   std::unique_ptr<Workload> workload_;
