@@ -30,8 +30,8 @@ FunctionalResult run(FunctionalConfig c, bool carry) {
 }
 
 // Carry on against carry off and the plain loop: master and states bit for bit, the same steps'
-// norms, skips, loss scales and speculation outcomes; with a CPU segment some carried ops ran in the
-// next step (the order really changed).
+// norms, skips, loss scales and speculation outcomes; with a CPU segment that leaves the first layer
+// on the GPU some carried ops ran in the next step (the order really changed).
 void expect_same_bits(const FunctionalConfig& c, const FunctionalResult& ref, const std::string& at) {
   const FunctionalResult on = run(c, true), off = run(c, false);
   ASSERT_EQ(first_diff(on.master, ref.master), -1) << at;
@@ -46,7 +46,8 @@ void expect_same_bits(const FunctionalConfig& c, const FunctionalResult& ref, co
   EXPECT_EQ(on.d2h_bytes, off.d2h_bytes) << at;
   EXPECT_EQ(on.h2d_bytes, off.h2d_bytes) << at;
   EXPECT_EQ(off.carried_ops_run_late, 0) << at;
-  if (c.ratio > 0) {
+  // below ratio 1 the first layer has no CPU part, so the next step starts before the tail is done
+  if (c.ratio > 0 && c.ratio < 1) {
     EXPECT_GT(on.carried_ops_run_late, 0) << at;
   }
 }

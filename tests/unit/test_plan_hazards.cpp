@@ -412,9 +412,11 @@ TEST(PlanHazards, CarryMarksTheTailAndChangesNothingElse) {
 
 // The next step's waits on the tail: a ZeRO-3 gather (stages 1/2: a forward) of a CPU layer waits for
 // its H2D (refresh). Everything else across the steps follows from them (the next step's D2Hs, CPU
-// passes, reductions and norm come after its forward); removing one leaves a pair across the two steps
-// unordered (the layer's parameters, and more: the rings and the decision behind them), which the
-// checker reports with the next step's op.
+// passes, reductions and norm come after its forward). Where the passes after the norm run in forward
+// order (full-size staging) each wait is needed; in backward order (rings, or no norm wait) the last
+// pass is the first CPU layer's, so its wait orders the rest (the gathers run in forward order on one
+// queue) and only it is needed. Removing a needed one leaves a pair across the two steps unordered,
+// which the checker reports with the next step's op.
 TEST(PlanHazards, ARemovedCarriedDependencyIsFound) {
   size_t removed = 0;
   for (int stage : {1, 2, 3})
@@ -422,9 +424,16 @@ TEST(PlanHazards, ARemovedCarriedDependencyIsFound) {
       for (double ratio : {0.6, 1.0}) {
         const StepPlan base = plan_of(carry_model(), stage, 2, ratio, c);
         ASSERT_TRUE(check_plan_hazards(base).empty());
+        const auto h2ds =
+            std::count_if(base.ops.begin(), base.ops.end(), [](const Op& o) { return o.kind == OpKind::kH2DParam; });
+        const bool forward_order = base.staging.slots >= h2ds && (c.clip_gradients || c.loss_scaling);
+        int first_cpu_layer = base.layers;
+        for (const Op& o : base.ops)
+          if (o.kind == OpKind::kH2DParam) first_cpu_layer = std::min(first_cpu_layer, int(o.layer));
         for (const Op& o : base.ops)
           for (uint32_t d : o.carried_deps) {
             const Op& tail = base.ops[d];
+            if (!forward_order && tail.layer != first_cpu_layer) continue;
             StepPlan p = base;
             std::erase(p.ops[o.id].carried_deps, d);
             const std::vector<std::string> h = check_plan_hazards(p);
@@ -434,7 +443,7 @@ TEST(PlanHazards, ARemovedCarriedDependencyIsFound) {
             ++removed;
           }
       }
-  EXPECT_GT(removed, 100u);
+  EXPECT_GT(removed, 50u);
 }
 
 // The shape of a carried tail: an op that is not carried after a carried one on its queue, or waiting
