@@ -132,18 +132,26 @@ int64_t covered_only(const std::vector<Interval>& any, const std::vector<Interva
 }
 }  // namespace
 
-StepTimeline summarize_timeline(const core::StepPlan& plan, std::vector<OpInterval> ops) {
+namespace {
+void check_intervals(const core::StepPlan& plan, const std::vector<OpInterval>& ops) {
   if (ops.size() != plan.ops.size())
     throw core::InputError("summarize_timeline: " + std::to_string(ops.size()) + " intervals for a plan of " +
                            std::to_string(plan.ops.size()) + " ops");
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].op != i || ops[i].end_ns < ops[i].start_ns)
+      throw core::InputError("summarize_timeline: interval " + std::to_string(i) + " is not op " + std::to_string(i) +
+                             " or ends before it starts");
+}
+}  // namespace
+
+StepTimeline summarize_timeline(const core::StepPlan& plan, std::vector<OpInterval> ops, const NextStep* next) {
+  check_intervals(plan, ops);
+  if (next) check_intervals(plan, next->ops);
   StepTimeline t;
   std::vector<Interval> compute, gpu_busy, transfer, cpu, copies, gpu_or_cpu_busy;
   int64_t last_backward_end = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     const OpInterval& o = ops[i];
-    if (o.op != i || o.end_ns < o.start_ns)
-      throw core::InputError("summarize_timeline: interval " + std::to_string(i) + " is not op " +
-                             std::to_string(i) + " or ends before it starts");
     const core::Op& op = plan.ops[i];
     const int64_t d = o.end_ns - o.start_ns;
     t.busy_ns[static_cast<size_t>(op.queue)] += d;
@@ -173,13 +181,24 @@ StepTimeline summarize_timeline(const core::StepPlan& plan, std::vector<OpInterv
         break;
     }
   }
-  t.optimizer_phase_ns = t.step_ns - last_backward_end;
+  const int64_t tail_end_ns = t.step_ns;  // the step's last op (with a carried tail: after the next began)
+  if (next) {  // the next step's GPU work hides this step's tail; the step's time is the period
+    for (const OpInterval& o : next->ops) {
+      const core::Queue q = plan.ops[o.op].queue;
+      if (q != core::Queue::kCompute && q != core::Queue::kComm) continue;
+      if (q == core::Queue::kCompute) compute.push_back({o.start_ns, o.end_ns});
+      gpu_busy.push_back({o.start_ns, o.end_ns});
+      gpu_or_cpu_busy.push_back({o.start_ns, o.end_ns});
+    }
+    t.step_ns = next->period_ns;
+  }
+  t.optimizer_phase_ns = std::max<int64_t>(0, t.step_ns - last_backward_end);
   t.exposed_ns = covered_only({{0, t.step_ns}}, compute, t.step_ns);
-  t.exposed_transfer_ns = covered_only(transfer, gpu_busy, t.step_ns);
-  t.exposed_cpu_optimizer_ns = covered_only(cpu, gpu_busy, t.step_ns);
-  t.exposed_copies_ns = covered_only(copies, gpu_or_cpu_busy, t.step_ns);
+  t.exposed_transfer_ns = covered_only(transfer, gpu_busy, tail_end_ns);
+  t.exposed_cpu_optimizer_ns = covered_only(cpu, gpu_busy, tail_end_ns);
+  t.exposed_copies_ns = covered_only(copies, gpu_or_cpu_busy, tail_end_ns);
   // one thread runs the CPU queue's ops back to back, so they never overlap each other
-  t.cpu_overlapped_ns = t.busy_ns[size_t(core::Queue::kCpu)] - covered_only(cpu, compute, t.step_ns);
+  t.cpu_overlapped_ns = t.busy_ns[size_t(core::Queue::kCpu)] - covered_only(cpu, compute, tail_end_ns);
   t.ops = std::move(ops);
   return t;
 }

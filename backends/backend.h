@@ -3,9 +3,9 @@
 // them, never on a backend's concrete type.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <array>
 #include <memory>
 #include <span>
 #include <string>
@@ -107,12 +107,12 @@ struct OpInterval {
 };
 
 struct StepTimeline {
-  std::vector<OpInterval> ops;                            // ops[i].op == i
-  int64_t step_ns = 0;                                    // end of the last op
-  std::array<int64_t, core::kQueueCount> busy_ns{};       // summed op durations per queue
-  std::array<int64_t, core::kOpKindCount> kind_ns{};      // summed op durations per op kind
-  int64_t optimizer_phase_ns = 0;  // from the end of the last backward op to the end of the step
-  int64_t exposed_ns = 0;          // the part of the step when the compute queue is idle
+  std::vector<OpInterval> ops;                        // ops[i].op == i
+  int64_t step_ns = 0;                                // end of the last op
+  std::array<int64_t, core::kQueueCount> busy_ns{};   // summed op durations per queue
+  std::array<int64_t, core::kOpKindCount> kind_ns{};  // summed op durations per op kind
+  int64_t optimizer_phase_ns = 0;                     // from the end of the last backward op to the end of the step
+  int64_t exposed_ns = 0;                             // the part of the step when the compute queue is idle
   // the part of the step when a PCIe copy or the CPU optimizer runs while compute and comm are idle
   int64_t exposed_transfer_ns = 0;
   // ... split: the CPU optimizer runs while compute and comm are idle; a PCIe copy runs while compute,
@@ -129,8 +129,20 @@ struct StepTimeline {
   }
 };
 
-// Derives the totals of a timeline from its per-op intervals (ops[i].op == i, one per plan op).
-// Throws core::InputError when the intervals do not match the plan.
-StepTimeline summarize_timeline(const core::StepPlan& plan, std::vector<OpInterval> ops);
+// A step whose tail is carried into the next one (core::StepConfig::carry_tail; docs/ARCHITECTURE.md,
+// "Carrying the optimizer tail into the next step"): the next step begins `period_ns` after this one
+// (the step's time, what tokens/s counts) while this step's carried ops may still run, and `ops` holds
+// the next step's intervals from this step's start (its forward is what hides this step's tail).
+struct NextStep {
+  int64_t period_ns = 0;
+  std::vector<OpInterval> ops;  // ops[i].op == i, one per plan op
+};
+
+// Derives the totals of a timeline from its per-op intervals (ops[i].op == i, one per plan op). With
+// `next` (a carried tail): step_ns is the period, exposed_ns the period's time without compute (the
+// next step's included), and the tail's overlap and exposure count the next step's GPU work as hiding
+// it. Throws core::InputError when the intervals do not match the plan.
+StepTimeline summarize_timeline(const core::StepPlan& plan, std::vector<OpInterval> ops,
+                                const NextStep* next = nullptr);
 
 }  // namespace tf::backend

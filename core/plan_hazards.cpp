@@ -122,42 +122,100 @@ void optimizer_side_uses(const StepPlan& plan, const Op& op, Uses& u) {
   }
 }
 
-// Whether op j (earlier) reaches op i through dependencies and queue order: reach[i] holds a bit per
-// earlier op. Edges only point backwards (deps to earlier ops, a queue's previous op), so one pass in
-// issue order closes them transitively.
+// The ops a check runs over, in the order they stand for: one step, or (a plan that carries its tail)
+// two consecutive steps and the boundary between them: step t + 1 begins once step t's ops that are
+// not carried are done (a node that waits for all of them), its ops wait for their dependencies, their
+// carried dependencies on step t's ops and, across steps too, their queue's previous op.
+struct Node {
+  const Op* op = nullptr;  // null: the boundary between the steps
+  bool next_step = false;  // the op of step t + 1
+  std::vector<uint32_t> preds;
+};
+
+std::vector<Node> unroll(const StepPlan& plan, bool two_steps) {
+  const auto n = uint32_t(plan.ops.size());
+  std::vector<Node> nodes;
+  std::array<int64_t, kQueueCount> last_on_queue;
+  last_on_queue.fill(-1);
+  const auto add_op = [&](const Op& op, uint32_t base, bool next) {
+    Node node{&op, next, {}};
+    for (uint32_t d : op.deps) node.preds.push_back(base + d);
+    if (next) {
+      for (uint32_t d : op.carried_deps) node.preds.push_back(d);
+      node.preds.push_back(n);  // the boundary
+    }
+    if (last_on_queue[size_t(op.queue)] >= 0) node.preds.push_back(uint32_t(last_on_queue[size_t(op.queue)]));
+    last_on_queue[size_t(op.queue)] = int64_t(nodes.size());
+    nodes.push_back(std::move(node));
+  };
+  for (const Op& op : plan.ops) add_op(op, 0, false);
+  if (!two_steps) return nodes;
+  Node boundary;
+  for (const Op& op : plan.ops)
+    if (!op.carried) boundary.preds.push_back(op.id);
+  nodes.push_back(std::move(boundary));
+  for (const Op& op : plan.ops) add_op(op, n + 1, true);
+  Node next_boundary;  // step t + 2 begins: step t + 1's ops that are not carried are done
+  for (const Op& op : plan.ops)
+    if (!op.carried) next_boundary.preds.push_back(n + 1 + op.id);
+  nodes.push_back(std::move(next_boundary));
+  return nodes;
+}
+
+// Whether node j (earlier) reaches node i through its predecessors: reach[i] holds a bit per earlier
+// node. Edges only point backwards, so one pass in order closes them transitively.
 class Reachability {
  public:
-  explicit Reachability(const StepPlan& plan) : words_((plan.ops.size() + 63) / 64), bits_(plan.ops.size() * words_) {
-    std::array<int64_t, kQueueCount> last_on_queue;
-    last_on_queue.fill(-1);
-    for (const Op& op : plan.ops) {
-      std::vector<uint32_t> preds = op.deps;
-      if (last_on_queue[size_t(op.queue)] >= 0) preds.push_back(uint32_t(last_on_queue[size_t(op.queue)]));
-      last_on_queue[size_t(op.queue)] = op.id;
-      for (uint32_t p : preds) {
-        set(op.id, p);
-        for (size_t w = 0; w < words_; ++w) bits_[op.id * words_ + w] |= bits_[p * words_ + w];
+  explicit Reachability(const std::vector<Node>& nodes)
+      : words_((nodes.size() + 63) / 64), bits_(nodes.size() * words_) {
+    for (size_t i = 0; i < nodes.size(); ++i)
+      for (uint32_t p : nodes[i].preds) {
+        set(i, p);
+        for (size_t w = 0; w < words_; ++w) bits_[i * words_ + w] |= bits_[p * words_ + w];
       }
-    }
   }
-  bool reaches(uint32_t later, uint32_t earlier) const {
+  bool reaches(size_t later, size_t earlier) const {
     return (bits_[later * words_ + earlier / 64] >> (earlier % 64)) & 1u;
   }
 
  private:
-  void set(uint32_t i, uint32_t j) { bits_[i * words_ + j / 64] |= uint64_t(1) << (j % 64); }
+  void set(size_t i, size_t j) { bits_[i * words_ + j / 64] |= uint64_t(1) << (j % 64); }
   size_t words_;
   std::vector<uint64_t> bits_;
 };
 
-std::string describe(const StepPlan& plan, const BufferUse& u, uint32_t a, bool a_writes, uint32_t b) {
+std::string label(const Node& n) { return n.op->label() + (n.next_step ? " (next step)" : ""); }
+
+std::string describe(const BufferUse& u, const Node& a, bool a_writes, const Node& b) {
   std::ostringstream os;
   os << (a_writes ? "write" : "read") << " of " << plan_buffer_name(u.buffer);
   if (u.index >= 0) os << '[' << u.index << ']';
   if (u.segment != Segment::kWhole) os << (u.segment == Segment::kGpu ? " (gpu segment)" : " (cpu segment)");
-  os << " by " << plan.ops[a].label() << " and " << (u.write ? "write" : "read") << " by " << plan.ops[b].label()
-     << " are not ordered";
+  os << " by " << label(a) << " and " << (u.write ? "write" : "read") << " by " << label(b) << " are not ordered";
   return os.str();
+}
+
+// What a carried tail must be (core::plan_step): carried ops are a suffix of each queue, nothing that
+// is not carried waits for one, a carried dependency names a carried op, and only a plan with
+// StepConfig::carry_tail has any.
+void check_carry_shape(const StepPlan& plan, std::vector<std::string>& out) {
+  std::array<int64_t, kQueueCount> carried_on_queue;
+  carried_on_queue.fill(-1);
+  for (const Op& op : plan.ops) {
+    const int64_t c = carried_on_queue[size_t(op.queue)];
+    if (op.carried) carried_on_queue[size_t(op.queue)] = op.id;
+    if (!op.carried && c >= 0)
+      out.push_back(op.label() + " is not carried but follows the carried " + plan.ops[size_t(c)].label() + " on the " +
+                    queue_name(op.queue) + " queue");
+    for (uint32_t d : op.deps)
+      if (!op.carried && plan.ops[d].carried)
+        out.push_back(op.label() + " is not carried but waits for the carried " + plan.ops[d].label());
+    for (uint32_t d : op.carried_deps)
+      if (d >= plan.ops.size() || !plan.ops[d].carried)
+        out.push_back(op.label() + " has a carried dependency on an op that is not carried");
+    if (!plan.config.carry_tail && (op.carried || !op.carried_deps.empty()))
+      out.push_back(op.label() + " is carried or waits for carried ops though the plan does not carry its tail");
+  }
 }
 
 }  // namespace
@@ -187,28 +245,38 @@ std::vector<BufferUse> op_buffers(const StepPlan& plan, const Op& op) {
 }
 
 std::vector<std::string> check_plan_hazards(const StepPlan& plan) {
-  const Reachability reach(plan);
-  // Per buffer piece: the last write and the reads since it, in issue order.
+  std::vector<std::string> hazards;
+  check_carry_shape(plan, hazards);
+  // Without a carried op the step's end orders everything before the next step: one step is the check.
+  const std::vector<Node> nodes = unroll(plan, carries(plan));
+  const Reachability reach(nodes);
+  // Two steps are the whole check only if a step's tail is done before the step after next begins.
+  if (nodes.size() > plan.ops.size())
+    for (const Op& op : plan.ops)
+      if (op.carried && !reach.reaches(nodes.size() - 1, op.id))
+        hazards.push_back(op.label() + " is carried past the next step (nothing the next step awaits waits for it)");
+  // Per buffer piece: the last write and the reads since it, in the order the nodes stand for.
   struct State {
     int64_t last_write = -1;
     std::vector<uint32_t> reads;
   };
   std::map<std::tuple<PlanBuffer, int32_t, Segment>, State> pieces;
-  std::vector<std::string> hazards;
-  for (const Op& op : plan.ops)
-    for (const BufferUse& u : op_buffers(plan, op)) {
+  for (uint32_t i = 0; i < nodes.size(); ++i) {
+    if (!nodes[i].op) continue;
+    for (const BufferUse& u : op_buffers(plan, *nodes[i].op)) {
       State& s = pieces[{u.buffer, u.index, u.segment}];
-      if (s.last_write >= 0 && s.last_write != op.id && !reach.reaches(op.id, uint32_t(s.last_write)))
-        hazards.push_back(describe(plan, u, uint32_t(s.last_write), true, op.id));
+      if (s.last_write >= 0 && s.last_write != i && !reach.reaches(i, size_t(s.last_write)))
+        hazards.push_back(describe(u, nodes[size_t(s.last_write)], true, nodes[i]));
       if (!u.write) {
-        s.reads.push_back(op.id);
+        s.reads.push_back(i);
         continue;
       }
       for (uint32_t r : s.reads)
-        if (r != op.id && !reach.reaches(op.id, r)) hazards.push_back(describe(plan, u, r, false, op.id));
-      s.last_write = op.id;
+        if (r != i && !reach.reaches(i, r)) hazards.push_back(describe(u, nodes[r], false, nodes[i]));
+      s.last_write = i;
       s.reads.clear();
     }
+  }
   return hazards;
 }
 

@@ -48,7 +48,9 @@ std::vector<BufferUse> op_buffers(const StepPlan& plan, const Op& op);
 // Every pair of ops that touch the same buffer piece, at least one of them writing, must be ordered:
 // one reaches the other through dependencies and the FIFO order of each queue. Returns one line per
 // unordered pair ("write of layer_grad[0] by backward L3 mb0 and read by reduce_scatter L1 mb0 are not
-// ordered"); empty when the plan is race-free.
+// ordered"); empty when the plan is race-free. A plan that carries its tail into the next step
+// (StepConfig::carry_tail) is checked on two consecutive steps, the pairs across them included (an op of
+// the second is labelled "(next step)"), and for the shape of its carried ops (core::plan_step).
 std::vector<std::string> check_plan_hazards(const StepPlan& plan);
 
 }  // namespace tf::core

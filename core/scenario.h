@@ -74,6 +74,10 @@ struct TrainingConfig {
   // Host memory no rank pins, of the whole host (the OS, the process's pageable memory, other processes);
   // the rest is shared equally by the host's ranks (core::pinnable_host_bytes_per_rank).
   MemoryMargin host_reserve = kDefaultHostReserve;
+  // Carry each step's CPU-side optimizer tail into the next step (docs/ARCHITECTURE.md, "Carrying the
+  // optimizer tail into the next step"; StepConfig::carry_tail): on by default, `false` gives the
+  // schedule that waits for it at every step's end. The bits do not depend on it.
+  bool carry_tail = true;
 };
 
 struct OptimizerConfig {

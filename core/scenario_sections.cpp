@@ -247,6 +247,7 @@ void read_training(const Node& n, Ctx& ctx, bool has_ds, ClientSettings& client,
   // Twin-Flow's memory margins (docs/ARCHITECTURE.md, "Choosing the ratio"), read with a ds_config too
   if (const Node* v = m.find("gpu_headroom")) t.gpu_headroom = read_memory_margin(*v, "the GPU's memory");
   if (const Node* v = m.find("host_reserve")) t.host_reserve = read_memory_margin(*v, "the host's memory");
+  if (const Node* v = m.find("carry_tail")) t.carry_tail = config::read_bool(*v);
   m.fail_unknown();
   if (has_ds) return;  // read_ds_config takes the rest
 

@@ -61,6 +61,7 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   s.step = make_step_config(s.policy, grad, sc.training.micro_batch, grad_accum, sc.training.activation_checkpointing,
                             speculation);
   s.step.staging_slots = o.staging_slots.value_or(kStagingAuto);
+  s.step.carry_tail = o.carry_tail.value_or(sc.training.carry_tail);
   if (s.step.staging_slots != kStagingAuto) check_staging_slots(s.step.staging_slots);
   s.loss_scaler = loss_scaler_of(sc.training);
   s.workload = workload_of(sc, o);

@@ -32,6 +32,8 @@ struct SettingsOverrides {
   std::string grad_accum_from = "the grad_accum override";
   // training.speculation (run/simulate --speculation): bytes, or kSpeculationAuto
   std::optional<int64_t> speculation_bytes = {};
+  // training.carry_tail (run/simulate --carry-tail on|off)
+  std::optional<bool> carry_tail = {};
 };
 
 struct RunSettings {

@@ -57,30 +57,32 @@ Speculation::Speculation(const StepPlan& plan) : slot_(size_t(plan.layers), 0) {
 }
 
 void Speculation::begin_step(const StepPolicy& policy, int step, double loss_scale, int64_t opt_step) {
-  active_ = planned() && last_clean_;
-  if (!active_) return;
-  scalars_ = decide_step(policy, step, 0.0, 0, loss_scale, opt_step + 1).scalars;
+  step_ = step;
+  Bet& b = bets_[size_t(step) & 1];
+  b.active = planned() && last_clean_;
+  if (!b.active) return;
+  b.scalars = decide_step(policy, step, 0.0, 0, loss_scale, opt_step + 1).scalars;
   ++speculated_steps_;
 }
 
 void Speculation::reset_slots() {
   std::fill(slot_.begin(), slot_.end(), uint8_t(0));
   last_clean_ = true;
-  active_ = false;
+  bets_ = {};
 }
 
-Speculation::Commit Speculation::commit(int32_t layer, const StepDecision& d) {
+Speculation::Commit Speculation::commit(int32_t layer, const StepDecision& d, int step) {
   if (d.skip) return Commit::kSkip;
-  if (!held(d)) return Commit::kUpdate;
+  if (!held(d, step)) return Commit::kUpdate;
   slot_[size_t(layer)] ^= 1;
   return Commit::kAdopt;
 }
 
+// The step's bet stays: its carried commits may still read it (Speculation::bet).
 Speculation::Outcome Speculation::end_step(const StepDecision& d) {
-  const Outcome o{active_, held(d)};
+  const Outcome o{bet(step_).active, held(d, step_)};
   if (o.speculated && !o.held) ++failed_steps_;
   last_clean_ = !d.skip && !d.clipped;
-  active_ = false;
   return o;
 }
 

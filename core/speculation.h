@@ -4,6 +4,7 @@
 // commit by adopting it (the layer's slot index flips, no data moves) or redo the update in place.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -53,8 +54,16 @@ class Speculation {
 
   // At a step's start (`step` 1-based; `opt_step` the optimizer steps taken so far).
   void begin_step(const StepPolicy& policy, int step, double loss_scale, int64_t opt_step);
-  bool active() const { return active_; }  // this step runs its speculative ops
-  const StepScalars& scalars() const { return scalars_; }
+  bool active() const { return bet(step_).active; }  // the latest begun step runs its speculative ops
+  const StepScalars& scalars() const { return bet(step_).scalars; }
+  // A step's bet, kept until the step after next begins: with a carried tail (docs/ARCHITECTURE.md,
+  // "Carrying the optimizer tail into the next step") step t's speculative ops and commits may run
+  // after step t + 1 has begun, so they read their own step's bet, not the latest.
+  struct Bet {
+    bool active = false;  // the step runs its speculative ops
+    StepScalars scalars;  // ... with these scalars
+  };
+  const Bet& bet(int step) const { return bets_[size_t(step) & 1]; }
   // The slot holding `layer`'s state: 0 the primary buffers, 1 the spare ones. Always 0 for a layer that
   // does not speculate.
   int slot(int32_t layer) const { return slot_[size_t(layer)]; }
@@ -72,7 +81,9 @@ class Speculation {
     kUpdate,  // update the current slot in place with the decided scalars (no speculation, or it failed)
     kSkip,    // the step is skipped (fp16 overflow): nothing changes
   };
-  Commit commit(int32_t layer, const StepDecision& d);
+  // `step`: the step the commit belongs to (the latest begun one when not given).
+  Commit commit(int32_t layer, const StepDecision& d, int step);
+  Commit commit(int32_t layer, const StepDecision& d) { return commit(layer, d, step_); }
 
   // At a step's end: what happened, and whether the next step may speculate.
   struct Outcome {
@@ -87,13 +98,15 @@ class Speculation {
   int64_t failed_steps() const { return failed_steps_; }
 
  private:
-  bool held(const StepDecision& d) const { return active_ && !d.skip && same_bits(d.scalars, scalars_); }
+  bool held(const StepDecision& d, int step) const {
+    return bet(step).active && !d.skip && same_bits(d.scalars, bet(step).scalars);
+  }
 
   std::vector<int32_t> layers_;  // the plan's speculated layers, backward order
   std::vector<uint8_t> slot_;    // (L) each layer's current slot
   bool last_clean_ = true;       // the previous step was neither clipped nor skipped
-  bool active_ = false;
-  StepScalars scalars_;
+  int step_ = 0;                 // the latest begun step
+  std::array<Bet, 2> bets_;      // by step parity: the latest begun step's and the one before
   int64_t speculated_steps_ = 0, failed_steps_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 #include "core/local_kernels.h"
@@ -84,6 +85,10 @@ StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg) {
   return r;
 }
 
+bool carries(const StepPlan& plan) {
+  return std::any_of(plan.ops.begin(), plan.ops.end(), [](const Op& o) { return o.carried; });
+}
+
 QueueOrder plan_queue_order(const StepPlan& plan) {
   QueueOrder order;
   for (const Op& op : plan.ops) order[size_t(op.queue)].push_back(op.id);
@@ -91,6 +96,52 @@ QueueOrder plan_queue_order(const StepPlan& plan) {
 }
 
 namespace {
+
+// ---- carrying the tail into the next step (docs/ARCHITECTURE.md, "Carrying the optimizer tail into
+// the next step") ----
+
+// The carried ops: every op of the cpu and h2d queues (the CPU passes and their copies) and every op that
+// waits for one (a D2H into a ring slot a CPU pass frees, a stage 1/2 refresh of a layer with a CPU
+// part). Deps point backwards, so one pass closes the set; nothing else depends on them.
+void mark_carried(StepPlan& plan) {
+  for (Op& op : plan.ops) {
+    op.carried = op.queue == Queue::kCpu || op.queue == Queue::kH2D;
+    for (uint32_t d : op.deps) op.carried = op.carried || plan.ops[d].carried;
+  }
+}
+
+// The previous step's carried ops this step's ops wait for: what writes a layer's parameters as the
+// next step reads them (ZeRO-3: the H2D; stages 1/2: the replica refresh, after the H2D). Every other
+// pair across the steps is ordered through them: the next step's forward reads every layer before its
+// backward, reductions, D2Hs and CPU passes begin (compute, comm and the CPU side in that order), and
+// each carried op is done before the H2D or refresh it leads to (a CPU pass before its H2D and, on the
+// cpu queue, every earlier pass; a deferred D2H before its pass), so the next step's D2H into a gradient
+// slot, its pass writing a copy slot, its reductions writing the gradients a carried D2H reads and its
+// norm overwriting the decision the carried ops read all come after them. core::check_plan_hazards
+// checks that on two steps unrolled.
+void add_carried_deps(StepPlan& plan) {
+  std::map<int, uint32_t> writer;  // layer -> the carried op writing its parameters as the next step reads them
+  for (const Op& op : plan.ops)
+    if (op.carried && ((plan.stage == 3 && op.kind == OpKind::kH2DParam) ||
+                       (plan.stage < 3 && op.kind == OpKind::kAllGather && op.micro_batch < 0)))
+      writer[op.layer] = op.id;
+  std::map<int, bool> read;  // layer -> a parameter reader already waits
+  for (Op& op : plan.ops) {
+    const bool reader = plan.stage == 3 ? op.kind == OpKind::kAllGather && op.micro_batch >= 0  // ZeRO-3 gather
+                                        : op.kind == OpKind::kForward;  // stages 1/2: the replica
+    if (!reader) continue;
+    for (int l : {op.layer, op.shared_layer})
+      if (l >= 0 && !std::exchange(read[l], true))
+        if (auto it = writer.find(l); it != writer.end()) op.carried_deps.push_back(it->second);
+    std::sort(op.carried_deps.begin(), op.carried_deps.end());
+    op.carried_deps.erase(std::unique(op.carried_deps.begin(), op.carried_deps.end()), op.carried_deps.end());
+  }
+}
+
+void carry_tail(StepPlan& plan) {
+  mark_carried(plan);
+  if (carries(plan)) add_carried_deps(plan);
+}
 
 // Adds ops in issue order and keeps the state the dependencies are read from.
 class Planner {
@@ -128,6 +179,7 @@ class Planner {
     const std::vector<uint32_t> opt_deps = wait_for_norm() ? norm_then_cpu_updates() : std::vector{red_[0]};
     const int64_t gpu_opt = gpu_optimizer(opt_deps);
     if (stage() < 3) refresh_replicas(gpu_opt);
+    if (cfg_.carry_tail) carry_tail(plan_);
     return std::move(plan_);
   }
 
@@ -290,8 +342,9 @@ class Planner {
   // One statistics pass over the whole shard's reduced gradients, on the GPU: the CPU segment's part
   // is still there before (and while) its D2H runs, so the CPU never reads its gradients twice and the
   // norm does not wait for the copies. Then the norm all-reduce, and the CPU updates after it in
-  // backward order (the layers whose gradients landed first are updated first); a speculated layer's
-  // is its commit. Returns the GPU optimizer's dependencies.
+  // backward order (the layers whose gradients landed first are updated first; a carried tail at
+  // full-size staging: forward order); a speculated layer's is its commit. Returns the GPU optimizer's
+  // dependencies.
   std::vector<uint32_t> norm_then_cpu_updates() {
     const uint32_t last_reduce = red_[0];
     const uint32_t stats = add(OpKind::kGradStats, Queue::kCompute, -1, -1, {last_reduce});
@@ -305,13 +358,20 @@ class Planner {
     // The i-th pass (a speculated layer's commit) frees its gradient slot for the D2H of CPU layer
     // i + slots, deferred until then.
     const auto n = int(cpu_layers_.size());
-    for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      const int i = forward_order_after_norm() ? n - 1 - j : j;
       const int l = cpu_layers_[size_t(i)];
       cpu_update(l, {norm, d2h_.at(l)}, speculated_[size_t(l)] ? OpKind::kCpuCommit : OpKind::kCpuOptimizer);
       if (i + slots() < n) d2h(cpu_layers_[size_t(i + slots())]);
     }
     return {norm};
   }
+
+  // A carried tail after the norm runs in forward order where no staging slot is reused (full-size
+  // staging): the next step's forward then finds the first CPU layer's parameters first, and its forward
+  // pipelines with the rest of the pass, layer by layer. With rings, a D2H deferred behind the norm waits
+  // for the pass of an earlier layer in backward order, so the passes keep that order.
+  bool forward_order_after_norm() const { return cfg_.carry_tail && slots() >= int(cpu_layers_.size()); }
 
   int64_t gpu_optimizer(const std::vector<uint32_t>& deps) {
     if (split_.gpu_elems <= 0) return -1;

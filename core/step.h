@@ -69,6 +69,14 @@ struct Op {
   // spare slot (kCpuOptimizer: the speculative update reads the current slot and writes the spare one;
   // kCpuCommit: the spare slot it adopts). -1: the layer's one current slot, updated in place.
   int8_t state_slot = -1;
+  // Carrying the optimizer tail into the next step (StepConfig::carry_tail; docs/ARCHITECTURE.md,
+  // "Carrying the optimizer tail into the next step"). `carried`: the step's end does not wait for this
+  // op; it runs on while the next step begins (the CPU passes, their H2Ds, the D2Hs and replica
+  // refreshes that wait for them). `carried_deps`: ids of the previous step's carried ops that must
+  // finish before this op (every step issues the same list, so the ids are this plan's); ignored in the
+  // first step and after a drain (core::drain points: nothing is carried in then).
+  bool carried = false;
+  std::vector<uint32_t> carried_deps;
   std::string label() const;
   bool operator==(const Op&) const = default;
 };
@@ -108,6 +116,10 @@ struct StepConfig {
   // take: 0 turns speculation off; kSpeculationAuto is what the host has beyond the plan without them
   // (core::resolve_speculation_bytes), every eligible layer where the host's memory is not known.
   int64_t speculation_bytes = 0;
+  // Carry the step's CPU-side tail into the next step (Op::carried): the step ends when its GPU and
+  // collective work ends, and the next step's ops that touch what the tail writes or reads wait for it
+  // (Op::carried_deps). false: every op is awaited at the step's end (the schedule before issue 15).
+  bool carry_tail = false;
   bool operator==(const StepConfig&) const = default;
 };
 
@@ -140,7 +152,10 @@ StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t 
                             bool checkpointing, int64_t speculation_bytes = kSpeculationAuto);
 
 // The ops of one step of one rank, in issue order; deps only point backwards, and ops on one queue
-// run in issue order (so same-queue deps are implicit and not listed). Every rank issues the same
+// run in issue order (so same-queue deps are implicit and not listed), across steps too: step t + 1's ops
+// on a queue run after step t's. With StepConfig::carry_tail the carried ops (Op::carried) are a suffix
+// of each queue's ops, no other op depends on them, and step t + 1 begins once step t's other ops are
+// done. Every rank issues the same
 // list. Gradient accumulation keeps the CPU segment's gradients on the GPU until the last
 // micro-batch, so PCIe carries exactly 2 B/param of the CPU segment each way per step.
 struct StepPlan {
@@ -159,12 +174,19 @@ struct StepPlan {
 // for the CPU pass that last read it (a speculated layer's commit), and the CPU pass writing copy slot
 // s for the H2D that last read it. A speculated layer (core::speculated_layers) gets its speculative
 // CPU update right after its D2H and, after the norm, a commit that its H2D waits for.
-// core/plan_hazards.h checks that nothing is left implicit.
+// With StepConfig::carry_tail the step's carried ops and the next step's waits on them
+// (Op::carried_deps): the next step's first gather (ZeRO-3) or first forward (stages 1/2, the replica)
+// of a layer waits for the layer's H2D (refresh). Every other pair across the steps follows from those:
+// the next step reads every layer's parameters before anything else of it touches what the tail does.
+// core/plan_hazards.h checks that nothing is left implicit, within a step and across two.
 StepPlan plan_step(const ModelDesc& model, const Partition& part, const TwinFlowSplit& split, const StepConfig& cfg);
 
 // Op ids per queue (core::Queue order), in the order each queue issues and runs them: the plan's order.
 // The CUDA engine's issuers walk these lists; the simulators' queues run them in this order.
 using QueueOrder = std::array<std::vector<uint32_t>, kQueueCount>;
 QueueOrder plan_queue_order(const StepPlan& plan);
+
+// Whether the plan carries ops into the next step (StepConfig::carry_tail with something to carry).
+bool carries(const StepPlan& plan);
 
 }  // namespace tf::core

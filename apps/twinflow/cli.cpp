@@ -282,6 +282,20 @@ int64_t parse_speculation_text(const std::string& v) {
   return int64_t(n);
 }
 
+void add_carry_tail_option(po::options_description& desc) {
+  desc.add_options()("carry-tail", po::value<std::string>(),
+                     "on|off: carry each step's CPU optimizer tail (CPU passes, H2Ds, replica refreshes) into the "
+                     "next step (default: the scenario's training.carry_tail, on)");
+}
+
+std::optional<bool> read_carry_tail_option(const po::variables_map& vm) {
+  if (!vm.count("carry-tail")) return std::nullopt;
+  const std::string v = core::ascii_lower(vm["carry-tail"].as<std::string>());
+  if (v == "on" || v == "true") return true;
+  if (v == "off" || v == "false") return false;
+  throw core::InputError("--carry-tail '" + core::printable(v, 40) + "': expected on or off");
+}
+
 std::string self_executable(const std::string& who) {
   char self[4096];
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);

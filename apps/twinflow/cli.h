@@ -134,6 +134,12 @@ std::optional<int64_t> read_speculation_option(const po::variables_map& vm);
 // One --speculation value: "auto" (core::kSpeculationAuto) or bytes >= 0; InputError otherwise.
 int64_t parse_speculation_text(const std::string& v);
 
+// ---- carrying the tail (--carry-tail on|off) ----------------------------------------------------------
+// Overrides the scenario's training.carry_tail (docs/ARCHITECTURE.md, "Carrying the optimizer tail into
+// the next step"); none: not given. core::InputError for anything but on/off/true/false.
+void add_carry_tail_option(po::options_description& desc);
+std::optional<bool> read_carry_tail_option(const po::variables_map& vm);
+
 // This executable's path (/proc/self/exe), to run another twinflow subcommand; core::RuntimeFailure
 // naming `who` when it cannot be read.
 std::string self_executable(const std::string& who);

@@ -96,6 +96,7 @@ struct RunOptions {
   int timeout_s = 120;
   MetricsOptions metrics;
   std::optional<int64_t> speculation;           // --speculation: the scenario's training.speculation otherwise
+  std::optional<bool> carry_tail;               // --carry-tail: the scenario's training.carry_tail otherwise
   int ranks_per_host = 1;                       // LOCAL_WORLD_SIZE: the ranks sharing this host's memory bandwidth
   std::optional<std::filesystem::path> resume;  // --resume's checkpoint
   bool checkpoints() const { return !sc.checkpoint.dir.empty() || resume; }
@@ -154,6 +155,7 @@ CommandOptions run_options() {
       "decoder: write every step's global batch to FILE (for `hf_decoder.py train`)");
   add("no-pin", po::bool_switch(), "leave the CPU segment in pageable memory (to measure what pinning buys)");
   add_speculation_option(o.desc);
+  add_carry_tail_option(o.desc);
   add("inject-inf-at-step", po::value<int>(), "synthetic workload: make one gradient +Inf at this step (fault test)");
   add("timeout", po::value<int>()->default_value(120), "rendezvous timeout in seconds (multi-rank)");
   add_resume_option(o.desc);
@@ -246,6 +248,7 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   o.timeout_s = vm["timeout"].as<int>();
   o.metrics = read_metrics_options(vm);
   o.speculation = read_speculation_option(vm);
+  o.carry_tail = read_carry_tail_option(vm);
   o.resume = resume_option(vm, o.sc);
   check_run_options(o);
   return o;
@@ -334,6 +337,7 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
   overrides.workload = o.workload;
   overrides.staging_slots = o.staging_slots;
   overrides.speculation_bytes = o.speculation;
+  overrides.carry_tail = o.carry_tail;
   cu::EngineConfig base;
   base.settings = core::resolve_settings(o.sc, overrides);
   base.rank = env.rank;
@@ -426,6 +430,7 @@ struct RunPoint {
   std::vector<Throughput> throughput;   // decoder: per step
   std::vector<OverlapFigures> overlap;  // per step
   int64_t speculation_bytes = 0;        // the budget the plan resolved to (core::resolve_speculation_bytes)
+  bool carry_tail = false;              // the plan carried its tail into the next step (core::carries)
   size_t speculated_layers = 0;         // the CPU layers that speculate (core::speculated_layers)
   int64_t speculated_steps = 0, failed_speculations = 0;
   std::optional<MemoryCheck> memory_check;  // after step 1
@@ -643,6 +648,7 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
   pt.gpu_elems = eng->split().gpu_elems;
   pt.cpu_elems = eng->split().cpu_elems;
   pt.speculation_bytes = eng->plan().config.speculation_bytes;
+  pt.carry_tail = core::carries(eng->plan());
   pt.speculated_layers = core::speculated_layers(eng->split(), eng->plan().config).size();
   if (rank == 0)
     std::cerr << "ratio " << num(ec.ratio, 3) << " (actual " << num(pt.actual, 4) << "): GPU segment " << pt.gpu_elems
@@ -822,6 +828,7 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     if (!p.parity.empty()) jp["parity"] = {{"ok", p.parity_ok}, {"detail", p.parity}};
     // the budget the plan resolved to: what `validate` simulates this point with
     jp["speculation_bytes"] = p.speculation_bytes;
+    jp["carry_tail"] = p.carry_tail;               // what `validate` simulates this point with
     jp["staging_slots"] = p.memory.staging.slots;  // the host staging it planned with (core::choose_staging)
     jp["speculated_layers"] = p.speculated_layers;
     jp["spare_slot_bytes"] = spare_bytes(p.memory.plan);

@@ -178,6 +178,7 @@ CommandOptions simulate_options() {
   add_int_option(o.desc, kWorld);
   add_staging_slots_option(o.desc);
   add_speculation_option(o.desc);
+  add_carry_tail_option(o.desc);
   add("previous-step-clipped", po::bool_switch(),
       "cost-only: simulate a step after a clipped or skipped one, which does not speculate (every speculated "
       "layer's commit redoes its update after the norm); without it the speculation is assumed to hold");
@@ -256,6 +257,7 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
   core::check_simulation_size(o.sc, o.sim.overrides);  // before anything is simulated
   if (const std::optional<int64_t> steps = optional_int_option(vm, kSteps)) o.steps = int(*steps);
   o.sim.overrides.speculation_bytes = read_speculation_option(vm);
+  o.sim.overrides.carry_tail = read_carry_tail_option(vm);
   if (vm["previous-step-clipped"].as<bool>()) o.sim.speculation = backend::sim::SpeculationCase::kNotSpeculating;
   if (o.replay) {
     o.sim.record_ops = o.sim.keep_plans = true;  // per-op timings give the phase durations

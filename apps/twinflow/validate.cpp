@@ -125,6 +125,7 @@ MeasuredPoint read_point(const json& j, const std::string& file, const std::stri
   p.ratio = num_field(j, file, at, "ratio", 0, 1);
   p.actual_ratio = num_field(j, file, at, "actual_ratio", 0, 1);
   if (j.contains("speculation_bytes")) p.speculation_bytes = int_field(j, file, at, "speculation_bytes", 0, INT64_MAX);
+  if (j.contains("carry_tail")) p.carry_tail = bool_field(j, file, at, "carry_tail");
   if (j.contains("staging_slots")) p.staging_slots = int(int_field(j, file, at, "staging_slots", 0, 1024));
   if (j.contains("memory_check"))
     p.gpu_measured_bytes =
@@ -223,6 +224,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
   for (const MeasuredPoint& p : m.points) {
     opt.overrides.speculation_bytes = p.speculation_bytes;
     opt.overrides.staging_slots = p.staging_slots;
+    opt.overrides.carry_tail = p.carry_tail;
     opt.speculation = speculation_case(p);
     const backend::sim::SimPoint sp = backend::sim::simulate_step(sc, p.ratio, opt);
     if (std::abs(sp.ratio - p.actual_ratio) > 1e-9)

@@ -243,6 +243,9 @@ class EngineImpl final : public Engine {
     shard_ = part_.ranks[size_t(cfg_.rank)];
     core::MemoryOptions mo = s_.memory_options();
     mo.host_bytes_per_rank = host_limit();
+    // Not yet in the engine: carrying the tail into the next step (docs/ARCHITECTURE.md, "Carrying the
+    // optimizer tail into the next step"); every step ends with every queue done, as with carry_tail off.
+    mo.step.carry_tail = false;
     core::RankPlan rp = core::plan_rank(s_.model, part_, cfg_.rank, cfg_.ratio, mo);
     split_ = std::move(rp.split);
     plan_ = std::move(rp.step);

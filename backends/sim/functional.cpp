@@ -3,6 +3,7 @@
 #include "backends/sim/functional.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -182,6 +183,7 @@ core::StepConfig step_config(const FunctionalConfig& c) {
   core::StepConfig s =
       core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false, c.speculation_bytes);
   s.staging_slots = c.staging_slots;
+  s.carry_tail = c.carry_tail;
   return s;
 }
 
@@ -231,12 +233,16 @@ class FunctionalRun {
       res_.last_step = step;
       const FunctionalCheckpoints& ck = c_.checkpoints;
       const bool stop = step < c_.steps && ck.stop_requested && ck.stop_requested();
-      if (!writers_.empty() && (stop || core::checkpoint_due(ck.every_steps, step, c_.steps))) save(step);
+      if (!writers_.empty() && (stop || core::checkpoint_due(ck.every_steps, step, c_.steps))) {
+        drain();  // a checkpoint reads the state the carried tail writes
+        save(step);
+      }
       if (stop) {
         res_.stopped = true;
         break;
       }
     }
+    drain();          // the end of training: the last step's tail
     collect_saves();  // the last save is synchronous
     res_.master = model_order(0);
     for (size_t a = 1; a < gpu_segments(ranks_[0]).size(); ++a) res_.states.push_back(model_order(a));
@@ -261,6 +267,13 @@ class FunctionalRun {
     // host: the staging rings (plan.staging's elements), gradient (after D2H) and bf16 copy
     std::vector<uint16_t> cgrad, ccopy;
     std::vector<std::vector<uint16_t>> local;  // (L) this micro-step's full-layer gradient from backward
+  };
+
+  // What a step's ops read of the step itself: a carried op runs in its own step's context.
+  struct StepContext {
+    int step = 0;
+    core::StepDecision decision;
+    bool decided = false;
   };
 
   // A layer's CPU part in one state slot.
@@ -456,48 +469,92 @@ class FunctionalRun {
     }
   }
 
+  // One step: the plan's ops in plan order, except the carried ones (Op::carried), which wait until an
+  // op of a later step needs them (Op::carried_deps, or their queue's next op: ops on one queue run in
+  // plan order across steps) or a drain: the latest order the plan allows, so a dependency the plan
+  // left out shows in the bits.
   void run_step(int step) {
     step_ = step;
+    StepContext& ctx = context(step);
+    ctx = StepContext{step, {}, false};
     res_.loss_scales.push_back(scaler_.scale);
     for (auto& q : res_.queue_order) q = QueueOrder{};
     tiles_.clear();
     nonfinite_ = 0;
-    decided_ = false;
     loss_sum_ = 0;
     decoder_mb_.assign(size_t(W_), -1);
-    if (!step_cfg_.clip_gradients && !step_cfg_.loss_scaling) decide(0.0, 0);  // known up front
+    if (!step_cfg_.clip_gradients && !step_cfg_.loss_scaling) decide(ctx, 0.0, 0);  // known up front
     for (Rank& k : ranks_) std::fill(k.acc.begin(), k.acc.end(), 0.f);
     for (Rank& k : ranks_) k.spec->begin_step(policy(c_), step, scaler_.scale, opt_step_);
+    std::vector<uint32_t> carried;  // this step's carried ops, not run yet
     for (const core::Op& op : plan().ops) {
       for (int r = 0; r < W_; ++r) res_.queue_order[size_t(r)][size_t(op.queue)].push_back(op.id);
-      execute(op);
+      if (op.id == 1) late_ = true;  // the previous step's carried ops run from here on run late
+      for (uint32_t d : op.carried_deps) run_carried(d);
+      run_queue_before(op.queue, uint32_t(plan().ops.size()));  // the previous step's ops on this queue
+      if (op.carried) {
+        carried.push_back(op.id);
+        continue;
+      }
+      execute(op, ctx);
     }
+    drain();  // what is left of the previous step's tail (core::check_plan_hazards: nothing, for a valid plan)
+    late_ = false;
+    pending_ = std::move(carried);
+    pending_step_ = step;
     // the norm is reported even when nothing waited for it
     if (!step_cfg_.clip_gradients && !step_cfg_.loss_scaling)
-      decision_.norm = std::sqrt(global_sumsq()) / scaler_.scale;
-    res_.grad_norms.push_back(decision_.norm);
-    res_.lrs.push_back(decision_.lr);
+      ctx.decision.norm = std::sqrt(global_sumsq()) / scaler_.scale;
+    const core::StepDecision& d = ctx.decision;
+    res_.grad_norms.push_back(d.norm);
+    res_.lrs.push_back(d.lr);
     if (decoder_) res_.losses.push_back(loss_sum_ / c_.micro_shards);
-    if (decision_.skip) res_.skipped_steps.push_back(step);
+    if (d.skip) res_.skipped_steps.push_back(step);
     core::Speculation::Outcome spec;
-    for (Rank& k : ranks_) spec = k.spec->end_step(decision_);  // every rank's is the same
+    for (Rank& k : ranks_) spec = k.spec->end_step(d);  // every rank's is the same
     if (spec.speculated) res_.speculated_steps.push_back(step);
     if (spec.speculated && !spec.held) res_.failed_speculations.push_back(step);
-    if (!decision_.skip) ++opt_step_;
-    scaler_.update(decision_.skip);  // as the engine runs it
+    if (!d.skip) ++opt_step_;
+    scaler_.update(d.skip);  // as the engine runs it
   }
 
-  void decide(double sumsq, uint64_t nonfinite) {
-    decision_ = core::decide_step(policy(c_), step_, sumsq, nonfinite, scaler_.scale, opt_step_ + 1);
-    decided_ = true;
+  // A carried op of step pending_step_ (if not run yet): after the ops it waits for, and its queue's
+  // earlier ops, in the context of its own step.
+  void run_carried(uint32_t id) {
+    const auto it = std::find(pending_.begin(), pending_.end(), id);
+    if (it == pending_.end()) return;
+    pending_.erase(it);
+    const core::Op& op = plan().ops[id];
+    for (uint32_t d : op.deps) run_carried(d);
+    run_queue_before(op.queue, id);
+    execute(op, context(pending_step_));
+    res_.carried_ops_run_late += late_;
   }
-  const core::StepDecision& decision(const char* who) const {
-    if (!decided_)
+  // The pending carried ops on queue q before op `id` (FIFO).
+  void run_queue_before(core::Queue q, uint32_t id) {
+    while (true) {
+      const auto it = std::find_if(pending_.begin(), pending_.end(),
+                                   [&](uint32_t p) { return p < id && plan().ops[p].queue == q; });
+      if (it == pending_.end()) return;
+      run_carried(*it);
+    }
+  }
+  // The drain point: every carried op still pending runs (before a checkpoint, and at the end).
+  void drain() {
+    while (!pending_.empty()) run_carried(pending_.front());
+  }
+
+  void decide(StepContext& ctx, double sumsq, uint64_t nonfinite) {
+    ctx.decision = core::decide_step(policy(c_), ctx.step, sumsq, nonfinite, scaler_.scale, opt_step_ + 1);
+    ctx.decided = true;
+  }
+  static const core::StepDecision& decision(const StepContext& ctx, const char* who) {
+    if (!ctx.decided)
       throw core::RuntimeFailure(std::string("functional simulation: ") + who + " before the step decision");
-    return decision_;
+    return ctx.decision;
   }
 
-  void execute(const core::Op& op) {
+  void execute(const core::Op& op, StepContext& ctx) {
     const size_t l = op.layer >= 0 ? size_t(op.layer) : 0;
     switch (op.kind) {
       case core::OpKind::kAllGather:
@@ -509,12 +566,12 @@ class FunctionalRun {
       case core::OpKind::kAllReduce: return reduce(l, op.micro_batch);
       case core::OpKind::kD2HGrad: return d2h(l, op.staging_slot);
       case core::OpKind::kGradStats: return grad_stats();
-      case core::OpKind::kNormAllReduce: return decide(global_sumsq_of_tiles(), nonfinite_);
+      case core::OpKind::kNormAllReduce: return decide(ctx, global_sumsq_of_tiles(), nonfinite_);
       case core::OpKind::kCpuOptimizer:
-        return op.state_slot == 1 ? speculate(l, op.staging_slot) : cpu_optimizer(l, op.staging_slot);
-      case core::OpKind::kCpuCommit: return commit(l, op.staging_slot);
-      case core::OpKind::kGpuOptimizer: return gpu_optimizer();
-      case core::OpKind::kH2DParam: return h2d(l, op.staging_slot);
+        return op.state_slot == 1 ? speculate(ctx, l, op.staging_slot) : cpu_optimizer(ctx, l, op.staging_slot);
+      case core::OpKind::kCpuCommit: return commit(ctx, l, op.staging_slot);
+      case core::OpKind::kGpuOptimizer: return gpu_optimizer(ctx);
+      case core::OpKind::kH2DParam: return h2d(ctx, l, op.staging_slot);
     }
   }
 
@@ -601,9 +658,10 @@ class FunctionalRun {
     return global_sumsq_of_tiles();
   }
 
-  void cpu_optimizer(size_t l, int32_t slot) {
-    if (decision("CPU optimizer").skip) return;
-    for (Rank& k : ranks_) cpu_pass(k, l, decision_.scalars, current_state(k, l), nullptr, slot);
+  void cpu_optimizer(const StepContext& ctx, size_t l, int32_t slot) {
+    const core::StepDecision& d = decision(ctx, "CPU optimizer");
+    if (d.skip) return;
+    for (Rank& k : ranks_) cpu_pass(k, l, d.scalars, current_state(k, l), nullptr, slot);
   }
 
   // The fused pass over layer l's CPU part of rank k, on the master and states at `to`, read from `from`
@@ -626,25 +684,27 @@ class FunctionalRun {
 
   // A speculated layer as soon as its gradient landed: out of place from its current slot into the
   // other one, with the step's speculative scalars (nothing when the step does not speculate).
-  void speculate(size_t l, int32_t slot) {
+  void speculate(const StepContext& ctx, size_t l, int32_t slot) {
     for (Rank& k : ranks_) {
-      if (!k.spec->active()) continue;
+      const core::Speculation::Bet& bet = k.spec->bet(ctx.step);
+      if (!bet.active) continue;
       const int cur = k.spec->slot(int32_t(l));
       const SlotPtrs from = layer_state(k, l, cur);
-      cpu_pass(k, l, k.spec->scalars(), layer_state(k, l, 1 - cur), &from, slot);
+      cpu_pass(k, l, bet.scalars, layer_state(k, l, 1 - cur), &from, slot);
     }
   }
 
   // Once the step is decided: adopt the speculative slot, or update the current one in place.
-  void commit(size_t l, int32_t slot) {
-    const core::StepDecision& d = decision("CPU commit");
+  void commit(const StepContext& ctx, size_t l, int32_t slot) {
+    const core::StepDecision& d = decision(ctx, "CPU commit");
     for (Rank& k : ranks_)
-      if (k.spec->commit(int32_t(l), d) == core::Speculation::Commit::kUpdate)
+      if (k.spec->commit(int32_t(l), d, ctx.step) == core::Speculation::Commit::kUpdate)
         cpu_pass(k, l, d.scalars, current_state(k, l), nullptr, slot);
   }
 
-  void gpu_optimizer() {
-    if (decision("GPU optimizer").skip) return;
+  void gpu_optimizer(const StepContext& ctx) {
+    const core::StepDecision& d = decision(ctx, "GPU optimizer");
+    if (d.skip) return;
     for (Rank& k : ranks_) {
       const size_t g = size_t(k.split.gpu_elems);
       const OptimChunk ch{f32(k.gp, 0, g),
@@ -653,12 +713,12 @@ class FunctionalRun {
                           lp(k.grad, 0, g, c_.grad_dtype),
                           lp(k.bf16, 0, g, core::DType::kBF16),
                           {}};
-      kernels().step(c_.kind, std::span<const OptimChunk>(&ch, 1), decision_.scalars);
+      kernels().step(c_.kind, std::span<const OptimChunk>(&ch, 1), d.scalars);
     }
   }
 
-  void h2d(size_t l, int32_t slot) {
-    if (decision("H2D").skip) return;
+  void h2d(const StepContext& ctx, size_t l, int32_t slot) {
+    if (decision(ctx, "H2D").skip) return;
     for (Rank& k : ranks_) {
       int64_t b, e;
       cpu_range(k, l, b, e);
@@ -692,8 +752,11 @@ class FunctionalRun {
   int step_ = 0;
   std::map<int64_t, double> tiles_;  // table index (layer, tile) -> canonical tile sum
   uint64_t nonfinite_ = 0;
-  core::StepDecision decision_;
-  bool decided_ = false;
+  std::array<StepContext, 2> contexts_;  // by step parity: this step's and the previous one's (its tail)
+  StepContext& context(int step) { return contexts_[size_t(step) & 1]; }
+  std::vector<uint32_t> pending_;  // the carried ops of step pending_step_ not run yet, in plan order
+  int pending_step_ = 0;
+  bool late_ = false;  // the step after pending_step_ has run an op
 };
 
 }  // namespace
@@ -719,6 +782,7 @@ FunctionalConfig functional_config(const core::RunSettings& s, double ratio, int
   c.seed = s.seed;
   c.staging_slots = s.step.staging_slots;
   c.speculation_bytes = s.step.speculation_bytes;
+  c.carry_tail = s.step.carry_tail;
   if (s.workload == core::WorkloadType::kDecoder ||
       (s.workload == core::WorkloadType::kAuto && s.model.spec.type == core::ModelType::kDecoder)) {
     c.workload = core::WorkloadType::kDecoder;

@@ -53,6 +53,10 @@ struct FunctionalConfig {
   // Speculative CPU updates (core/speculation.h; StepConfig::speculation_bytes): 0 off; kSpeculationAuto
   // every eligible layer (no host memory limit here). The bits do not depend on it.
   int64_t speculation_bytes = core::kSpeculationAuto;
+  // Carry each step's CPU-side tail into the next step (core::StepConfig::carry_tail): the carried ops run
+  // as late as the plan allows (when a later op waits for them, or at a drain: a checkpoint, the end).
+  // The bits do not depend on it.
+  bool carry_tail = true;
   uint64_t seed = 1;
   // Where the per-micro-shard gradients come from:
   //   kSynthetic: workload_gradient below (initial weights core::synthetic_initial_weight);
@@ -97,6 +101,8 @@ struct FunctionalResult {
   std::vector<int> speculated_steps;     // 1-based steps that ran their speculative CPU updates
   std::vector<int> failed_speculations;  // ... of those, the steps whose speculation did not hold (redone or skipped)
   int64_t d2h_bytes = 0, h2d_bytes = 0;  // what crossed the simulated PCIe (whole run, all ranks)
+  // Carried ops (FunctionalConfig::carry_tail) that ran after the next step's first op had run (whole run).
+  int64_t carried_ops_run_late = 0;
   // The ops each queue executed in the last step, per rank (run_functional only): the same
   // vocabulary as the cost-only simulator's executed_queue_order().
   std::vector<QueueOrder> queue_order;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -274,7 +275,12 @@ struct Join {
 // holding a pointer to it is destroyed before it.
 class Simulation {
  public:
-  Simulation(const CostSetup& cost, const std::vector<core::StepPlan>& plans) : cost_(cost), plans_(plans) {
+  // `steps` consecutive steps of the plans (more than one when they carry a tail into the next step:
+  // each step's ops wait for their carried dependencies on the step before, and begin once that step's
+  // ops that are not carried are done, rank by rank); `report_step` (0-based) is the one whose queue
+  // order is recorded.
+  Simulation(const CostSetup& cost, const std::vector<core::StepPlan>& plans, int steps = 1, int report_step = 0)
+      : cost_(cost), plans_(plans), steps_(steps), report_step_(report_step) {
     const int world = static_cast<int>(plans.size());
     const int links = (world + cost.gpus_per_link - 1) / cost.gpus_per_link;
     for (int l = 0; l < links; ++l) links_.push_back(std::make_unique<tf::sim::SharedLink>(queue_, cost.pcie));
@@ -307,7 +313,7 @@ class Simulation {
         rs.collective_source = rs.compute->add_source(cost.compute_slowdown_collectives);
         rs.compute->watch(*rs.link, cost.compute_slowdown_dma);
       }
-      const size_t n = plans[static_cast<size_t>(r)].ops.size();
+      const size_t n = plans[static_cast<size_t>(r)].ops.size() * size_t(steps);
       rs.start_ns.assign(n, -1);
       rs.end_ns.assign(n, -1);
       rs.done.resize(n);
@@ -319,21 +325,8 @@ class Simulation {
 
   void run(bool record_order) {
     record_order_ = record_order;
-    std::vector<tf::sim::Event> deps;
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      const core::StepPlan& plan = plans_[r];
-      RankState& rs = ranks_[r];
-      uint32_t collectives = 0;
-      for (const core::Op& op : plan.ops) {
-        deps.clear();
-        for (uint32_t d : op.deps) deps.push_back(rs.done[d]);
-        tf::sim::Resource& res = *rs.queues[static_cast<size_t>(queue_index(op.queue))];
-        const bool collective = is_collective(op.kind);
-        rs.done[op.id] = res.submit({}, work_for(static_cast<int>(r), op, collective ? collectives : 0), deps,
-                                    [this, r, id = op.id] { on_end(r, id); });
-        if (collective) ++collectives;
-      }
-    }
+    for (int step = 0; step < steps_; ++step)
+      for (size_t r = 0; r < ranks_.size(); ++r) submit_step(r, step);
     queue_.run();
     for (size_t r = 0; r < ranks_.size(); ++r)
       for (size_t i = 0; i < ranks_[r].end_ns.size(); ++i)
@@ -342,8 +335,24 @@ class Simulation {
                                  " never ran (a collective without all ranks, or a dependency cycle)");
   }
 
-  const std::vector<TimeNs>& start_ns(size_t r) const { return ranks_[r].start_ns; }
-  const std::vector<TimeNs>& end_ns(size_t r) const { return ranks_[r].end_ns; }
+  // Rank r's intervals of step `step` (0-based), from `origin_ns`.
+  std::vector<OpInterval> intervals(size_t r, int step, TimeNs origin_ns) const {
+    const size_t n = plans_[r].ops.size();
+    std::vector<OpInterval> out(n);
+    for (size_t i = 0; i < n; ++i)
+      out[i] = {uint32_t(i), ranks_[r].start_ns[size_t(step) * n + i] - origin_ns,
+                ranks_[r].end_ns[size_t(step) * n + i] - origin_ns};
+    return out;
+  }
+  // When rank r's step `step` ended for the step after it: its ops that are not carried are done (-1: 0).
+  TimeNs boundary_ns(size_t r, int step) const {
+    TimeNs t = 0;
+    if (step < 0) return t;
+    const size_t n = plans_[r].ops.size();
+    for (const core::Op& op : plans_[r].ops)
+      if (!op.carried) t = std::max(t, ranks_[r].end_ns[size_t(step) * n + op.id]);
+    return t;
+  }
   const QueueOrder& order(size_t r) const { return ranks_[r].order; }
 
  private:
@@ -361,6 +370,39 @@ class Simulation {
     std::vector<TimeNs> start_ns, end_ns;
     QueueOrder order;
   };
+
+  // Rank r's ops of one step: after their dependencies in the step, their carried dependencies on the
+  // step before and (carried tail) the step before's ops that are not carried, whose last on each queue
+  // ends after the rest of that queue's.
+  void submit_step(size_t r, int step) {
+    const core::StepPlan& plan = plans_[r];
+    RankState& rs = ranks_[r];
+    const auto n = uint32_t(plan.ops.size());
+    const uint32_t base = uint32_t(step) * n, prev = base - n;
+    std::vector<tf::sim::Event> boundary;
+    if (step > 0) {
+      std::array<int64_t, core::kQueueCount> last{};
+      last.fill(-1);
+      for (const core::Op& op : plan.ops)
+        if (!op.carried) last[size_t(queue_index(op.queue))] = op.id;
+      for (int64_t id : last)
+        if (id >= 0) boundary.push_back(rs.done[prev + uint32_t(id)]);
+    }
+    uint32_t collectives = uint32_t(step) * collectives_per_step_;
+    std::vector<tf::sim::Event> deps;
+    for (const core::Op& op : plan.ops) {
+      deps = boundary;
+      for (uint32_t d : op.deps) deps.push_back(rs.done[base + d]);
+      if (step > 0)
+        for (uint32_t d : op.carried_deps) deps.push_back(rs.done[prev + d]);
+      tf::sim::Resource& res = *rs.queues[static_cast<size_t>(queue_index(op.queue))];
+      const bool collective = is_collective(op.kind);
+      const uint32_t at = base + op.id;
+      rs.done[at] = res.submit({}, work_for(static_cast<int>(r), op, at, collective ? collectives : 0), deps,
+                               [this, r, at] { on_end(r, at); });
+      if (collective) ++collectives;
+    }
+  }
 
   static bool is_collective(core::OpKind k) {
     return k == core::OpKind::kAllGather || k == core::OpKind::kReduceScatter || k == core::OpKind::kAllReduce ||
@@ -389,12 +431,13 @@ class Simulation {
       }
       if (k != first.size()) throw std::logic_error("sim backend: ranks issue different numbers of collectives");
     }
-    joins_.resize(first.size());
-    for (size_t k = 0; k < first.size(); ++k) {
-      joins_[k].duration_ns =
-          tf::sim::collective_ns(cost_.collective, collective_kind(first[k]->kind), tf::sim::CollectiveAlgorithm::kRing,
-                                 cost_.world, first[k]->bytes) +
-          local_tail_ns(*first[k]);
+    collectives_per_step_ = uint32_t(first.size());
+    joins_.resize(first.size() * size_t(steps_));
+    for (size_t k = 0; k < joins_.size(); ++k) {
+      const core::Op& op = *first[k % first.size()];
+      joins_[k].duration_ns = tf::sim::collective_ns(cost_.collective, collective_kind(op.kind),
+                                                     tf::sim::CollectiveAlgorithm::kRing, cost_.world, op.bytes) +
+                              local_tail_ns(op);
       joins_[k].dones.reserve(plans_.size());
       joins_[k].members.reserve(plans_.size());
     }
@@ -457,13 +500,12 @@ class Simulation {
   }
 
   // A fused CPU pass over op.elems on the rank's host pool, after its host wait.
-  tf::sim::Work host_pass(int r, const core::Op& op) {
-    return tf::sim::Work::async(
-        [this, r, id = op.id, elems = op.elems, wait = host_wait_ns(r, op)](tf::sim::Callback done) {
-          RankState& rs = ranks_[static_cast<size_t>(r)];
-          rs.start_ns[id] = queue_.now();
-          start_host_cpu(*rs.host, rs.host_rank, wait, elems, std::move(done));
-        });
+  tf::sim::Work host_pass(int r, const core::Op& op, uint32_t id) {
+    return tf::sim::Work::async([this, r, id, elems = op.elems, wait = host_wait_ns(r, op)](tf::sim::Callback done) {
+      RankState& rs = ranks_[static_cast<size_t>(r)];
+      rs.start_ns[id] = queue_.now();
+      start_host_cpu(*rs.host, rs.host_rank, wait, elems, std::move(done));
+    });
   }
 
   tf::sim::Work fixed(int r, uint32_t id, TimeNs ns) {
@@ -473,8 +515,8 @@ class Simulation {
     };
   }
 
-  tf::sim::Work work_for(int r, const core::Op& op, uint32_t collective_index) {
-    const uint32_t id = op.id;
+  // `id`: the op's instance (step x ops + op id), which its timings are kept under.
+  tf::sim::Work work_for(int r, const core::Op& op, uint32_t id, uint32_t collective_index) {
     switch (op.kind) {
       case core::OpKind::kForward:
       case core::OpKind::kBackward:
@@ -496,10 +538,10 @@ class Simulation {
             });
       case core::OpKind::kCpuOptimizer:  // a speculative one does nothing in a step that does not speculate
         if (op.state_slot == 1 && cost_.speculation == SpeculationCase::kNotSpeculating) return fixed(r, id, 0);
-        return host_pass(r, op);
+        return host_pass(r, op, id);
       case core::OpKind::kCpuCommit:  // held: it only learns of the norm; else it redoes the layer's pass
         if (cost_.speculation == SpeculationCase::kHolds) return fixed(r, id, host_wait_ns(r, op));
-        return host_pass(r, op);
+        return host_pass(r, op, id);
       case core::OpKind::kD2HGrad:
       case core::OpKind::kH2DParam: {
         const Direction dir = op.kind == core::OpKind::kD2HGrad ? Direction::kD2H : Direction::kH2D;
@@ -543,14 +585,19 @@ class Simulation {
     }
   }
 
-  void on_end(size_t r, uint32_t id) {
+  void on_end(size_t r, uint32_t at) {
     RankState& rs = ranks_[r];
-    rs.end_ns[id] = queue_.now();
-    if (record_order_) rs.order[static_cast<size_t>(queue_index(plans_[r].ops[id].queue))].push_back(id);
+    rs.end_ns[at] = queue_.now();
+    const auto n = uint32_t(plans_[r].ops.size());
+    const uint32_t id = at % n;
+    if (record_order_ && int(at / n) == report_step_)
+      rs.order[static_cast<size_t>(queue_index(plans_[r].ops[id].queue))].push_back(id);
   }
 
   const CostSetup& cost_;
   const std::vector<core::StepPlan>& plans_;
+  const int steps_, report_step_;
+  uint32_t collectives_per_step_ = 0;
   bool record_order_ = false;
   tf::sim::EventQueue queue_;
   std::vector<std::unique_ptr<tf::sim::SharedLink>> links_;
@@ -586,35 +633,44 @@ RankPlans plan_ranks(const core::RunSettings& rs, const core::Partition& part, d
   return out;
 }
 
-// Per rank: busy time per queue, its end, and (record_ops) per-op timings and queue order.
+// Steps the cost-only simulator runs: one, or with a carried tail three, of which it reports the second
+// (docs/ARCHITECTURE.md, "Carrying the optimizer tail into the next step"): a step in steady state has a
+// tail carried in from the step before and its own carried into the next, whose forward hides it. Its
+// time is its period, from when the step before ended (its ops that are not carried were done) to
+// when it ended.
+constexpr int kCarrySteps = 3, kCarryReportStep = 1;
+
+// Per rank: busy time per queue, its end, and (record_ops) per-op timings and queue order; rank 0's
+// timeline summary.
 void collect_ranks(const Simulation& sim, const std::vector<core::StepPlan>& plans, bool record_ops, SimPoint& p) {
+  const bool carry = core::carries(plans[0]);
+  const int step = carry ? kCarryReportStep : 0;
   p.ranks.resize(plans.size());
+  StepTimeline t0;
   for (size_t r = 0; r < p.ranks.size(); ++r) {
     RankTiming& rt = p.ranks[r];
-    const std::vector<TimeNs>& st = sim.start_ns(r);
-    const std::vector<TimeNs>& en = sim.end_ns(r);
-    const std::vector<core::Op>& ops = plans[r].ops;
-    for (size_t i = 0; i < ops.size(); ++i) {
-      rt.busy_ns[static_cast<size_t>(queue_index(ops[i].queue))] += en[i] - st[i];
-      rt.end_ns = std::max(rt.end_ns, en[i]);
-    }
+    const TimeNs origin = carry ? sim.boundary_ns(r, step - 1) : 0;
+    std::vector<OpInterval> iv = sim.intervals(r, step, origin);
+    std::optional<NextStep> next;
+    if (carry) next = NextStep{sim.boundary_ns(r, step) - origin, sim.intervals(r, step + 1, origin)};
+    StepTimeline t = summarize_timeline(plans[r], iv, next ? &*next : nullptr);
+    rt.busy_ns = t.busy_ns;
+    rt.end_ns = t.step_ns;
     if (record_ops) {
-      rt.ops.reserve(ops.size());
-      for (size_t i = 0; i < ops.size(); ++i) rt.ops.push_back({static_cast<uint32_t>(i), st[i], en[i]});
+      rt.ops.reserve(iv.size());
+      for (const OpInterval& o : iv) rt.ops.push_back({o.op, o.start_ns, o.end_ns});
       rt.queue_order = sim.order(r);
     }
     p.step_ns = std::max(p.step_ns, rt.end_ns);
+    if (r == 0) t0 = std::move(t);
   }
   p.busy_ns = p.ranks[0].busy_ns;
   // Rank 0's phases, from its intervals (the same summary a real run reports).
-  std::vector<OpInterval> iv(plans[0].ops.size());
-  for (size_t i = 0; i < iv.size(); ++i) iv[i] = {static_cast<uint32_t>(i), sim.start_ns(0)[i], sim.end_ns(0)[i]};
-  const StepTimeline t = summarize_timeline(plans[0], std::move(iv));
-  p.optimizer_phase_ns = t.optimizer_phase_ns;
-  p.kind_ns = t.kind_ns;
-  p.exposed_ns = t.exposed_ns;
-  p.exposed_transfer_ns = t.exposed_transfer_ns;
-  p.cpu_overlapped_ns = t.cpu_overlapped_ns;
+  p.optimizer_phase_ns = t0.optimizer_phase_ns;
+  p.kind_ns = t0.kind_ns;
+  p.exposed_ns = t0.exposed_ns;
+  p.exposed_transfer_ns = t0.exposed_transfer_ns;
+  p.cpu_overlapped_ns = t0.cpu_overlapped_ns;
 }
 
 }  // namespace
@@ -649,7 +705,8 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
     p.oom_reason = e.what();
   }
 
-  Simulation sim(cost, rp.plans);
+  const bool carry = core::carries(rp.plans[0]);
+  Simulation sim(cost, rp.plans, carry ? kCarrySteps : 1, carry ? kCarryReportStep : 0);
   sim.run(opt.record_ops);
   collect_ranks(sim, rp.plans, opt.record_ops, p);
   if (opt.keep_plans) p.plans = std::move(rp.plans);

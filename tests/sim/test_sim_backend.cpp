@@ -91,8 +91,10 @@ TEST(SimBackend, HandComputedMlpStepAllOnCpuIsExposed) {
   // ratio 1: 6144 CPU elements, no GPU optimizer. After backward: the local sum 4009 (as at one
   // third), then the GPU grad stats over the shard 4000 + 12288/3000 -> 4005 ns, with the d2h
   // 12288/55 = 223.4 -> 224 under it; the norm 8002; then AdamW 6144/2.89 = 2125.95 -> 2126 and the
-  // h2d 224, with the GPU idle: exposed.
-  const SimPoint p = simulate_step(mlp_scenario(), 1.0);
+  // h2d 224, with the GPU idle: exposed. One step: its tail is not carried into a next one.
+  tf::core::Scenario s = mlp_scenario();
+  s.training.carry_tail = false;
+  const SimPoint p = simulate_step(s, 1.0);
   EXPECT_EQ(p.pcie_bytes_each_way, 2 * 6144);
   EXPECT_EQ(p.optimizer_phase_ns, 4009 + 4005 + 8002 + 2126 + 224);
   EXPECT_EQ(p.exposed_transfer_ns, 2126 + 224);
@@ -281,6 +283,7 @@ TEST(SimBackend, HostWaitsOnDeviceEventsAndCopiesPayTheirLatency) {
   // kernels 8001 and its 16-byte copy 1000 + 1; the CPU AdamW waits on the norm (a device op) and the
   // d2h: 5000 + 2126; the h2d 1000 + 224.
   tf::core::Scenario s = mlp_scenario();
+  s.training.carry_tail = false;  // one step, as hand-computed
   s.cluster.hardware.gpu.event_sync_ns = 5000;
   s.cluster.hardware.pcie.copy_latency_ns = 1000;
   const SimPoint p = simulate_step(s, 1.0);
@@ -496,6 +499,7 @@ namespace {
 // as soon as its reduction has); two slots hide the wait behind the slow updates (the step time stays).
 TEST(SimBackend, StagingRingStallsTheD2HBehindASlowCpu) {
   tf::core::Scenario s = decoder_scenario(1);
+  s.training.carry_tail = false;  // the step's own D2Hs and passes, not the next step's forward
   auto& hw = s.cluster.hardware;
   hw.cpu.optimizer_gparam_s_by_threads.clear();
   hw.cpu.optimizer_node_gparam_s_by_ranks.clear();
@@ -550,7 +554,8 @@ TEST(SimBackend, StagingRingStallsTheD2HBehindASlowCpu) {
 // (hence the H2Ds) queue behind it on the FIFO cpu queue (docs/ARCHITECTURE.md, "When it does not help").
 TEST(SimSpeculation, HeldSpeculationHidesTheCpuPassAndTheOtherCasesCostWhatTheyDo) {
   using tf::backend::sim::SpeculationCase;
-  const tf::core::Scenario s = decoder_scenario(1);
+  tf::core::Scenario s = decoder_scenario(1);
+  s.training.carry_tail = false;  // the speculation cases on their own, without a carried tail
   SimOptions off;
   off.overrides.speculation_bytes = 0;
   SimOptions held;
@@ -650,4 +655,31 @@ TEST(SimDecoder, MeasuredKernelClassRatesReplaceTheHbmRate) {
   EXPECT_NEAR(double(op_ns(ce, OpKind::kForward, 3) - op_ns(base, OpKind::kForward, 3)), 3 * 66304 / hbm, 1.0);
   EXPECT_NEAR(double(op_ns(ce, OpKind::kBackward, 3) - op_ns(base, OpKind::kBackward, 3)), 3 * 131584 / hbm, 1.0);
   EXPECT_EQ(op_ns(ce, OpKind::kForward, 1), op_ns(base, OpKind::kForward, 1));
+}
+// Carrying the tail into the next step (docs/ARCHITECTURE.md, "Carrying the optimizer tail into the next
+// step"): the simulator runs three steps and reports the second's period. Where every step clips (no
+// speculative work) the CPU pass after the norm then overlaps the next step's forward: the period is
+// shorter than the step without carry, more of the CPU pass runs under compute, and each queue still
+// runs the reported step's ops in plan order. At ratio 0 there is nothing to carry: the same step.
+TEST(SimCarry, TheCarriedTailHidesBehindTheNextForward) {
+  using tf::backend::sim::SpeculationCase;
+  tf::core::Scenario s = decoder_scenario(1);
+  for (SpeculationCase sc : {SpeculationCase::kNotSpeculating, SpeculationCase::kHolds, SpeculationCase::kFails}) {
+    SimOptions on{.record_ops = true, .keep_plans = true}, off = on;
+    on.speculation = off.speculation = sc;
+    off.overrides.carry_tail = false;
+    on.overrides.carry_tail = true;
+    const SimPoint z_on = simulate_step(s, 0.0, on), z_off = simulate_step(s, 0.0, off);
+    EXPECT_EQ(z_on.step_ns, z_off.step_ns);
+    const SimPoint p_on = simulate_step(s, 0.5, on), p_off = simulate_step(s, 0.5, off);
+    ASSERT_TRUE(tf::core::carries(p_on.plans[0]));
+    ASSERT_FALSE(tf::core::carries(p_off.plans[0]));
+    EXPECT_LE(p_on.step_ns, p_off.step_ns) << int(sc);
+    EXPECT_GE(p_on.cpu_overlapped_ns, p_off.cpu_overlapped_ns) << int(sc);
+    if (sc == SpeculationCase::kNotSpeculating) {
+      EXPECT_LT(p_on.step_ns, p_off.step_ns);
+      EXPECT_GT(p_on.cpu_overlapped_ns, p_off.cpu_overlapped_ns);
+    }
+    EXPECT_EQ(tf::backend::sim::executed_queue_order(p_on)[0], tf::core::plan_queue_order(p_on.plans[0]));
+  }
 }

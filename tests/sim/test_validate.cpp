@@ -31,18 +31,20 @@ tf::core::Scenario scenario() {
 // it, a run whose speculation held in every step, with the budget the simulator's plan resolved.
 nlohmann::json sweep_json(const tf::core::Scenario& s, const std::vector<double>& ratios, double scale,
                           bool speculating = false) {
-  nlohmann::json doc = {{"scenario", "v"}, {"rank", 0}, {"world", 1},  {"gpu", "test GPU"},
+  nlohmann::json doc = {{"scenario", "v"},   {"rank", 0},     {"world", 1},  {"gpu", "test GPU"},
                         {"workload", "mlp"}, {"threads", 16}, {"params", 1}, {"grad_accum", 1}};
   for (double r : ratios) {
     tf::backend::sim::SimOptions o;
     o.keep_plans = true;
     if (!speculating) o.overrides.speculation_bytes = 0;
     const tf::backend::sim::SimPoint sp = tf::backend::sim::simulate_step(s, r, o);
-    nlohmann::json p = {{"ratio", r}, {"actual_ratio", sp.ratio}};
+    nlohmann::json p = {{"ratio", r}, {"actual_ratio", sp.ratio}, {"carry_tail", tf::core::carries(sp.plans[0])}};
     if (speculating) p["speculation_bytes"] = sp.plans[0].config.speculation_bytes;
     for (int step = 1; step <= 4; ++step) {
       const auto ns = int64_t(std::llround(double(sp.step_ns) * scale * (step == 1 ? 2.0 : 1.0)));
-      p["steps"].push_back({{"step", step}, {"step_ns", ns}, {"optimizer_phase_ns", sp.optimizer_phase_ns},
+      p["steps"].push_back({{"step", step},
+                            {"step_ns", ns},
+                            {"optimizer_phase_ns", sp.optimizer_phase_ns},
                             {"kind_ns", {{"forward", 10}, {"cpu_optimizer", 5}}}});
       if (speculating) {
         p["steps"].back()["speculated"] = true;
@@ -96,7 +98,7 @@ TEST(Validate, ErrorIsSimulatedOverMeasuredAndMapeTheMeanOfItsSize) {
   for (const auto& r : v.rows) EXPECT_NEAR(r.error_pct, -20.0, 1e-3);
   EXPECT_NEAR(v.mape_pct, 20.0, 1e-3);
   EXPECT_NEAR(v.worst_pct, 20.0, 1e-3);
-  EXPECT_EQ(v.rows[0].meas_compute_ms, 10e-6);    // forward only
+  EXPECT_EQ(v.rows[0].meas_compute_ms, 10e-6);  // forward only
   EXPECT_EQ(v.rows[0].meas_cpu_opt_ms, 5e-6);
 }
 

@@ -53,26 +53,28 @@ TEST(PlanHazards, NoneOnAnyConfiguration) {
             for (double ratio : {0.0, 0.3, 1.0})
               for (int waits : {0, 1, 2})  // nothing, clipping, fp16 loss scaling
                 for (int slots : {kStagingSlots, 1, kUnboundedStaging})
-                  for (int64_t speculation : {int64_t(0), kSpeculationAuto}) {
-                    StepConfig c;
-                    c.staging_slots = slots;
-                    c.grad_accum = ga;
-                    c.prefetch_layers = prefetch;
-                    c.clip_gradients = waits == 1;
-                    c.loss_scaling = waits == 2;
-                    c.speculation_bytes = speculation;
-                    if (waits == 2) c.grad_dtype = DType::kF16;
-                    for (int rank : {0, world - 1}) {
-                      const StepPlan p = plan_of(m.model, stage, world, ratio, c, rank);
-                      const std::vector<std::string> h = check_plan_hazards(p);
-                      ASSERT_TRUE(h.empty())
-                          << m.name << " stage " << stage << " world " << world << " accum " << ga << " prefetch "
-                          << prefetch << " ratio " << ratio << " waits " << waits << " staging slots " << slots
-                          << " speculation " << speculation << ": " << h.front();
-                      ++plans;
+                  for (int64_t speculation : {int64_t(0), kSpeculationAuto})
+                    for (bool carry : {false, true}) {
+                      StepConfig c;
+                      c.carry_tail = carry;
+                      c.staging_slots = slots;
+                      c.grad_accum = ga;
+                      c.prefetch_layers = prefetch;
+                      c.clip_gradients = waits == 1;
+                      c.loss_scaling = waits == 2;
+                      c.speculation_bytes = speculation;
+                      if (waits == 2) c.grad_dtype = DType::kF16;
+                      for (int rank : {0, world - 1}) {
+                        const StepPlan p = plan_of(m.model, stage, world, ratio, c, rank);
+                        const std::vector<std::string> h = check_plan_hazards(p);
+                        ASSERT_TRUE(h.empty())
+                            << m.name << " stage " << stage << " world " << world << " accum " << ga << " prefetch "
+                            << prefetch << " ratio " << ratio << " waits " << waits << " staging slots " << slots
+                            << " speculation " << speculation << " carry " << carry << ": " << h.front();
+                        ++plans;
+                      }
                     }
-                  }
-  EXPECT_EQ(plans, 2u * 3 * 3 * 2 * 3 * 3 * 3 * 3 * 2 * 2);
+  EXPECT_EQ(plans, 2u * 3 * 3 * 2 * 3 * 3 * 3 * 3 * 2 * 2 * 2);
 }
 
 TEST(PlanHazards, ARemovedReuseDependencyIsFound) {
@@ -319,4 +321,153 @@ TEST(PlanHazards, ARemovedSharedGatherDependencyIsFound) {
   EXPECT_EQ(refill->shared_layer, 0);
   refill->deps.clear();
   EXPECT_TRUE(any_mentions(check_plan_hazards(p), "gather_shared"));
+}
+
+// ---- carrying the tail into the next step (docs/ARCHITECTURE.md, "Carrying the optimizer tail into the
+// next step") ----
+
+namespace {
+
+// The configurations a carried tail changes most: every stage, a norm wait or not, rings or full-size
+// staging, speculation on and off, two ranks (ZeRO-3 gathers, stage 1/2 refreshes), CPU layers at 0.6.
+std::vector<StepConfig> carrying_configs() {
+  std::vector<StepConfig> out;
+  for (int waits : {0, 1, 2})
+    for (int slots : {kStagingSlots, 1, kUnboundedStaging})
+      for (int64_t speculation : {int64_t(0), kSpeculationAuto}) {
+        StepConfig c;
+        c.carry_tail = true;
+        c.grad_accum = 2;
+        c.staging_slots = slots;
+        c.clip_gradients = waits == 1;
+        c.loss_scaling = waits == 2;
+        if (waits == 2) c.grad_dtype = DType::kF16;
+        c.speculation_bytes = speculation;
+        out.push_back(c);
+      }
+  return out;
+}
+
+const ModelDesc& carry_model() {
+  static const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(7, 1024)));
+  return m;
+}
+
+// The plan with the carried marks and cross-step dependencies taken out.
+StepPlan without_carry(StepPlan p) {
+  for (Op& o : p.ops) {
+    o.carried = false;
+    o.carried_deps.clear();
+  }
+  p.config.carry_tail = false;
+  return p;
+}
+
+}  // namespace
+
+// carry_tail changes no op, dependency or slot of a step: it marks the tail and adds the next step's
+// waits on it, so `off` is today's schedule exactly. The tail is every CPU pass and H2D and what waits
+// for them; it is a suffix of each queue and nothing else waits for it.
+TEST(PlanHazards, CarryMarksTheTailAndChangesNothingElse) {
+  for (int stage : {1, 2, 3})
+    for (StepConfig c : carrying_configs()) {
+      const StepPlan on = plan_of(carry_model(), stage, 2, 0.6, c);
+      c.carry_tail = false;
+      const StepPlan off = plan_of(carry_model(), stage, 2, 0.6, c);
+      // at full-size staging the passes after the norm run in forward order (and so their H2Ds and
+      // refreshes); with rings the order is today's
+      const auto cpu_layers =
+          std::count_if(off.ops.begin(), off.ops.end(), [](const Op& o) { return o.kind == OpKind::kH2DParam; });
+      const bool reordered = off.staging.slots >= cpu_layers && (c.clip_gradients || c.loss_scaling);
+      if (!reordered) {
+        EXPECT_EQ(without_carry(on), off) << "stage " << stage;
+      }
+      EXPECT_EQ(on.ops.size(), off.ops.size());
+      EXPECT_FALSE(carries(off));
+      ASSERT_TRUE(carries(on));
+      for (const Op& o : on.ops) {
+        const bool cpu_side = o.queue == Queue::kCpu || o.queue == Queue::kH2D;
+        if (cpu_side) {
+          EXPECT_TRUE(o.carried) << o.label();
+        }
+        if (o.kind == OpKind::kGpuOptimizer || o.kind == OpKind::kNormAllReduce || o.kind == OpKind::kBackward) {
+          EXPECT_FALSE(o.carried) << o.label();
+        }
+        // a refresh is carried exactly when its layer has a CPU part (it waits for the layer's H2D)
+        if (o.kind == OpKind::kAllGather && o.micro_batch < 0) {
+          const bool has_h2d = std::any_of(o.deps.begin(), o.deps.end(),
+                                           [&](uint32_t d) { return on.ops[d].kind == OpKind::kH2DParam; });
+          EXPECT_EQ(o.carried, has_h2d) << o.label();
+        }
+      }
+      // with a norm wait the deferred D2Hs (ring slots freed by a CPU pass) are carried, the rest not
+      for (const Op& o : on.ops)
+        if (o.kind == OpKind::kD2HGrad) {
+          const bool after_pass =
+              std::any_of(o.deps.begin(), o.deps.end(), [&](uint32_t d) { return on.ops[d].queue == Queue::kCpu; });
+          EXPECT_EQ(o.carried, after_pass) << o.label();
+        }
+    }
+}
+
+// The next step's waits on the tail: a ZeRO-3 gather (stages 1/2: a forward) of a CPU layer waits for
+// its H2D (refresh). Everything else across the steps follows from them (the next step's D2Hs, CPU
+// passes, reductions and norm come after its forward). Where the passes after the norm run in forward
+// order (full-size staging) each wait is needed; in backward order (rings, or no norm wait) the last
+// pass is the first CPU layer's, so its wait orders the rest (the gathers run in forward order on one
+// queue) and only it is needed. Removing a needed one leaves a pair across the two steps unordered,
+// which the checker reports with the next step's op.
+TEST(PlanHazards, ARemovedCarriedDependencyIsFound) {
+  size_t removed = 0;
+  for (int stage : {1, 2, 3})
+    for (const StepConfig& c : carrying_configs())
+      for (double ratio : {0.6, 1.0}) {
+        const StepPlan base = plan_of(carry_model(), stage, 2, ratio, c);
+        ASSERT_TRUE(check_plan_hazards(base).empty());
+        const auto h2ds =
+            std::count_if(base.ops.begin(), base.ops.end(), [](const Op& o) { return o.kind == OpKind::kH2DParam; });
+        const bool forward_order = base.staging.slots >= h2ds && (c.clip_gradients || c.loss_scaling);
+        int first_cpu_layer = base.layers;
+        for (const Op& o : base.ops)
+          if (o.kind == OpKind::kH2DParam) first_cpu_layer = std::min(first_cpu_layer, int(o.layer));
+        for (const Op& o : base.ops)
+          for (uint32_t d : o.carried_deps) {
+            const Op& tail = base.ops[d];
+            if (!forward_order && tail.layer != first_cpu_layer) continue;
+            StepPlan p = base;
+            std::erase(p.ops[o.id].carried_deps, d);
+            const std::vector<std::string> h = check_plan_hazards(p);
+            EXPECT_TRUE(any_mentions(h, "params[" + std::to_string(tail.layer) + "] (cpu segment)"))
+                << o.label() << " without " << tail.label() << " stage " << stage;
+            EXPECT_TRUE(any_mentions(h, " (next step)")) << o.label() << " stage " << stage;
+            ++removed;
+          }
+      }
+  EXPECT_GT(removed, 50u);
+}
+
+// The shape of a carried tail: an op that is not carried after a carried one on its queue, or waiting
+// for one, or a carried op nothing in the next step waits for (it would run past two steps), is reported.
+TEST(PlanHazards, AMisshapenTailIsFound) {
+  StepConfig c = carrying_configs()[3];  // clipping, rings, no speculation
+  const StepPlan base = plan_of(carry_model(), 3, 2, 0.6, c);
+  ASSERT_TRUE(check_plan_hazards(base).empty());
+  {
+    StepPlan p = base;
+    auto gpu = std::find_if(p.ops.begin(), p.ops.end(), [](const Op& o) { return o.kind == OpKind::kGpuOptimizer; });
+    auto h2d = std::find_if(p.ops.begin(), p.ops.end(), [](const Op& o) { return o.kind == OpKind::kH2DParam; });
+    ASSERT_TRUE(gpu != p.ops.end() && h2d != p.ops.end() && h2d->id < gpu->id);
+    gpu->deps.push_back(h2d->id);
+    EXPECT_TRUE(any_mentions(check_plan_hazards(p), "waits for the carried"));
+  }
+  {
+    StepPlan p = base;
+    for (Op& o : p.ops) o.carried_deps.clear();
+    EXPECT_TRUE(any_mentions(check_plan_hazards(p), "is carried past the next step"));
+  }
+  {
+    StepPlan p = without_carry(base);
+    p.ops.back().carried = true;
+    EXPECT_TRUE(any_mentions(check_plan_hazards(p), "does not carry its tail"));
+  }
 }

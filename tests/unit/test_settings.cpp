@@ -173,6 +173,26 @@ TEST(Settings, SpeculationBudget) {
   EXPECT_TRUE(listed);
 }
 
+// training.carry_tail: on by default, `false` off, or the command's override (--carry-tail); anything
+// but a boolean names the key; the report lists it.
+TEST(Settings, CarryTail) {
+  EXPECT_TRUE(resolve_settings(scenario("micro_batch: 1")).step.carry_tail);
+  EXPECT_FALSE(resolve_settings(scenario("micro_batch: 1, carry_tail: false")).step.carry_tail);
+  SettingsOverrides o;
+  o.carry_tail = true;
+  EXPECT_TRUE(resolve_settings(scenario("micro_batch: 1, carry_tail: false"), o).step.carry_tail);
+  try {
+    resolve_settings(scenario("micro_batch: 1, carry_tail: sometimes"));
+    ADD_FAILURE() << "carry_tail: sometimes was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("carry_tail"), std::string::npos) << e.what();
+  }
+  bool listed = false;
+  for (const ReportedSetting& r : settings_report(scenario("micro_batch: 1, carry_tail: false")))
+    if (r.key == "training.carry_tail") listed = r.value == "false";
+  EXPECT_TRUE(listed);
+}
+
 // The host staging: auto by default (resolved per rank, core::resolve_staging_slots), or the command's
 // slots; out of range names the setting.
 TEST(Settings, StagingSlots) {
