@@ -72,7 +72,6 @@ struct GpuProfile {
                                         // engine's collectives (all-gather, send/recv, all-reduce) ran once
   int64_t alloc_granularity_bytes = 0;  // cudaMalloc's: a buffer costs its size rounded up to this
   double pinned_host_map_bytes_per_gb = 0;  // device bytes per GB of page-locked host memory (its mapping)
-  std::vector<GemmPoint> bf16_gemm_tflops_by_shape;       // cuBLAS bf16 GEMM rates, in measurement order
   std::vector<AttentionPoint> attention_tflops_by_shape;  // optional: the fused attention's rates
   std::vector<KernelRate> decoder_kernel_gbps;            // optional: one rate per measured class
   // The attention rate for a pass at (head_dim, seq): the points of the pass with the nearest head
