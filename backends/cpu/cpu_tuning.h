@@ -21,8 +21,10 @@ struct CpuTuningDefaults {
   // twice the streams (and DRAM pages) in flight per core. Only with unroll 1.
   uint32_t interleave = 1;
   // Non-temporal stores for the write-only bf16/fp16 copy (no read for ownership; the copy is only read
-  // later by the H2D DMA). H100 host, 2026-11-22: within noise.
-  bool stream_copy = false;
+  // later by the H2D DMA). H100 host, 2026-11-24 (bench/results/2026-11-24-cpukern-h100): with a 50 us
+  // spin, the best variant at k = 1 and 2 ranks (1.14x / 1.06x the old defaults in the sweep) and 1.25x
+  // in a real engine step (4.66 against 3.73 Gparam/s); alone within noise.
+  bool stream_copy = true;
   // Non-temporal stores for an out-of-place update's master and states (a speculative update into a
   // spare slot, which it only writes): without them each written line is read first.
   bool stream_out_of_place = true;
@@ -30,8 +32,8 @@ struct CpuTuningDefaults {
   size_t steal_block_tiles = 16;
   // The pool's workers spin this long (microseconds) for the next call before they sleep, and the
   // caller spins as long for the last part before it sleeps (0: sleep at once: a condition variable,
-  // the pool before these knobs).
-  uint32_t pool_spin_us = 0;
+  // the pool before these knobs). 50 with stream_copy: see stream_copy.
+  uint32_t pool_spin_us = 50;
   // madvise(MADV_HUGEPAGE) on the host regions (2 MiB pages where THP is "madvise").
   bool huge_pages = true;
 };
