@@ -120,10 +120,9 @@ TEST(AutoRatio, SlowCpuChoosesTheSmallestRatioThatFitsWithTheHeadroom) {
   const tf::core::Partition part = tf::core::make_partition(tf::core::describe_model(s.model), {3, 1, 2048});
   const double unit = 2048.0 / double(part.ranks[0].elems);
   EXPECT_GT(memory_at(s, a.actual_ratio - unit).gpu_total + headroom, hw.gpu.hbm_bytes);
-  EXPECT_TRUE(contains(a.why,
-                       "smallest that fits is 0.3 (1.1 GB of the GPU kept free beyond the plan: "
-                       "training.gpu_headroom)"))
-      << a.why;
+  // 0.3 or the next printed value: the measured pinned-host mapping adds GPU bytes as the ratio grows
+  EXPECT_TRUE(contains(a.why, "smallest that fits is 0.30")) << a.why;
+  EXPECT_TRUE(contains(a.why, " (1.1 GB of the GPU kept free beyond the plan: training.gpu_headroom)")) << a.why;
   EXPECT_TRUE(contains(a.why, "fastest predicted is 0.3")) << a.why;
   // without the headroom the same GPU fits smaller ratios
   s.training.gpu_headroom = {};
