@@ -30,9 +30,9 @@ struct CpuTuningDefaults {
   bool stream_out_of_place = true;
   // Work stealing in blocks of this many 2048-element tiles (0: the static split alone).
   size_t steal_block_tiles = 16;
-  // The pool's workers spin this long (microseconds) for the next call before they sleep, and the
-  // caller spins as long for the last part before it sleeps (0: sleep at once: a condition variable,
-  // the pool before these knobs). 50 with stream_copy: see stream_copy.
+  // The pool's workers spin this long (microseconds) for the next call before they sleep (0: sleep at
+  // once: a condition variable, the pool before these knobs). The caller never spins: it would take a
+  // worker's core (backends/cpu/thread_pool.cpp). 50 with stream_copy: see stream_copy.
   uint32_t pool_spin_us = 50;
   // madvise(MADV_HUGEPAGE) on the host regions (2 MiB pages where THP is "madvise").
   bool huge_pages = true;
