@@ -75,10 +75,10 @@ struct TrainingConfig {
   // the rest is shared equally by the host's ranks (core::pinnable_host_bytes_per_rank).
   MemoryMargin host_reserve = kDefaultHostReserve;
   // Carry each step's CPU-side optimizer tail into the next step (docs/ARCHITECTURE.md, "Carrying the
-  // optimizer tail into the next step"; StepConfig::carry_tail). Off by default until the CUDA engine
-  // carries (it plans with carry off): `simulate` and `ratio: auto` then predict the schedule `run` runs.
-  // The bits do not depend on it.
-  bool carry_tail = false;
+  // optimizer tail into the next step"; StepConfig::carry_tail). On by default: the CUDA engine and both
+  // simulators carry wherever the plan has a tail (core::carries: a CPU segment), so `simulate` and
+  // `ratio: auto` predict the schedule `run` runs. The bits do not depend on it.
+  bool carry_tail = true;
 };
 
 struct OptimizerConfig {

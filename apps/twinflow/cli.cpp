@@ -285,7 +285,7 @@ int64_t parse_speculation_text(const std::string& v) {
 void add_carry_tail_option(po::options_description& desc) {
   desc.add_options()("carry-tail", po::value<std::string>(),
                      "on|off: carry each step's CPU optimizer tail (CPU passes, H2Ds, replica refreshes) into the "
-                     "next step (default: the scenario's training.carry_tail, off: the CUDA engine does not carry yet)");
+                     "next step (default: the scenario's training.carry_tail, on)");
 }
 
 std::optional<bool> read_carry_tail_option(const po::variables_map& vm) {

@@ -14,6 +14,7 @@
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -555,9 +556,9 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
                                    "opt_phase", "exp_xfer", "spec",      "cpu_hid", "bound"};
   if (decoder) head.insert(head.end(), {"tok/s", "MFU"});
   Table t(head);
-  const int first = ck ? int(ck->first_step()) : 1;
-  for (int s = first; s <= o.steps; ++s) {
-    cu::StepReport r = eng.step();
+  // One step's report, in step order: with a carried tail (docs/ARCHITECTURE.md, "Carrying the optimizer
+  // tail into the next step") step t's comes from step t + 1's step() or from the drain after the loop.
+  const auto take = [&](cu::StepReport r) {
     const backend::StepTimeline& tl = r.timeline;
     const OverlapFigures ov =
         overlap_figures(tl, ec.settings.step, pt.cpu_elems, o.sc.cluster.hardware.cpu, o.ranks_per_host);
@@ -597,9 +598,16 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
                 << num(100 * ov.overlap_fraction, 0) << "% hidden\n";
     metrics.publish(r, eng);
     pt.steps.push_back(std::move(r));
-    if (s == first) after_first_step(eng, o, ec, pt);
-    if (ck && ck->after_step(s)) break;  // a stop signal: saved, the run ends here
+    if (pt.steps.size() == 1) after_first_step(eng, o, ec, pt);
+  };
+  const int first = ck ? int(ck->first_step()) : 1;
+  for (int s = first; s <= o.steps; ++s) {
+    std::optional<cu::StepReport> r = eng.step();
+    if (s == first && o.dump_step && !r) r = eng.drain();  // --dump-step reads step 1's gradients
+    if (r) take(std::move(*r));
+    if (ck && ck->after_step(s)) break;  // a stop signal: saved (a drain point), the run ends here
   }
+  if (std::optional<cu::StepReport> r = eng.drain()) take(std::move(*r));  // the last step's tail
   if (ec.rank == 0) {
     std::cout << "\nratio " << num(pt.requested, 3) << " (actual " << num(pt.actual, 4) << ")\n";
     t.print(std::cout);

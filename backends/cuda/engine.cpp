@@ -170,8 +170,17 @@ class EngineImpl final : public Engine {
   }
 
   ~EngineImpl() override {
-    // Queues are drained at the end of every step; after a failure, abort NCCL rather than wait.
+    // A carried tail still runs on the last step's threads: let it finish (or, after a failure, abort
+    // it) and join them before anything they use is freed; after a failure, abort NCCL rather than wait.
+    if (!failed_) {
+      try {
+        finish_tail();
+      } catch (...) {
+        failed_ = true;
+      }
+    }
     if (failed_ && comm_) comm_->abort();
+    join_issuers(failed_);
     (void)cudaSetDevice(cfg_.device);
     (void)cudaDeviceSynchronize();
   }
@@ -182,9 +191,13 @@ class EngineImpl final : public Engine {
   const core::TwinFlowSplit& split() const override { return split_; }
   const EngineMemory& memory() const override { return mem_; }
 
-  StepReport step() override;
+  std::optional<StepReport> step() override;
+  std::optional<StepReport> drain() override;
   std::vector<std::pair<int64_t, float>> master_weights() override;
-  cpu::LayerState cpu_layer_state(size_t layer) override { return state_in_slot(layer, spec_->slot(int32_t(layer))); }
+  cpu::LayerState cpu_layer_state(size_t layer) override {
+    finish_tail();  // a drain point: the state the carried tail writes
+    return current_state(layer);
+  }
   int64_t speculated_steps() const override { return spec_->speculated_steps(); }
   int64_t failed_speculations() const override { return spec_->failed_steps(); }
   std::vector<std::pair<int64_t, float>> last_gradients() override;
@@ -243,9 +256,6 @@ class EngineImpl final : public Engine {
     shard_ = part_.ranks[size_t(cfg_.rank)];
     core::MemoryOptions mo = s_.memory_options();
     mo.host_bytes_per_rank = host_limit();
-    // Not yet in the engine: carrying the tail into the next step (docs/ARCHITECTURE.md, "Carrying the
-    // optimizer tail into the next step"); every step ends with every queue done, as with carry_tail off.
-    mo.step.carry_tail = false;
     core::RankPlan rp = core::plan_rank(s_.model, part_, cfg_.rank, cfg_.ratio, mo);
     split_ = std::move(rp.split);
     plan_ = std::move(rp.step);
@@ -254,6 +264,7 @@ class EngineImpl final : public Engine {
     mem_.staging = rp.staging;
     spec_.emplace(plan_);
     spare_ = core::spare_range(split_, spec_->layers());
+    carrying_ = core::carries(plan_);
     const std::vector<std::string> hazards = core::check_plan_hazards(plan_);
     if (!hazards.empty())
       throw std::logic_error("engine: the step plan leaves " + std::to_string(hazards.size()) +
@@ -308,8 +319,12 @@ class EngineImpl final : public Engine {
     }
     replica_off_ = core::replica_layer_offsets(part_);
     queue_ops_ = core::plan_queue_order(plan_);
-    for (const core::Op& op : plan_.ops)
+    for (const core::Op& op : plan_.ops) {
       if (op.kind == core::OpKind::kNormAllReduce) norm_op_ = op.id;
+      (op.carried ? tail_ops_ : body_ops_) += 1;
+    }
+    for (size_t q = 0; q < queue_ops_.size(); ++q)
+      for (uint32_t id : queue_ops_[q]) (plan_.ops[id].carried ? last_tail_op_ : last_body_op_)[q] = int64_t(id);
   }
 
   // One buffer of the allocation plan, by name; recorded as allocated.
@@ -463,9 +478,11 @@ class EngineImpl final : public Engine {
 
   void make_queues() {
     for (auto& st : streams_) st.emplace();
-    events_.reserve(plan_.ops.size() * 2);  // owning: a constructor that fails later frees them
-    for (size_t i = 0; i < plan_.ops.size() * 2; ++i) events_.emplace_back(cudaEventBlockingSync);
-    t0_.emplace();
+    for (StepRun& r : runs_) {
+      r.events.reserve(plan_.ops.size() * 2);  // owning: a constructor that fails later frees them
+      for (size_t i = 0; i < plan_.ops.size() * 2; ++i) r.events.emplace_back(cudaEventBlockingSync);
+      r.t0.emplace();
+    }
   }
 
   // The workload allocates core::workload_buffers' list: it must be the plan's.
@@ -585,53 +602,103 @@ class EngineImpl final : public Engine {
     int64_t host_start_ns = 0, host_end_ns = 0;
   };
 
+  // One step's execution state, by step parity (docs/ARCHITECTURE.md, "Carrying the optimizer tail into
+  // the next step"): step t's carried ops run on step t's issuer threads while step t + 1 runs on its own
+  // set, so what a carried op reads of "its step" (its decision, events, op states, counters) lives here
+  // and survives step t + 1's begin. Ownership: the main thread writes a run in begin_step (step t + 2's
+  // begin reuses step t's run only after step t's report was built and its threads were handed on, so
+  // none of them reads it any more); queue q's issuer thread of the run alone writes issued[q], the
+  // bytes of its copies and (cpu) cpu_nonfinite and host times, each before mark_issued, under mu_,
+  // publishes the op; states[].issued is read and written under mu_; the main thread reads the rest only
+  // after waiting (under mu_) for the ops that wrote it.
+  struct StepRun {
+    int step = 0;
+    double scale = 1;             // the loss scale the step's gradients carry
+    int64_t opt_step = 0;         // optimizer steps taken before the step
+    bool after_tail = false;      // the previous step's carried ops were pending at the begin: honour carried_deps
+    std::vector<OpState> states;  // (ops)
+    std::vector<Event> events;    // (2 x ops): each op's start and end
+    std::optional<Event> t0;      // the step's start on the compute stream
+    Clock::time_point host_t0;    // ... on the host clock
+    std::unique_ptr<std::once_flag> decision_once;
+    std::optional<core::StepDecision> decision;
+    core::QueueOrder issued;                   // op ids in the order each queue's thread issued them
+    int64_t body_issued = 0, tail_issued = 0;  // ops issued that are not carried / carried (under mu_)
+    uint64_t cpu_nonfinite = 0;                // non-finite elements the CPU passes masked (no norm wait)
+    uint64_t gpu_nonfinite = 0;                // ... the GPU optimizer masked, read at the body's end
+    int64_t d2h_bytes = 0, h2d_bytes = 0;
+    double loss = 0;                                     // the workload's loss, read at the body's end
+    core::Speculation::Outcome spec;                     // read at the body's end
+    std::array<std::thread, core::kQueueCount> threads;  // the issuers (each joins the previous run's first)
+  };
+  StepRun& run_of(int step) { return runs_[size_t(step) & 1]; }
+
   cudaStream_t stream_of(core::Queue q) const { return streams_[size_t(q)]->get(); }
   static bool on_gpu(core::Queue q) { return q != core::Queue::kCpu; }
-  cudaEvent_t start_ev(uint32_t id) const { return events_[2 * id].get(); }
-  cudaEvent_t end_ev(uint32_t id) const { return events_[2 * id + 1].get(); }
+  static cudaEvent_t start_ev(const StepRun& r, uint32_t id) { return r.events[2 * id].get(); }
+  static cudaEvent_t end_ev(const StepRun& r, uint32_t id) { return r.events[2 * id + 1].get(); }
 
-  void wait_issued(uint32_t id) {
+  void wait_issued(const StepRun& r, uint32_t id) {
     std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return states_[id].issued || abort_; });
+    cv_.wait(lk, [&] { return r.states[id].issued || abort_; });
     if (abort_) throw Aborted{};
   }
-  void mark_issued(uint32_t id) {
+  void mark_issued(StepRun& r, uint32_t id) {
     {
       std::lock_guard lk(mu_);
-      states_[id].issued = true;
+      r.states[id].issued = true;
+      (plan_.ops[id].carried ? r.tail_issued : r.body_issued) += 1;
     }
     cv_.notify_all();
   }
 
-  // Op `dep` of another queue must be done before queue q's next op.
-  void wait_dep(core::Queue q, uint32_t dep) {
+  // Op `dep` of run `r` (this step's, or the previous step's for a carried dependency) must be done
+  // before queue q's next op.
+  void wait_dep(const StepRun& r, core::Queue q, uint32_t dep) {
     const core::Queue dq = plan_.ops[dep].queue;
-    if (dq == q) return;  // same queue: FIFO
-    wait_issued(dep);
-    if (on_gpu(q) && on_gpu(dq)) TF_CUDA_CHECK(cudaStreamWaitEvent(stream_of(q), end_ev(dep), 0));
-    if (!on_gpu(q) && on_gpu(dq)) TF_CUDA_CHECK(cudaEventSynchronize(end_ev(dep)));
+    if (dq == q) return;  // same queue: FIFO (across steps too: each issuer joins the previous step's first)
+    wait_issued(r, dep);
+    if (on_gpu(q) && on_gpu(dq)) TF_CUDA_CHECK(cudaStreamWaitEvent(stream_of(q), end_ev(r, dep), 0));
+    if (!on_gpu(q) && on_gpu(dq)) TF_CUDA_CHECK(cudaEventSynchronize(end_ev(r, dep)));
     // GPU after CPU: wait_issued already waited for the CPU op to finish.
   }
 
-  void issue_queue(core::Queue q) {
+  void issue_queue(StepRun& r, core::Queue q) {
     TF_CUDA_CHECK(cudaSetDevice(cfg_.device));
+    StepRun& prev = run_of(r.step - 1);
     for (uint32_t id : queue_ops_[size_t(q)]) {
       const core::Op& op = plan_.ops[id];
-      for (uint32_t dep : op.deps) wait_dep(q, dep);
-      if (needs_decision(op)) decision();  // host data the op needs (scalars, skip)
-      if (on_gpu(q)) {
-        const cudaStream_t s = stream_of(q);
-        TF_CUDA_CHECK(cudaEventRecord(start_ev(id), s));
-        execute_gpu(op, s);
-        TF_CUDA_CHECK(cudaEventRecord(end_ev(id), s));
-      } else {
-        states_[id].host_start_ns = host_now_ns();
-        execute_cpu(op);
-        states_[id].host_end_ns = host_now_ns();
+      try {
+        if (r.after_tail)
+          for (uint32_t dep : op.carried_deps) wait_dep(prev, q, dep);
+        for (uint32_t dep : op.deps) wait_dep(r, q, dep);
+        if (needs_decision(op)) decision(r);  // host data the op needs (scalars, skip)
+        if (on_gpu(q)) {
+          const cudaStream_t s = stream_of(q);
+          TF_CUDA_CHECK(cudaEventRecord(start_ev(r, id), s));
+          execute_gpu(r, op, s);
+          TF_CUDA_CHECK(cudaEventRecord(end_ev(r, id), s));
+        } else {
+          r.states[id].host_start_ns = host_now_ns(r);
+          execute_cpu(r, op);
+          r.states[id].host_end_ns = host_now_ns(r);
+        }
+      } catch (const Aborted&) {
+        throw;
+      } catch (const core::RuntimeFailure& e) {
+        if (!op.carried) throw;
+        throw core::RuntimeFailure(carried_failure(r, op, e.what()));
+      } catch (const std::exception& e) {
+        if (!op.carried) throw;
+        throw std::runtime_error(carried_failure(r, op, e.what()));
       }
-      issued_[size_t(q)].push_back(id);  // this queue's thread alone writes its list
-      mark_issued(id);
+      r.issued[size_t(q)].push_back(id);  // this queue's thread alone writes its list
+      mark_issued(r, id);
     }
+  }
+  // A carried op's failure surfaces at the next step() or drain(): it names its own step.
+  static std::string carried_failure(const StepRun& r, const core::Op& op, const char* what) {
+    return "step " + std::to_string(r.step) + ", carried op " + op.label() + ": " + what;
   }
 
   // Every optimizer-side op but a speculative update, which runs before the step is decided.
@@ -641,8 +708,8 @@ class EngineImpl final : public Engine {
            k == core::OpKind::kCpuCommit || k == core::OpKind::kH2DParam;
   }
 
-  int64_t host_now_ns() const {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - host_t0_).count();
+  static int64_t host_now_ns(const StepRun& r) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - r.host_t0).count();
   }
 
   const core::ShardPiece& piece(size_t layer) const { return shard_.pieces[size_t(piece_of_layer_[layer])]; }
@@ -661,7 +728,7 @@ class EngineImpl final : public Engine {
     return d_ag_shared_.as<uint16_t>();
   }
 
-  void execute_gpu(const core::Op& op, cudaStream_t s) {
+  void execute_gpu(StepRun& r, const core::Op& op, cudaStream_t s) {
     switch (op.kind) {
       case core::OpKind::kAllGather:
         return op.micro_batch < 0 ? refresh_replica(size_t(op.layer), s) : all_gather(op, s);
@@ -670,12 +737,12 @@ class EngineImpl final : public Engine {
         return workload_->backward(op.layer, op.micro_batch, {gathered(op), shared(op)},
                                    d_layer_grad_.at(size_t(op.grad_slot)).as<uint16_t>(), s);
       case core::OpKind::kReduceScatter: return reduce_scatter(op, s);
-      case core::OpKind::kD2HGrad: return d2h(op, s);
+      case core::OpKind::kD2HGrad: return d2h(r, op, s);
       case core::OpKind::kAllReduce: return all_reduce(op, s);
       case core::OpKind::kGradStats: return grad_stats(s);
       case core::OpKind::kNormAllReduce: return norm_all_reduce(s);
-      case core::OpKind::kGpuOptimizer: return gpu_optimizer(s);
-      case core::OpKind::kH2DParam: return h2d(op, s);
+      case core::OpKind::kGpuOptimizer: return gpu_optimizer(*r.decision, s);
+      case core::OpKind::kH2DParam: return h2d(r, op, s);
       case core::OpKind::kCpuOptimizer:
       case core::OpKind::kCpuCommit: break;
     }
@@ -760,11 +827,11 @@ class EngineImpl final : public Engine {
     group.end();
   }
 
-  void d2h(const core::Op& op, cudaStream_t s) {
+  void d2h(StepRun& r, const core::Op& op, cudaStream_t s) {
     const int64_t b = cpu_begin_[size_t(op.layer)], e = cpu_end_[size_t(op.layer)];
     TF_CUDA_CHECK(cudaMemcpyAsync(staging_slot(h_grad_, op.staging_slot), d_grad_.as<uint16_t>() + b, size_t(e - b) * 2,
                                   cudaMemcpyDeviceToHost, s));
-    d2h_bytes_ += (e - b) * 2;
+    r.d2h_bytes += (e - b) * 2;
   }
 
   // The shard's tiles, at their canonical indexes.
@@ -788,15 +855,15 @@ class EngineImpl final : public Engine {
         cudaMemcpyAsync(h_norm_.as<double>(), result, size_t(core::kNormResultBytes), cudaMemcpyDeviceToHost, s));
   }
 
-  void gpu_optimizer(cudaStream_t s) {
-    if (decision_->skip || split_.gpu_elems == 0) return;
+  void gpu_optimizer(const core::StepDecision& d, cudaStream_t s) {
+    if (d.skip || split_.gpu_elems == 0) return;
     StepLaunch lc;
     lc.descs = d_descs_.as<ChunkDesc>();
     lc.count = 1;
     lc.tiles = core::stats_tiles(size_t(split_.gpu_elems));
     lc.grad = s_.step.grad_dtype;
     lc.copy = core::DType::kBF16;
-    lc.s = decision_->scalars;
+    lc.s = d.scalars;
     lc.tile_sums = d_opt_tiles_.as<double>();
     lc.nonfinite = d_counters_.as<unsigned long long>() + 1;
     lc.sm_count = sm_count_;
@@ -809,12 +876,12 @@ class EngineImpl final : public Engine {
     }
   }
 
-  void h2d(const core::Op& op, cudaStream_t s) {
-    if (decision_->skip) return;
+  void h2d(StepRun& r, const core::Op& op, cudaStream_t s) {
+    if (r.decision->skip) return;
     const int64_t b = cpu_begin_[size_t(op.layer)], e = cpu_end_[size_t(op.layer)];
     TF_CUDA_CHECK(cudaMemcpyAsync(d_lp_.as<uint16_t>() + b, staging_slot(h_copy_, op.staging_slot), size_t(e - b) * 2,
                                   cudaMemcpyHostToDevice, s));
-    h2d_bytes_ += (e - b) * 2;
+    r.h2d_bytes += (e - b) * 2;
   }
 
   // The CPU part of `layer` in state slot `slot` (0: the segment's own buffers; 1: the spare slot of a
@@ -826,47 +893,53 @@ class EngineImpl final : public Engine {
             h_s2_spare_.bytes() ? h_s2_spare_.as<float>() + o : nullptr};
   }
 
-  // CPU optimizer ops: an update in place of the layer's current slot; a speculated layer's
-  // speculative update (out of place into its other slot, before the step is decided) and its commit
-  // (adopt the other slot, or update in place: core::Speculation).
-  void execute_cpu(const core::Op& op) {
+  // The layer's state in its current slot (no drain: the cpu queue's own accessor).
+  cpu::LayerState current_state(size_t layer) const { return state_in_slot(layer, spec_->slot(int32_t(layer))); }
+
+  // CPU optimizer ops, in their own step's context (its decision and speculation bet: a carried op may
+  // run after the next step began): an update in place of the layer's current slot; a speculated
+  // layer's speculative update (out of place into its other slot, before the step is decided) and its
+  // commit (adopt the other slot, or update in place: core::Speculation).
+  void execute_cpu(StepRun& r, const core::Op& op) {
     const auto l = size_t(op.layer);
     if (op.kind == core::OpKind::kCpuOptimizer && op.state_slot == 1) {
-      if (!spec_->active()) return;
+      const core::Speculation::Bet& bet = spec_->bet(r.step);
+      if (!bet.active) return;
       const int cur = spec_->slot(op.layer);
       const cpu::LayerState from = state_in_slot(l, cur);
-      cpu_nonfinite_ +=
-          cpu_->update_layer(l, spec_->scalars(), state_in_slot(l, 1 - cur), &from, op.staging_slot).nonfinite;
+      r.cpu_nonfinite +=
+          cpu_->update_layer(l, bet.scalars, state_in_slot(l, 1 - cur), &from, op.staging_slot).nonfinite;
       return;
     }
+    const core::StepDecision& d = *r.decision;
     if (op.kind == core::OpKind::kCpuCommit) {
-      if (spec_->commit(op.layer, *decision_) == core::Speculation::Commit::kUpdate)
-        cpu_nonfinite_ +=
-            cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l), nullptr, op.staging_slot).nonfinite;
+      if (spec_->commit(op.layer, d, r.step) == core::Speculation::Commit::kUpdate)
+        r.cpu_nonfinite += cpu_->update_layer(l, d.scalars, current_state(l), nullptr, op.staging_slot).nonfinite;
       return;
     }
     if (op.kind != core::OpKind::kCpuOptimizer)
       throw core::RuntimeFailure(std::string("engine: op ") + op.label() + " cannot run on the cpu queue");
-    if (decision_->skip) return;
-    cpu_nonfinite_ += cpu_->update_layer(l, decision_->scalars, cpu_layer_state(l), nullptr, op.staging_slot).nonfinite;
+    if (d.skip) return;
+    r.cpu_nonfinite += cpu_->update_layer(l, d.scalars, current_state(l), nullptr, op.staging_slot).nonfinite;
   }
 
-  // The step decision: known up front without a norm wait; else once the norm all-reduce landed.
-  const core::StepDecision& decision() {
-    std::call_once(*decision_once_, [&] {
+  // The step decision: known up front without a norm wait; else once the norm all-reduce landed. With
+  // the scale and optimizer step of the step's begin (the previous step's update of both happened then).
+  const core::StepDecision& decision(StepRun& r) {
+    std::call_once(*r.decision_once, [&] {
       if (norm_op_ < 0) {
-        decision_ = core::decide_step(s_.policy, step_, 0.0, 0, scaler_.scale, opt_step_ + 1);
+        r.decision = core::decide_step(s_.policy, r.step, 0.0, 0, r.scale, r.opt_step + 1);
         return;
       }
-      wait_issued(uint32_t(norm_op_));
-      TF_CUDA_CHECK(cudaEventSynchronize(end_ev(uint32_t(norm_op_))));
+      wait_issued(r, uint32_t(norm_op_));
+      TF_CUDA_CHECK(cudaEventSynchronize(end_ev(r, uint32_t(norm_op_))));
       const double* t = h_norm_.as<double>();  // [0] the folded sum of squares, [1] the non-finite count
       const uint64_t nonfinite = uint64_t(t[1]);
       const double sumsq = core::canonical_nan(t[0]);
-      decision_ = core::decide_step(s_.policy, step_, sumsq, nonfinite, scaler_.scale, opt_step_ + 1);
+      r.decision = core::decide_step(s_.policy, r.step, sumsq, nonfinite, r.scale, r.opt_step + 1);
     });
-    if (!decision_) throw Aborted{};
-    return *decision_;
+    if (!r.decision) throw Aborted{};
+    return *r.decision;
   }
 
   // Checkpoints: the optimizer's arrays as (GPU segment, CPU segment) pairs in core::checkpoint_arrays'
@@ -878,11 +951,23 @@ class EngineImpl final : public Engine {
   void cpu_segment_to(size_t a, float* dst);
   void cpu_segment_from(size_t a, const float* src);
   void restore_bf16_copy(std::span<const float> master);
-  void begin_step();
-  void run_issuers();
+  static std::array<int64_t, core::kQueueCount> filled(int64_t v) {
+    std::array<int64_t, core::kQueueCount> a;
+    a.fill(v);
+    return a;
+  }
+  void begin_step(StepRun& r, bool after_tail);
+  void start_issuers(StepRun& r, StepRun& prev);
+  void wait_issued_parts(const StepRun& r, const StepRun* prev);
+  void sync_part(const StepRun& r, const std::array<int64_t, core::kQueueCount>& last);
+  void end_body(StepRun& r);
+  [[noreturn]] void fail();
+  void join_issuers(bool abort);
+  void finish_tail();
+  std::vector<OpInterval> intervals(const StepRun& r, const StepRun& origin) const;
   std::vector<std::pair<int64_t, float>> owned(const std::function<float(int64_t)>& value_of) const;
-  StepReport report(double scale);
-  void check_masked_nonfinite();
+  StepReport report(const StepRun& r, const StepRun* next);
+  void check_masked_nonfinite(const StepRun& r);
 
   EngineConfig cfg_;
   const core::RunSettings& s_;  // cfg_.settings
@@ -926,151 +1011,289 @@ class EngineImpl final : public Engine {
   std::optional<core::Speculation> spec_;  // the per-step rule and each layer's current slot
   std::unique_ptr<cpu::CpuSegment> cpu_;
   std::array<std::optional<Stream>, 4> streams_;  // compute, comm, d2h, h2d (core::Queue order)
-  std::vector<Event> events_;                     // (2 x ops): each op's start and end
-  std::optional<Event> t0_;
   std::optional<NcclComm> comm_;
   std::unique_ptr<Workload> workload_;
   std::vector<float> hf_weights_;  // (total_params) fp32 init.from, model order, until the weights are set
 
-  // per step
+  // the steps' execution (StepRun says who owns what)
+  bool carrying_ = false;                // core::carries(plan_): the plan has carried ops
+  int64_t body_ops_ = 0, tail_ops_ = 0;  // ops that are not carried / carried
+  // per queue: the last op that is not carried / carried (-1: none); its end event ends the queue's part
+  std::array<int64_t, core::kQueueCount> last_body_op_ = filled(-1), last_tail_op_ = filled(-1);
+  std::array<StepRun, 2> runs_;  // by step parity
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<OpState> states_;
-  core::QueueOrder issued_;
-  bool abort_ = false;
+  bool abort_ = false;               // under mu_: every issuer of both runs unwinds
+  std::exception_ptr error_;         // under mu_: the first failure of an issuer
+  int pending_ = 0;                  // the step whose carried tail may still run (0: none)
+  std::optional<StepReport> ready_;  // a drained step's report, not returned yet
   bool failed_ = false;
-  Clock::time_point host_t0_;
-  std::unique_ptr<std::once_flag> decision_once_;
-  std::optional<core::StepDecision> decision_;
-  std::atomic<uint64_t> cpu_nonfinite_{0};
-  int64_t d2h_bytes_ = 0, h2d_bytes_ = 0;
   int step_ = 0;
   double last_scale_ = 1;  // the loss scale the last step's gradients carry
   int64_t opt_step_ = 0;
   core::LossScaler scaler_ = s_.loss_scaler;
 };
 
-// Clears the step's state and counters and starts every stream at one event.
-void EngineImpl::begin_step() {
-  states_.assign(plan_.ops.size(), OpState{});
-  for (auto& q : issued_) q.clear();
-  abort_ = false;
-  decision_once_ = std::make_unique<std::once_flag>();
-  decision_.reset();
-  cpu_nonfinite_ = 0;
-  d2h_bytes_ = h2d_bytes_ = 0;
+// Clears run r for its step and starts every stream at its start event. Step t - 1's carried ops may
+// still run: nothing here touches what they read or write (the counters and the statistics table are
+// the norm's and the GPU optimizer's, done with step t - 1's body; the workload's batch is read by the
+// forward and backward only).
+void EngineImpl::begin_step(StepRun& r, bool after_tail) {
+  {
+    std::lock_guard lk(mu_);
+    r.states.assign(plan_.ops.size(), OpState{});
+    r.body_issued = r.tail_issued = 0;
+  }
+  r.step = step_;
+  r.scale = scaler_.scale;
+  r.opt_step = opt_step_;
+  r.after_tail = after_tail;
+  for (auto& q : r.issued) q.clear();
+  r.decision_once = std::make_unique<std::once_flag>();
+  r.decision.reset();
+  r.cpu_nonfinite = r.gpu_nonfinite = 0;
+  r.d2h_bytes = r.h2d_bytes = 0;
+  r.loss = 0;
+  r.spec = {};
   workload_->begin_step(step_, scaler_.scale);
   const cudaStream_t cs = stream_of(core::Queue::kCompute);
   TF_CUDA_CHECK(cudaMemsetAsync(d_counters_.get(), 0, d_counters_.bytes(), cs));
   if (norm_op_ >= 0) TF_CUDA_CHECK(cudaMemsetAsync(d_tiles_.get(), 0, d_tiles_.bytes(), cs));
-  TF_CUDA_CHECK(cudaEventRecord(t0_->get(), cs));
-  for (size_t q = 1; q < streams_.size(); ++q) TF_CUDA_CHECK(cudaStreamWaitEvent(streams_[q]->get(), t0_->get(), 0));
-  TF_CUDA_CHECK(cudaEventSynchronize(t0_->get()));
-  host_t0_ = Clock::now();
+  TF_CUDA_CHECK(cudaEventRecord(r.t0->get(), cs));
+  for (size_t q = 1; q < streams_.size(); ++q) TF_CUDA_CHECK(cudaStreamWaitEvent(streams_[q]->get(), r.t0->get(), 0));
+  TF_CUDA_CHECK(cudaEventSynchronize(r.t0->get()));
+  r.host_t0 = Clock::now();
 }
 
-// One issuing thread per queue; the first failure aborts the others and is rethrown. A stop before any
-// update (non-finite gradients) leaves the state as it was: the queues only held reads of it.
-// Anything else leaves the engine unusable.
-void EngineImpl::run_issuers() {
-  std::exception_ptr error;
-  std::mutex err_mu;
-  {
-    std::vector<std::jthread> threads;
-    for (int q = 0; q < core::kQueueCount; ++q)
-      threads.emplace_back([&, q] {
-        try {
-          issue_queue(core::Queue(q));
-        } catch (const Aborted&) {
-        } catch (...) {
-          {
-            std::lock_guard lk(err_mu);
-            if (!error) error = std::current_exception();
-          }
-          {
-            std::lock_guard lk(mu_);
-            abort_ = true;
-          }
-          cv_.notify_all();
+// One issuing thread per queue. Queue q's thread first joins the previous step's thread of queue q (its
+// carried ops: ops on one queue run in plan order across steps), so each step's threads hand the
+// previous ones on and the main thread joins only the latest step's. The first failure of any thread
+// aborts every thread of both steps.
+void EngineImpl::start_issuers(StepRun& r, StepRun& prev) {
+  for (int q = 0; q < core::kQueueCount; ++q)
+    r.threads[size_t(q)] = std::thread([this, &r, q, before = std::move(prev.threads[size_t(q)])]() mutable {
+      if (before.joinable()) before.join();
+      try {
+        issue_queue(r, core::Queue(q));
+      } catch (const Aborted&) {
+      } catch (...) {
+        {
+          std::lock_guard lk(mu_);
+          if (!error_) error_ = std::current_exception();
+          abort_ = true;
         }
-      });
+        cv_.notify_all();
+      }
+    });
+}
+
+// Until r's ops that are not carried are issued and, with `prev`, prev's carried ones; or an abort.
+void EngineImpl::wait_issued_parts(const StepRun& r, const StepRun* prev) {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return abort_ || (r.body_issued == body_ops_ && (!prev || prev->tail_issued == tail_ops_)); });
+  if (abort_) {
+    lk.unlock();
+    fail();
   }
-  if (!error) return;
+}
+
+// The GPU work of one part (the last ops in `last`, per queue) has completed: in-order streams.
+void EngineImpl::sync_part(const StepRun& r, const std::array<int64_t, core::kQueueCount>& last) {
+  for (int q = 0; q < core::kQueueCount; ++q)
+    if (on_gpu(core::Queue(q)) && last[size_t(q)] >= 0)
+      TF_CUDA_CHECK(cudaEventSynchronize(end_ev(r, uint32_t(last[size_t(q)]))));
+}
+
+// At the end of r's body (its ops that are not carried have completed): what the next step's begin
+// would overwrite or needs (the decision: the next norm overwrites the host result; the workload's
+// loss; the GPU optimizer's masked count), the speculation's outcome, the loss scaler and the
+// optimizer step.
+void EngineImpl::end_body(StepRun& r) {
+  const core::StepDecision* decided = nullptr;
+  try {
+    decided = &decision(r);  // the main thread may be the first to need it (ratio 1: every user is carried)
+  } catch (...) {
+    {
+      std::lock_guard lk(mu_);
+      if (!error_) error_ = std::current_exception();
+      abort_ = true;
+    }
+    cv_.notify_all();
+    fail();
+  }
+  const core::StepDecision& d = *decided;
+  r.loss = workload_->step_loss();
+  if (norm_op_ < 0) {
+    const cudaStream_t cs = stream_of(core::Queue::kCompute);
+    unsigned long long gpu_bad = 0;
+    TF_CUDA_CHECK(cudaMemcpyAsync(&gpu_bad, d_counters_.as<unsigned long long>() + 1, 8, cudaMemcpyDeviceToHost, cs));
+    TF_CUDA_CHECK(cudaStreamSynchronize(cs));
+    r.gpu_nonfinite = gpu_bad;
+  }
+  r.spec = spec_->end_step(d);
+  scaler_.update(d.skip);
+  if (!d.skip) ++opt_step_;
+}
+
+// Aborts and joins every issuer (the latest step's threads join the previous step's), then rethrows the
+// first failure. A stop before any update (non-finite gradients) leaves the state as it was: the queues
+// only held reads of it, and the previous step's tail had finished before the norm (the forward waited for
+// it). A runtime failure, or any failure with a carried tail, leaves the engine unusable.
+void EngineImpl::fail() {
+  join_issuers(true);
   (void)cudaDeviceSynchronize();
   (void)cudaGetLastError();
+  std::exception_ptr error;
+  {
+    std::lock_guard lk(mu_);
+    error = std::exchange(error_, nullptr);
+    abort_ = false;
+  }
+  pending_ = 0;
+  if (carrying_) failed_ = true;
+  if (!error) throw std::logic_error("engine: the issuers aborted without an error");
   try {
     std::rethrow_exception(error);
-  } catch (const core::RuntimeFailure& e) {
+  } catch (const core::RuntimeFailure&) {
     failed_ = true;
     throw;
   }
 }
 
-// The step's timeline (GPU events and host clocks aligned at the start event) and figures.
-StepReport EngineImpl::report(double scale) {
-  StepReport rep;
-  rep.step = step_;
-  rep.loss_scale = scale;
-  const core::StepDecision& d = decision();
-  rep.skipped = d.skip;
-  rep.lr = d.lr;
-  rep.grad_norm = norm_op_ >= 0 ? d.norm : std::numeric_limits<double>::quiet_NaN();
+void EngineImpl::join_issuers(bool abort) {
+  if (abort) {
+    {
+      std::lock_guard lk(mu_);
+      abort_ = true;
+    }
+    cv_.notify_all();
+  }
+  for (StepRun& r : runs_)
+    for (std::thread& t : r.threads)
+      if (t.joinable()) t.join();
+}
+
+// The drain point (docs/ARCHITECTURE.md, "Carrying the optimizer tail into the next step"): the pending
+// tail runs to its end, its threads are joined and its report (the tail timed standalone) waits in
+// ready_ for the next step() or drain(). Every reader of the state between steps calls it first.
+void EngineImpl::finish_tail() {
+  if (!pending_) return;
+  if (failed_) throw core::RuntimeFailure("engine: an earlier step failed; the engine cannot continue");
+  DeviceGuard guard(cfg_.device);
+  StepRun& r = run_of(pending_);
+  wait_issued_parts(r, &r);
+  join_issuers(false);
+  bool failed_thread = false;
+  {
+    std::lock_guard lk(mu_);
+    failed_thread = error_ != nullptr;
+  }
+  if (failed_thread) fail();
+  sync_part(r, last_tail_op_);
+  pending_ = 0;
+  StepReport rep = report(r, nullptr);
+  check_masked_nonfinite(r);
+  ready_ = std::move(rep);
+}
+
+// Op intervals of run r in ns from `origin`'s start (r itself, or the previous step for the next step's
+// intervals, where r's carried ops, still running, are empty intervals at 0).
+std::vector<OpInterval> EngineImpl::intervals(const StepRun& r, const StepRun& origin) const {
+  const bool next = &r != &origin;
+  const int64_t host_shift_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(r.host_t0 - origin.host_t0).count();
   std::vector<OpInterval> iv(plan_.ops.size());
   for (const core::Op& op : plan_.ops) {
     OpInterval& o = iv[op.id];
     o.op = op.id;
+    if (next && op.carried) continue;
     if (on_gpu(op.queue)) {
       float a = 0, b = 0;
-      TF_CUDA_CHECK(cudaEventElapsedTime(&a, t0_->get(), start_ev(op.id)));
-      TF_CUDA_CHECK(cudaEventElapsedTime(&b, t0_->get(), end_ev(op.id)));
+      TF_CUDA_CHECK(cudaEventElapsedTime(&a, origin.t0->get(), start_ev(r, op.id)));
+      TF_CUDA_CHECK(cudaEventElapsedTime(&b, origin.t0->get(), end_ev(r, op.id)));
       o.start_ns = int64_t(double(a) * 1e6);
       o.end_ns = std::max(o.start_ns, int64_t(double(b) * 1e6));
     } else {
-      o.start_ns = states_[op.id].host_start_ns;
-      o.end_ns = states_[op.id].host_end_ns;
+      o.start_ns = r.states[op.id].host_start_ns + host_shift_ns;
+      o.end_ns = r.states[op.id].host_end_ns + host_shift_ns;
     }
   }
-  rep.timeline = summarize_timeline(plan_, std::move(iv));
-  rep.loss = workload_->step_loss();
-  rep.d2h_bytes = d2h_bytes_;
-  rep.h2d_bytes = h2d_bytes_;
-  rep.issued = issued_;
+  return iv;
+}
+
+// Run r's report once all of its ops have completed. With `next` (the step after it, its body done):
+// its step time is the period to the next step's start, and the next step's GPU work counts as hiding
+// r's tail (backend::NextStep).
+StepReport EngineImpl::report(const StepRun& r, const StepRun* next) {
+  StepReport rep;
+  rep.step = r.step;
+  rep.loss_scale = r.scale;
+  const core::StepDecision& d = *r.decision;
+  rep.skipped = d.skip;
+  rep.lr = d.lr;
+  rep.grad_norm = norm_op_ >= 0 ? d.norm : std::numeric_limits<double>::quiet_NaN();
+  if (next) {
+    float period_ms = 0;
+    TF_CUDA_CHECK(cudaEventElapsedTime(&period_ms, r.t0->get(), next->t0->get()));
+    const NextStep ns{int64_t(double(period_ms) * 1e6), intervals(*next, r)};
+    rep.timeline = summarize_timeline(plan_, intervals(r, r), &ns);
+  } else {
+    rep.timeline = summarize_timeline(plan_, intervals(r, r));
+  }
+  rep.loss = r.loss;
+  rep.d2h_bytes = r.d2h_bytes;
+  rep.h2d_bytes = r.h2d_bytes;
+  rep.issued = r.issued;
+  rep.speculated = r.spec.speculated;
+  rep.speculation_held = r.spec.held;
   return rep;
 }
 
 // Without a norm wait the fused passes masked non-finite elements one by one (they kept their
-// values); the step cannot be undone, so say so and stop.
-void EngineImpl::check_masked_nonfinite() {
+// values); the step cannot be undone, so say so and stop (once the step's tail, whose CPU passes count
+// too, is done).
+void EngineImpl::check_masked_nonfinite(const StepRun& r) {
   if (norm_op_ >= 0) return;
-  unsigned long long gpu_bad = 0;
-  TF_CUDA_CHECK(cudaMemcpy(&gpu_bad, d_counters_.as<unsigned long long>() + 1, 8, cudaMemcpyDeviceToHost));
-  const uint64_t bad = gpu_bad + cpu_nonfinite_.load();
+  const uint64_t bad = r.gpu_nonfinite + r.cpu_nonfinite;
   if (bad == 0) return;
   failed_ = true;
-  throw core::RuntimeFailure("step " + std::to_string(step_) + ": " + std::to_string(bad) +
+  throw core::RuntimeFailure("step " + std::to_string(r.step) + ": " + std::to_string(bad) +
                              " non-finite gradient element(s); they kept their previous values but the others were "
                              "updated (without clipping or loss scaling the optimizers do not wait for the "
                              "check). Set training.gradient_clipping to stop before any update");
 }
 
-StepReport EngineImpl::step() {
+// Step t: its ops on the issuers; returns once its body is done and step t - 1's carried tail too.
+// Without a carried tail its own report; with one, the previous step's (complete only now), or the one a
+// drain point left in ready_.
+std::optional<StepReport> EngineImpl::step() {
   if (failed_) throw core::RuntimeFailure("engine: an earlier step failed; the engine cannot continue");
   DeviceGuard guard(cfg_.device);
   ++step_;
-  const double scale = scaler_.scale;
-  last_scale_ = scale;
-  begin_step();
-  spec_->begin_step(s_.policy, step_, scale, opt_step_);
-  run_issuers();
-  for (auto& st : streams_) st->sync();
-  StepReport rep = report(scale);
-  const core::Speculation::Outcome spec = spec_->end_step(decision());
-  rep.speculated = spec.speculated;
-  rep.speculation_held = spec.held;
-  check_masked_nonfinite();
-  scaler_.update(rep.skipped);
-  if (!rep.skipped) ++opt_step_;
-  return rep;
+  last_scale_ = scaler_.scale;
+  StepRun& r = run_of(step_);
+  StepRun* prev = pending_ ? &run_of(pending_) : nullptr;
+  begin_step(r, prev != nullptr);
+  spec_->begin_step(s_.policy, step_, scaler_.scale, opt_step_);
+  start_issuers(r, run_of(step_ - 1));
+  pending_ = step_;  // from here on r's threads are the ones to join
+  wait_issued_parts(r, prev);
+  sync_part(r, last_body_op_);
+  if (prev) sync_part(*prev, last_tail_op_);
+  end_body(r);
+  if (prev) {
+    StepReport rep = report(*prev, &r);
+    check_masked_nonfinite(*prev);
+    ready_ = std::move(rep);
+  }
+  if (carrying_) return std::exchange(ready_, std::nullopt);
+  finish_tail();  // no carried op: the step's threads are done; joins them and times the step
+  return std::exchange(ready_, std::nullopt);
+}
+
+std::optional<StepReport> EngineImpl::drain() {
+  finish_tail();
+  return std::exchange(ready_, std::nullopt);
 }
 
 // (model-order element, value_of(shard offset)) for every real element of the shard, in shard order.
@@ -1084,13 +1307,14 @@ std::vector<std::pair<int64_t, float>> EngineImpl::owned(const std::function<flo
 }
 
 std::vector<std::pair<int64_t, float>> EngineImpl::master_weights() {
+  finish_tail();
   DeviceGuard guard(cfg_.device);
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> gpu(size_t(split_.gpu_elems));
   if (!gpu.empty()) TF_CUDA_CHECK(cudaMemcpy(gpu.data(), d_master_.get(), gpu.size() * 4, cudaMemcpyDeviceToHost));
   std::vector<float> cpu(size_t(split_.cpu_elems));  // (cpu_elems) fp32: each layer's current slot
   for (const core::ShardPiece& p : split_.cpu)
-    std::copy_n(cpu_layer_state(p.layer).master, p.count, cpu.begin() + (p.shard_offset - split_.gpu_elems));
+    std::copy_n(current_state(p.layer).master, p.count, cpu.begin() + (p.shard_offset - split_.gpu_elems));
   return owned([&](int64_t o) { return o < split_.gpu_elems ? gpu[size_t(o)] : cpu[size_t(o - split_.gpu_elems)]; });
 }
 
@@ -1098,6 +1322,7 @@ std::vector<std::pair<int64_t, float>> EngineImpl::master_weights() {
 // the optimizers read and nothing writes until the next step's reductions.
 std::vector<std::pair<int64_t, float>> EngineImpl::last_gradients() {
   if (step_ == 0) throw core::InputError("engine: no step has run yet, so there are no gradients");
+  finish_tail();
   DeviceGuard guard(cfg_.device);
   TF_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> g(size_t(shard_.elems));  // (shard) grad dtype
@@ -1132,6 +1357,7 @@ void EngineImpl::check_checkpoint_arrays(size_t count, const std::function<size_
 // The GPU segment's arrays go home on the d2h stream while the CPU segment's are copied by the
 // optimizer's threads (memory-bound: the pool's split).
 void EngineImpl::snapshot_optimizer(std::span<const std::span<float>> arrays) {
+  if (!failed_) finish_tail();
   check_checkpoint_arrays(arrays.size(), [&](size_t a) { return arrays[a].size(); });
   DeviceGuard guard(cfg_.device);
   TF_CUDA_CHECK(cudaDeviceSynchronize());  // the last step's updates have landed
@@ -1148,7 +1374,7 @@ void EngineImpl::snapshot_optimizer(std::span<const std::span<float>> arrays) {
 float* array_of(const cpu::LayerState& st, size_t a) { return a == 0 ? st.master : a == 1 ? st.state1 : st.state2; }
 
 // Each worker copies its share [b, e) of the segment, layer by layer from the layer's current state
-// slot (cpu_layer_state: a speculated layer's may be the spare one).
+// slot (current_state: a speculated layer's may be the spare one); the caller drained the tail.
 void EngineImpl::cpu_segment_to(size_t a, float* dst) {
   cpu::ThreadPool& pool = cpu_->backend().pool();
   pool.run(pool.size(), [&](size_t w) {
@@ -1156,7 +1382,7 @@ void EngineImpl::cpu_segment_to(size_t a, float* dst) {
     cpu::ThreadPool::split(size_t(split_.cpu_elems), pool.size(), w, b, e);
     for (const cpu::SegmentRange& r : cpu_->ranges()) {
       const int64_t lo = std::max(int64_t(b), r.begin), hi = std::min(int64_t(e), r.end);
-      if (lo < hi) std::memcpy(dst + lo, array_of(cpu_layer_state(r.layer), a) + (lo - r.begin), size_t(hi - lo) * 4);
+      if (lo < hi) std::memcpy(dst + lo, array_of(current_state(r.layer), a) + (lo - r.begin), size_t(hi - lo) * 4);
     }
   });
 }
@@ -1164,7 +1390,7 @@ void EngineImpl::cpu_segment_to(size_t a, float* dst) {
 // Into each layer's current slot: restore_optimizer resets the slots first, so the primary one.
 void EngineImpl::cpu_segment_from(size_t a, const float* src) {
   for (const cpu::SegmentRange& r : cpu_->ranges())
-    if (r.begin < r.end) std::memcpy(array_of(cpu_layer_state(r.layer), a), src + r.begin, size_t(r.end - r.begin) * 4);
+    if (r.begin < r.end) std::memcpy(array_of(current_state(r.layer), a), src + r.begin, size_t(r.end - r.begin) * 4);
 }
 
 // The bf16 copy of the whole shard (both segments' parts live on the device), rounded from master on
@@ -1181,6 +1407,7 @@ void EngineImpl::restore_bf16_copy(std::span<const float> master) {
 }
 
 void EngineImpl::restore_optimizer(std::span<const std::vector<float>> arrays, const core::TrainingPosition& pos) {
+  if (!failed_) finish_tail();
   check_checkpoint_arrays(arrays.size(), [&](size_t a) { return arrays[a].size(); });
   DeviceGuard guard(cfg_.device);
   TF_CUDA_CHECK(cudaDeviceSynchronize());

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -103,8 +104,22 @@ class Engine {
   virtual const core::Partition& partition() const = 0;
   virtual const core::TwinFlowSplit& split() const = 0;
   virtual const EngineMemory& memory() const = 0;
-  // One training step: the plan's ops on the queues, the step decision, the timeline.
-  virtual StepReport step() = 0;
+  // One training step: the plan's ops on the queues, the step decision, the timeline. Without a carried
+  // tail (core::carries(plan()) false) it returns once every op is done, with its own report. With one
+  // (docs/ARCHITECTURE.md, "Carrying the optimizer tail into the next step") step t returns once its ops
+  // that are not carried are done and step t - 1's carried ops too, while step t's carried ops run on; a
+  // step's report is complete only then, so it returns step t - 1's (its step_ns is the period from
+  // t - 1's start to t's; the tail's overlap counts t's GPU work): empty after the first step and after
+  // a drain point whose report drain() has not returned yet. Every step's report comes out exactly
+  // once, in step order, from step() or drain(). A failure of a carried op of step t - 1 is thrown here
+  // (or by drain()), naming step t - 1 and the op.
+  virtual std::optional<StepReport> step() = 0;
+  // The drain point: runs the pending carried tail to its end and returns its step's report (the tail
+  // timed standalone, its step_ns the end of its last op), or a report an internal drain point (below)
+  // kept; empty when there is none (always without a carried tail). Every reader of the state between
+  // steps drains first: master_weights, cpu_layer_state, last_gradients, snapshot_optimizer,
+  // restore_optimizer, and the destructor.
+  virtual std::optional<StepReport> drain() = 0;
   // This rank's fp32 master weights: (model-order element index, value) for every real element the
   // rank owns, in shard order.
   virtual std::vector<std::pair<int64_t, float>> master_weights() = 0;
@@ -118,10 +133,11 @@ class Engine {
   virtual int64_t failed_speculations() const = 0;
   // This rank's reduced gradients of the last step as the optimizers read them (the grad dtype's
   // values), divided by the loss scale they carried: the same (element, value) pairs. Valid after
-  // step() until the next step overwrites them.
+  // step() until the next step overwrites them (a drain point: the carried D2Hs read them).
   virtual std::vector<std::pair<int64_t, float>> last_gradients() = 0;
   // ---- checkpoints (docs/ARCHITECTURE.md, "Checkpoints"); between steps only ---------------------
-  // Where training stands: steps done, updates applied, the loss scaler.
+  // Where training stands: steps done, updates applied, the loss scaler. Final when step() returns (the
+  // step's decision is made before it returns), so it needs no drain.
   virtual core::TrainingPosition position() const = 0;
   // Copies this rank's optimizer arrays (core::checkpoint_arrays' order: master, then the states) into
   // `arrays`, each (shard elems) fp32 in shard order: the GPU segment's device-to-host copy into

@@ -27,6 +27,7 @@
 #include "core/scenario.h"
 #include "core/settings.h"
 #include "core/token_data.h"
+#include "tests/cuda/engine_steps.h"
 #include "tests/cuda/gpu_test.h"
 #include "tests/temp_dir.h"
 
@@ -265,10 +266,8 @@ std::unique_ptr<cu::Engine> engine(const core::Scenario& sc, double ratio) {
 
 std::vector<float> master_after(const core::Scenario& sc, double ratio, int steps, std::vector<double>* losses) {
   auto eng = engine(sc, ratio);
-  for (int s = 0; s < steps; ++s) {
-    const cu::StepReport r = eng->step();
+  for (const cu::StepReport& r : test::run_steps(*eng, steps))
     if (losses) losses->push_back(r.loss);
-  }
   std::vector<float> out(size_t(core::resolve_settings(sc).model.total_params));  // fp32, model order
   for (const auto& [i, v] : eng->master_weights()) out[size_t(i)] = v;
   return out;

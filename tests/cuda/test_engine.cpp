@@ -17,6 +17,7 @@
 #include "core/local_kernels.h"
 #include "core/scenario.h"
 #include "core/settings.h"
+#include "tests/cuda/engine_steps.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace tf {
@@ -74,8 +75,7 @@ backend::sim::FunctionalResult reference(const core::ModelDesc& m, const Case& c
 
 void expect_bit_identical(const core::ModelDesc& m, const Case& c) {
   auto eng = cu::Engine::create(config(m, c));
-  std::vector<cu::StepReport> reps;
-  for (int s = 0; s < c.steps; ++s) reps.push_back(eng->step());
+  const std::vector<cu::StepReport> reps = test::run_steps(*eng, c.steps);
   const auto mine = eng->master_weights();
   const auto ref = reference(m, c);
   ASSERT_EQ(int64_t(mine.size()), m.total_params);
@@ -218,7 +218,7 @@ TEST(CudaEngine, TimelineRespectsEveryDependency) {
     c.ratio = 0.5;
     auto eng = cu::Engine::create(config(m, c));
     eng->step();
-    const cu::StepReport r = eng->step();
+    const cu::StepReport r = test::step_drained(*eng);
     const core::StepPlan& plan = eng->plan();
     ASSERT_EQ(r.timeline.ops.size(), plan.ops.size());
     // Host and GPU clocks are aligned at the step's start to within the wake-up latency of one
@@ -283,24 +283,30 @@ TEST(CudaEngine, AllocatesExactlyTheAllocationPlan) {
     }
 }
 
-// The engine runs the simulator's plan and issues each queue's ops in the simulator's order.
+// The engine runs the simulator's plan and issues each queue's ops in the simulator's order, with the
+// optimizer tail carried into the next step and without.
 TEST(CudaEngine, IssuesTheSimulatorsOpsInItsOrderPerQueue) {
   SKIP_WITHOUT_GPU();
-  const core::Scenario sc = core::parse_scenario(
+  core::Scenario sc = core::parse_scenario(
       "model: {type: mlp, dims: [96, 160, 80, 48]}\n"
       "cluster: {profile: h100-80gb-16core, cpu_cores_per_gpu: 4}\n"
       "training: {micro_batch: 1, grad_accum: 3, gradient_clipping: 1.0}\n"
       "optimizer: {type: adamw}\n"
       "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.4}}\n",
       {}, "order.yaml");
+  for (bool carry : {false, true})
   for (core::WorkloadType w : {core::WorkloadType::kSynthetic, core::WorkloadType::kMlp}) {
+    SCOPED_TRACE(std::string(core::workload_type_name(w)) + (carry ? " carry on" : " carry off"));
+    sc.training.carry_tail = carry;
     cu::EngineConfig e;
     e.settings = core::resolve_settings(sc, {.workload = w});
     e.ratio = 0.4;
     e.cpu_threads = 4;
     e.pin_threads = false;
     auto eng = cu::Engine::create(e);
-    const cu::StepReport r = eng->step();
+    EXPECT_EQ(core::carries(eng->plan()), carry);
+    const std::vector<cu::StepReport> reps = test::run_steps(*eng, 2);  // the second begins after a tail
+    const cu::StepReport& r = reps.back();
     backend::sim::SimOptions o;
     o.record_ops = o.keep_plans = true;
     const backend::sim::SimPoint p = backend::sim::simulate_step(sc, 0.4, o);

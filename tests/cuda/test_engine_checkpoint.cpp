@@ -18,6 +18,7 @@
 #include "core/scenario.h"
 #include "core/settings.h"
 #include "core/speculation.h"
+#include "tests/cuda/engine_steps.h"
 #include "tests/cuda/gpu_test.h"
 #include "tests/temp_dir.h"
 
@@ -179,7 +180,7 @@ TEST(EngineCheckpoint, SpeculatedLayersInTheirSpareSlot) {
   auto a = engine(s, 1.0);
   auto b = engine(s, 1.0);
   ASSERT_FALSE(core::speculated_layers(a->split(), a->plan().config).empty());
-  const cu::StepReport first = a->step();
+  const cu::StepReport first = test::step_drained(*a);
   b->step();
   ASSERT_TRUE(first.speculated && first.speculation_held);  // slot 1 now
   const State st = state_of(*a, s);
@@ -187,7 +188,7 @@ TEST(EngineCheckpoint, SpeculatedLayersInTheirSpareSlot) {
   a->step();  // slot 1 again, two steps further
   a->restore_optimizer(st.arrays, st.pos);
   expect_same(st, state_of(*a, s), "restored over the spare slot");
-  const cu::StepReport next = a->step();
+  const cu::StepReport next = test::step_drained(*a);
   b->step();
   EXPECT_TRUE(next.speculated && next.speculation_held);
   expect_same(state_of(*b, s), state_of(*a, s), "the step after the restore");

@@ -12,6 +12,7 @@
 #include "backends/sim/functional.h"
 #include "core/settings.h"
 #include "core/speculation.h"
+#include "tests/cuda/engine_steps.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace tf {
@@ -61,7 +62,7 @@ EngineRun run_engine(const core::ModelDesc& m, const Case& c, int64_t speculatio
   e.overflow_at_step = c.overflow_at;
   EngineRun r;
   r.engine = cu::Engine::create(e);
-  for (int s = 0; s < c.steps; ++s) r.steps.push_back(r.engine->step());
+  r.steps = test::run_steps(*r.engine, c.steps);
   r.master = r.engine->master_weights();
   return r;
 }

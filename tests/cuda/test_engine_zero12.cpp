@@ -18,6 +18,7 @@
 #include "core/memory.h"
 #include "core/scenario.h"
 #include "core/settings.h"
+#include "tests/cuda/engine_steps.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace tf {
@@ -61,7 +62,7 @@ struct EngineRun {
 EngineRun run(const cu::EngineConfig& e, int steps) {
   auto eng = cu::Engine::create(e);
   EngineRun r;
-  for (int s = 0; s < steps; ++s) r.steps.push_back(eng->step());
+  r.steps = test::run_steps(*eng, steps);
   r.master.assign(size_t(e.settings.model.total_params), 0.f);
   for (const auto& [i, v] : eng->master_weights()) r.master[size_t(i)] = v;
   r.plan = eng->plan();
@@ -152,16 +153,19 @@ TEST(CudaEngineZero12, MlpAndDecoderWorkloadsGiveStage3Bits) {
 // the engine runs the simulator's step plan.
 TEST(CudaEngineZero12, MemoryAndPlanAgreeWithTheSimulator) {
   SKIP_WITHOUT_GPU();
+  for (bool carry : {false, true})
   for (int stage : {1, 2})
     for (double ratio : {0.0, 0.3, 1.0}) {
-      const core::Scenario sc = scenario(stage, kMlp);
+      core::Scenario sc = scenario(stage, kMlp);
+      sc.training.carry_tail = carry;
       auto eng = cu::Engine::create(config(sc, core::WorkloadType::kMlp, ratio));
       const cu::EngineMemory& mem = eng->memory();
       std::map<std::string, int64_t> planned, allocated;
       for (const core::BufferSpec& b : mem.plan.buffers)
         if (b.allocated) planned[b.name] = b.bytes;
       for (const core::BufferSpec& b : mem.allocated) allocated[b.name] += b.bytes;
-      const std::string what = "stage " + std::to_string(stage) + " ratio " + std::to_string(ratio);
+      const std::string what =
+          "stage " + std::to_string(stage) + " ratio " + std::to_string(ratio) + (carry ? " carry" : "");
       EXPECT_EQ(allocated, planned) << what;
       backend::sim::SimOptions o;
       o.keep_plans = true;

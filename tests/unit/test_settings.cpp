@@ -173,10 +173,10 @@ TEST(Settings, SpeculationBudget) {
   EXPECT_TRUE(listed);
 }
 
-// training.carry_tail: off by default (the CUDA engine does not carry yet), `true` on, or the command's
-// override (--carry-tail); anything but a boolean names the key; the report lists it.
+// training.carry_tail: on by default (the CUDA engine carries), `false` off, or the command's override
+// (--carry-tail); anything but a boolean names the key; the report lists it.
 TEST(Settings, CarryTail) {
-  EXPECT_FALSE(resolve_settings(scenario("micro_batch: 1")).step.carry_tail);
+  EXPECT_TRUE(resolve_settings(scenario("micro_batch: 1")).step.carry_tail);
   EXPECT_TRUE(resolve_settings(scenario("micro_batch: 1, carry_tail: true")).step.carry_tail);
   EXPECT_FALSE(resolve_settings(scenario("micro_batch: 1, carry_tail: false")).step.carry_tail);
   SettingsOverrides o;
