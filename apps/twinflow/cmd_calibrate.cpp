@@ -386,8 +386,8 @@ class Calibrator {
   }
   // gemms (and the scenarios' shapes on random data too, for the table: the data effect), fp16 + fp32,
   // 2 hbm, 1 gpu optimizer, 8 pcie, 5 launch/event, the thread sweep, the rank counts, mem + 2 dma, 4
-  // copies under the CPU pass, a GEMM alone and under copies; with several GPUs the concurrent H2D, the all-gather curve and the
-  // reduce-scatter's (3 rows per size), the GEMM under both collectives
+  // copies under the CPU pass, a GEMM alone and under copies; with several GPUs the concurrent H2D, the all-gather
+  // curve and the reduce-scatter's (3 rows per size), the GEMM under both collectives
   int planned_steps() const {
     const int random_rows = o_.gemm_relu ? int(gemms_.size() - builtin_cases_) : 0;
     const int memory = 3 + (gpus_ > 1 ? 1 : 0) + int(std::size(kGranularityProbeBytes)) + 2;
@@ -883,9 +883,9 @@ class Calibrator {
     src()["cpu.optimizer_node_gparam_s_by_ranks"] =
         c_.origin() + ": k processes at once through the engine's CPU path (tf::backend::cpu::CpuSegment), each " +
         "confined to its k-th share of the cores (cpu::rank_cpu_share) with one pinned thread per core, AdamW, bf16 " +
-        "gradient and bf16 copy (" + kAdamWBf16Text + "), " + std::to_string(ops) + " ops of " +
-        std::to_string(op) + " elements over the k ranks (" + std::to_string(op) + " / k per rank: " +
-        engine_op_.what + "); node Gparam/s = elements / (first start to last end) of each synchronised pass; " +
+        "gradient and bf16 copy (" + kAdamWBf16Text + "), " + std::to_string(ops) + " ops of " + std::to_string(op) +
+        " elements over the k ranks (" + std::to_string(op) + " / k per rank: " + engine_op_.what +
+        "); node Gparam/s = elements / (first start to last end) of each synchronised pass; " +
         "every k's processes started and warmed up (" + std::to_string(warm) +
         " passes), then the k alternating pass by pass; [ranks, Gparam/s], each the median of " + std::to_string(R_) +
         " passes (" + per_k + ")";
@@ -954,15 +954,15 @@ class Calibrator {
       c_.done(std::string(name) + " slowdown under the CPU pass (alone / under)", factor, "x", fs, pkey);
       (dir == cal::Direction::kH2D ? p_.pcie.h2d_slowdown_under_cpu_pass : p_.pcie.d2h_slowdown_under_cpu_pass) =
           std::max(1.0, sig4(factor));
-      src()[pkey] = c_.source(
-          "pinned cudaMemcpyAsync " + std::string(name) + " of " + std::to_string(bytes) + " B (" + engine_op_.what +
-              ", its parameter copy), " + gpu_label_ + ": " + fmt(before.median, 2) + " then " +
-              fmt(after.median, 2) + " GB/s alone, " + fmt(under.median, 2) + " while " + cpu_what_of(pass.elems()) +
-              " ran back to back on " + std::to_string(cores_) + " threads (" + fmt(cpu_gbps, 1) +
-              " GB/s of optimizer traffic meanwhile); the mean alone over under" +
-              (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
-              "; spread the largest of the three",
-          fs);
+      src()[pkey] =
+          c_.source("pinned cudaMemcpyAsync " + std::string(name) + " of " + std::to_string(bytes) + " B (" +
+                        engine_op_.what + ", its parameter copy), " + gpu_label_ + ": " + fmt(before.median, 2) +
+                        " then " + fmt(after.median, 2) + " GB/s alone, " + fmt(under.median, 2) + " while " +
+                        cpu_what_of(pass.elems()) + " ran back to back on " + std::to_string(cores_) + " threads (" +
+                        fmt(cpu_gbps, 1) + " GB/s of optimizer traffic meanwhile); the mean alone over under" +
+                        (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
+                        "; spread the largest of the three",
+                    fs);
     }
   }
 

@@ -90,9 +90,9 @@ EngineCpuOp engine_cpu_op(const std::vector<core::Scenario>& scenarios) {
   }
   std::sort(pieces.begin(), pieces.end());
   const int64_t elems = pieces[pieces.size() / 2];
-  return {elems, elems * param_bytes,
-          "the median CPU layer piece of " + names + " at world 1, ratio 1 (" + std::to_string(pieces.size()) +
-              " pieces)"};
+  return {
+      elems, elems * param_bytes,
+      "the median CPU layer piece of " + names + " at world 1, ratio 1 (" + std::to_string(pieces.size()) + " pieces)"};
 }
 
 namespace {

@@ -73,7 +73,8 @@ void CpuStepPass::run() {
 double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
                      int iters, std::vector<double>* samples) {
   CpuStepPass pass(be, k, grad, copy, n);
-  return median_seconds(iters, [&] { pass.run(); }, samples);
+  return median_seconds(
+      iters, [&] { pass.run(); }, samples);
 }
 
 namespace {

@@ -531,7 +531,8 @@ TEST(SharedLinkUnderCpuPass, SlowedExactlyWhileAPassOfItsHostRuns) {
 TEST(SharedLinkUnderCpuPass, AnyRankOfTheHostSlowsItAndTheTwoSlowEachOther) {
   EventQueue q;
   SharedLink link(q, kH100Pcie);
-  HostCpuPool host(q, 2, [](int) { return 4.0; }, 2.0);
+  HostCpuPool host(
+      q, 2, [](int) { return 4.0; }, 2.0);
   host.watch(0, link);
   TimeNs end_pass1 = -1, end_copy1 = -1, end_pass0 = -1, end_copy0 = -1;
   host.start(1, 8'000'000, [&] { end_pass1 = q.now(); });

@@ -222,8 +222,7 @@ TEST(EngineCpuOp, TheDefaultOpAndAScenariosMedianLayer) {
   const EngineCpuOp none = engine_cpu_op({});
   EXPECT_EQ(none.elems, int64_t(1) << 24);
   EXPECT_EQ(none.copy_bytes, int64_t(2) << 24);
-  const core::Scenario s =
-      core::load_scenario(std::string(TWINFLOW_SOURCE_DIR) + "/scenarios/real/opt-1.3b-h100.yaml");
+  const core::Scenario s = core::load_scenario(std::string(TWINFLOW_SOURCE_DIR) + "/scenarios/real/opt-1.3b-h100.yaml");
   const EngineCpuOp op = engine_cpu_op({s});
   const int64_t h = 2048;
   EXPECT_EQ(op.elems, 12 * h * h + 13 * h);

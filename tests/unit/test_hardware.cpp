@@ -185,11 +185,11 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   p.gpu.context_bytes = p.gpu.nccl_comm_bytes = p.gpu.alloc_granularity_bytes = 0;
   p.gpu.pinned_host_map_bytes_per_gb = 0;
   p.description.clear();
-  for (const char* key : {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "gpu.optimizer_gbps",
-                          "gpu.compute_slowdown_during_collectives", "gpu.compute_slowdown_during_dma",
-                          "pcie.pageable_h2d_gbps", "pcie.copy_latency_ns", "gpu.context_bytes", "gpu.nccl_comm_bytes",
-                          "gpu.alloc_granularity_bytes", "gpu.pinned_host_map_bytes_per_gb",
-                          "pcie.h2d_slowdown_under_cpu_pass", "pcie.d2h_slowdown_under_cpu_pass"})
+  for (const char* key :
+       {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "gpu.optimizer_gbps",
+        "gpu.compute_slowdown_during_collectives", "gpu.compute_slowdown_during_dma", "pcie.pageable_h2d_gbps",
+        "pcie.copy_latency_ns", "gpu.context_bytes", "gpu.nccl_comm_bytes", "gpu.alloc_granularity_bytes",
+        "gpu.pinned_host_map_bytes_per_gb", "pcie.h2d_slowdown_under_cpu_pass", "pcie.d2h_slowdown_under_cpu_pass"})
     p.sources.erase(key);  // zero without a source: not measured
   const std::string text = format_hardware_profile(p);
   for (const char* key :
