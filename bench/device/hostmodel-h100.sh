@@ -11,7 +11,7 @@
 #     fresh profile: step MAPE and worst, the H2D and D2H times predicted against measured [~50 s];
 #  4. the same measured sweep with the fresh profile less the two copy terms (the term's effect alone),
 #     and the committed 2026-11-24 sweep (10 ratios) re-simulated with the fresh profile [~5 s].
-# About 150 s expected; every step under its own timeout (200 s at worst). Everything lands in $OUT: the
+# About 150 s expected; every step under its own timeout (90 + 2 x 20 + 60 + 2 x 10 = 210 s at worst). Everything lands in $OUT: the
 # profile, validate's JSON/CSV/SVG, the node checks' JSON, summary.txt; the logs in one archive.
 # Without a GPU (a dry run here) calibrate and the measured sweep fail with their rc; the node check runs
 # on OPT-1.3B at ratio 0.02 and step 4 re-simulates the committed sweep with the committed profile.
@@ -46,7 +46,7 @@ step "machine"
 say "hostmodel-h100 $(date -u +%F) $(git rev-parse --short HEAD 2>/dev/null || echo '?') GPU $GPU: $(head -1 "$LOG/machine.txt")"
 
 step "1. calibrate --scenario OPT-1.3B --reps 10 [~60 s]"
-timeout 95 $TF calibrate --out "$PROFILE" --scenario $S13 --reps 10 --force \
+timeout 90 $TF calibrate --out "$PROFILE" --scenario $S13 --reps 10 --force \
   > "$LOG/calibrate.log" 2> "$LOG/calibrate.err"
 say "calibrate rc $?"
 grep -E "under the CPU pass|rank process|while H2D\+D2H|slowdown while DMA|pcie pinned (H2D|D2H) 256" \
@@ -56,7 +56,7 @@ grep -E "_slowdown_under_cpu_pass|dma_slowdown_factor" "$PROFILE" 2> /dev/null |
 
 step "2. the node check: k = $KS on OPT-1.3B's CPU ops at ratio $NODE_RATIO, $ITERS passes, $REPEATS times [~30 s]"
 for rep in $(seq 1 "$REPEATS"); do
-  timeout 40 $TF bench --cpu-ranks "$KS" --scenario $S13 --ratio $NODE_RATIO --iters "$ITERS" --optimizers adamw \
+  timeout 20 $TF bench --cpu-ranks "$KS" --scenario $S13 --ratio $NODE_RATIO --iters "$ITERS" --optimizers adamw \
     --grads bf16 --profile "$PROFILE" --json "$OUT/node-check-$rep.json" > "$LOG/node-check-$rep.log" \
     2> "$LOG/node-check-$rep.err"
   say "node check $rep rc $?"
@@ -80,7 +80,7 @@ for k in sorted(rows):
 PY
 
 step "3. validate OPT-1.3B at $RATIOS, $STEPS steps, the fresh profile [~50 s]"
-timeout 75 $TF validate $S13 --profile "$PROFILE" --ratios "$RATIOS" --steps "$STEPS" \
+timeout 60 $TF validate $S13 --profile "$PROFILE" --ratios "$RATIOS" --steps "$STEPS" \
   --run-json "$OUT/opt-1.3b-measured.json" --json "$OUT/opt-1.3b-validate.json" \
   --csv "$OUT/opt-1.3b-validate.csv" --svg "$OUT/opt-1.3b-validate.svg" > "$LOG/opt-1.3b-validate.log" 2>&1
 say "validate OPT-1.3B rc $? (0: goals met, 1: missed)"; verdicts "$LOG/opt-1.3b-validate.log"
@@ -89,12 +89,12 @@ table "$LOG/opt-1.3b-validate.log"
 step "4. the copy terms' effect alone; the committed sweep re-simulated with the fresh profile [~5 s]"
 grep -v "_slowdown_under_cpu_pass" "$PROFILE" > "$W/no-copy-term.yaml"
 if [ -f "$OUT/opt-1.3b-measured.json" ]; then
-  timeout 20 $TF validate $S13 --profile "$W/no-copy-term.yaml" --measured "$OUT/opt-1.3b-measured.json" \
+  timeout 10 $TF validate $S13 --profile "$W/no-copy-term.yaml" --measured "$OUT/opt-1.3b-measured.json" \
     > "$LOG/opt-1.3b-validate-no-copy-term.log" 2>&1
   say "the same sweep, the fresh profile less the copy terms: rc $?"
   verdicts "$LOG/opt-1.3b-validate-no-copy-term.log"; table "$LOG/opt-1.3b-validate-no-copy-term.log"
 fi
-timeout 20 $TF validate $S13 --profile "$PROFILE" --measured "$COMMITTED/opt-1.3b-measured.json" \
+timeout 10 $TF validate $S13 --profile "$PROFILE" --measured "$COMMITTED/opt-1.3b-measured.json" \
   > "$LOG/committed-sweep-resimulated.log" 2>&1
 say "the committed 2026-11-24 sweep (10 ratios) with $PROFILE: rc $?"
 verdicts "$LOG/committed-sweep-resimulated.log"; table "$LOG/committed-sweep-resimulated.log"
