@@ -278,6 +278,10 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
     p.pcie.gpus_per_link = int(fig_int(pc, "gpus_per_link", p, 1, p.gpus_per_node));
     if (pc.has("pageable_h2d_gbps")) p.pcie.pageable_h2d_gbps = fig_num(pc, "pageable_h2d_gbps", p, 0, 1e4, true);
     if (pc.has("copy_latency_ns")) p.pcie.copy_latency_ns = fig_num(pc, "copy_latency_ns", p, 0, 1e9);
+    if (pc.has("h2d_slowdown_under_cpu_pass"))
+      p.pcie.h2d_slowdown_under_cpu_pass = fig_num(pc, "h2d_slowdown_under_cpu_pass", p, 1, 100);
+    if (pc.has("d2h_slowdown_under_cpu_pass"))
+      p.pcie.d2h_slowdown_under_cpu_pass = fig_num(pc, "d2h_slowdown_under_cpu_pass", p, 1, 100);
     pc.warn_unknown();
   }
   {
@@ -511,6 +515,10 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
   if (measured(pc.pageable_h2d_gbps, "pcie.pageable_h2d_gbps"))
     w.figure(2, "pageable_h2d_gbps", num(pc.pageable_h2d_gbps));
   if (measured(pc.copy_latency_ns, "pcie.copy_latency_ns")) w.figure(2, "copy_latency_ns", num(pc.copy_latency_ns));
+  // 1 is the default (not slowed): written when measured (it has a source) or not 1
+  for (const auto& [key, v] : {std::pair{"h2d_slowdown_under_cpu_pass", pc.h2d_slowdown_under_cpu_pass},
+                               std::pair{"d2h_slowdown_under_cpu_pass", pc.d2h_slowdown_under_cpu_pass}})
+    if (v != 1 || p.sources.count(std::string("pcie.") + key) > 0) w.figure(2, key, num(v));
 
   const LinkProfile& in = p.intra_node;
   w.open("intra_node");

@@ -90,6 +90,12 @@ struct PcieProfile {
   // Optional measurements (twinflow calibrate):
   double pageable_h2d_gbps = 0;  // cudaMemcpy from pageable (malloc'd) host memory
   double copy_latency_ns = 0;    // fixed cost per pinned copy: t(bytes) = latency + bytes / rate
+  // A pinned copy's rate alone over its rate while the CPU optimizer pass runs on the host (host DRAM
+  // shared between the DMA and the pass), per direction; >= 1, 1 (the default): not slowed. The
+  // simulator divides a copy's rate by it while a CPU pass of the link's host runs
+  // (docs/ARCHITECTURE.md, "Copies slowed by the CPU pass").
+  double h2d_slowdown_under_cpu_pass = 1;
+  double d2h_slowdown_under_cpu_pass = 1;
   bool operator==(const PcieProfile&) const = default;
 };
 

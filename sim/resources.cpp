@@ -309,7 +309,8 @@ void FluidServer::notify(bool active) {
 
 SharedLink::SharedLink(EventQueue& queue, PcieParams params)
     : queue_(&queue), params_(params), server_(queue, 2, [this](int job_class, std::span<const int> active) {
-        return pcie_shared_gbps(params_, static_cast<Direction>(job_class), active[0], active[1]);
+        const auto dir = static_cast<Direction>(job_class);
+        return pcie_shared_gbps(params_, dir, active[0], active[1]) / cpu_pass_factor(dir);
       }) {
   (void)pcie_copy_ns(params_, Direction::kH2D, 0);  // validates the parameters
   static_assert(static_cast<int>(Direction::kH2D) == 0 && static_cast<int>(Direction::kD2H) == 1);
@@ -330,6 +331,28 @@ Work SharedLink::transfer(Direction dir, int64_t bytes) {
   if (bytes < 0)
     throw std::invalid_argument("SharedLink::transfer: bytes = " + std::to_string(bytes) + "; allowed: >= 0");
   return Work::async([this, dir, bytes](Callback done) { start(dir, bytes, std::move(done)); });
+}
+
+void SharedLink::slow_while_cpu_pass(HostCpuPool& host, double h2d_factor, double d2h_factor) {
+  for (const double f : {h2d_factor, d2h_factor})
+    if (!(f >= 1) || !std::isfinite(f))
+      throw std::invalid_argument("SharedLink::slow_while_cpu_pass: factor = " + std::to_string(f) +
+                                  "; allowed: a finite value >= 1");
+  static_assert(static_cast<int>(Direction::kH2D) == 0 && static_cast<int>(Direction::kD2H) == 1);
+  const size_t id = cpu_passes_.size();
+  cpu_passes_.push_back(CpuPassSource{{h2d_factor, d2h_factor}, host.active() > 0 ? 1 : 0});
+  if (cpu_passes_.back().active > 0) server_.rates_changed();
+  host.add_activity_listener([this, id](bool active) {
+    cpu_passes_[id].active += active ? 1 : -1;
+    server_.rates_changed();
+  });
+}
+
+double SharedLink::cpu_pass_factor(Direction dir) const {
+  double f = 1;
+  for (const CpuPassSource& s : cpu_passes_)
+    if (s.active > 0) f *= s.factor[static_cast<int>(dir)];
+  return f;
 }
 
 // ---- CpuPool --------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class Event {
 };
 
 class Work;
+class HostCpuPool;
 
 // A callable that computes an op's duration (TimeNs) when the op starts.
 template <class F>
@@ -204,7 +205,9 @@ class FluidServer {
 
 // A PCIe link between one host and its GPU(s), both directions sharing it (pcie_shared_gbps): one
 // direction alone runs at its own rate; both at once split bidir_total_gbps. Each transfer first waits
-// latency_ns (not sharing bandwidth), then flows. Copy-engine Resources run transfers through it:
+// latency_ns (not sharing bandwidth), then flows; while a CPU pass of a watched host runs, each
+// direction's rate divides by its factor (slow_while_cpu_pass). Copy-engine Resources run transfers
+// through it:
 //   d2h.submit("grads", link.transfer(Direction::kD2H, bytes), deps);
 class SharedLink {
  public:
@@ -217,6 +220,14 @@ class SharedLink {
   void start(Direction dir, int64_t bytes, Callback on_done);
   Work transfer(Direction dir, int64_t bytes);
 
+  // While any rank of `host` runs a CPU optimizer pass, a transfer's rate divides by h2d_factor or
+  // d2h_factor (finite, >= 1; std::invalid_argument otherwise): the DMA and the pass share the host's
+  // DRAM (docs/ARCHITECTURE.md, "Copies slowed by the CPU pass"). Several watched hosts, all active,
+  // multiply their factors. The link must not outlive `host`'s events (the lifetime rule above).
+  void slow_while_cpu_pass(HostCpuPool& host, double h2d_factor, double d2h_factor);
+  // The product of the active CPU-pass factors of this direction (1 while none runs).
+  double cpu_pass_factor(Direction dir) const;
+
   // Whether any transfer is flowing (latency phases do not count).
   bool active() const noexcept { return server_.active_total() > 0; }
   int active(Direction dir) const { return server_.active(static_cast<int>(dir)); }
@@ -227,8 +238,13 @@ class SharedLink {
   void add_activity_listener(ActivityListener listener) { server_.add_activity_listener(std::move(listener)); }
 
  private:
+  struct CpuPassSource {
+    double factor[2];  // by Direction
+    int active = 0;
+  };
   EventQueue* queue_;
   PcieParams params_;
+  std::vector<CpuPassSource> cpu_passes_;
   FluidServer server_;
 };
 
@@ -250,6 +266,10 @@ class HostCpuPool {
 
   // Rank `rank`'s passes slow down by the factor while this link is active.
   void watch(int rank, SharedLink& link);
+  // Called with true when the first pass of any rank starts and false when the last ends.
+  void add_activity_listener(FluidServer::ActivityListener listener) {
+    server_.add_activity_listener(std::move(listener));
+  }
 
   void start(int rank, int64_t params, Callback on_done);
   Work work(int rank, int64_t params);

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -18,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -33,6 +36,7 @@
 #include "core/gemm.h"
 #include "core/hardware.h"
 #include "core/model.h"
+#include "core/optim/grad_stats.h"
 #include "core/output_file.h"
 #include "core/scenario.h"
 #include "core/strings.h"
@@ -251,6 +255,69 @@ int print_process_memory(int gpus) {
   return kExitOk;
 }
 
+// The CPU optimizer pass (AdamW, bf16 gradient and copy) kept running back to back on `threads` pinned
+// workers, from a host thread of its own, while something else is timed (the copies' slowdown under the
+// CPU pass). start() returns once a first pass has ended (the pool is awake and the next pass runs);
+// stop() ends after the pass in flight and returns the optimizer traffic of the passes since start,
+// GB/s (28 B/element). Not copyable; stops in the destructor.
+class BackgroundCpuPass {
+ public:
+  BackgroundCpuPass(int threads, bool pin, size_t elems)
+      : be_(options(threads, pin)),
+        pass_(be_, core::OptimizerKind::kAdamW, core::DType::kBF16, core::DType::kBF16, elems) {}
+  ~BackgroundCpuPass() { halt(); }
+  BackgroundCpuPass(const BackgroundCpuPass&) = delete;
+  BackgroundCpuPass& operator=(const BackgroundCpuPass&) = delete;
+
+  void start() {
+    if (worker_.joinable()) throw std::logic_error("BackgroundCpuPass: started twice");
+    stopping_ = false;
+    passes_ = 0;
+    error_ = nullptr;
+    worker_ = std::thread([this] {
+      try {
+        while (!stopping_) {
+          pass_.run();
+          ++passes_;
+        }
+      } catch (...) {
+        error_ = std::current_exception();
+        failed_ = true;
+      }
+    });
+    while (passes_ == 0 && !failed_) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    counted_ = passes_;
+    t0_ = std::chrono::steady_clock::now();
+  }
+  double stop() {
+    halt();
+    if (error_) std::rethrow_exception(error_);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    return double(passes_ - counted_) * double(pass_.elems()) * kAdamWBf16Bytes / s / 1e9;
+  }
+  size_t elems() const { return pass_.elems(); }
+
+ private:
+  static backend::cpu::CpuOptions options(int threads, bool pin) {
+    backend::cpu::CpuOptions co;
+    co.threads = size_t(threads);
+    co.pin_threads = pin;
+    return co;
+  }
+  void halt() {
+    stopping_ = true;
+    if (worker_.joinable()) worker_.join();
+  }
+  backend::cpu::CpuBackend be_;
+  CpuStepPass pass_;  // (elems) fp32 master, m, v; bf16 gradient and copy
+  std::thread worker_;
+  std::atomic<bool> stopping_{false}, failed_{false};
+  std::atomic<uint64_t> passes_{0};
+  uint64_t counted_ = 0;
+  std::exception_ptr error_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 // One calibration run: the machine, the sizes, the figures measured so far (the profile and their
 // sources) and the table; one method per group of measurements, in the order they run.
 class Calibrator {
@@ -266,11 +333,13 @@ class Calibrator {
         hbm_bytes_(o.quick ? size_t(256) << 20 : size_t(1) << 30),
         pcie_bytes_(o.quick ? size_t(64) << 20 : size_t(256) << 20),
         // 2^28 elements (7.5 GB of state): one all-core pass lasts ~50 ms, long enough to average out
-        // the host's scheduling noise that made 2^26-element passes spread by 20-50%
-        cpu_n_(o.quick ? size_t(1) << 22 : size_t(1) << 28),
+        // the host's scheduling noise that made 2^26-element passes spread by 20-50%; --quick 2^26 (1 GiB
+        // of fp32 master weights: past any last-level cache, where 2^22 elements ran at twice the rate)
+        cpu_n_(o.quick ? size_t(1) << 26 : size_t(1) << 28),
         gpu_opt_n_(o.quick ? size_t(1) << 24 : size_t(1) << 28),
         dma_chunk_(o.quick ? size_t(16) << 20 : size_t(64) << 20),
         scenarios_(load_scenarios(o)),
+        engine_op_(engine_cpu_op(scenarios_)),
         gemms_(gemm_cases(o.quick, scenarios_)),
         builtin_cases_(gemm_cases(o.quick, {}).size()),  // the rest are the scenarios' shapes
         threads_(thread_counts(cores_)),
@@ -296,6 +365,7 @@ class Calibrator {
     measure_cpu_memory();
     measure_cpu_ranks();
     measure_dma_slowdown();
+    measure_copies_under_cpu_pass();
     measure_collectives();  // and, with >= 2 GPUs, the compute slowdown under collectives and copies
     if (gpus_ <= 1) measure_compute_slowdown(nullptr);
     write_profile();
@@ -315,9 +385,9 @@ class Calibrator {
     return out;
   }
   // gemms (and the scenarios' shapes on random data too, for the table: the data effect), fp16 + fp32,
-  // 2 hbm, 1 gpu optimizer, 8 pcie, 5 launch/event, the thread sweep, the rank counts, mem + 2 dma, a
-  // GEMM alone and under copies; with several GPUs the concurrent H2D, the all-gather curve and the
-  // reduce-scatter's (3 rows per size), the GEMM under both collectives
+  // 2 hbm, 1 gpu optimizer, 8 pcie, 5 launch/event, the thread sweep, the rank counts, mem + 2 dma, 4
+  // copies under the CPU pass, a GEMM alone and under copies; with several GPUs the concurrent H2D, the all-gather
+  // curve and the reduce-scatter's (3 rows per size), the GEMM under both collectives
   int planned_steps() const {
     const int random_rows = o_.gemm_relu ? int(gemms_.size() - builtin_cases_) : 0;
     const int memory = 3 + (gpus_ > 1 ? 1 : 0) + int(std::size(kGranularityProbeBytes)) + 2;
@@ -325,7 +395,7 @@ class Calibrator {
     for (const core::Scenario& sc : scenarios_)
       if (decoder_kernel_shape(sc)) decoder_rows += core::kKernelClassCount - 3 + 2;
     return memory + int(gemms_.size()) + random_rows + decoder_rows + 2 + 3 + 8 + 5 + int(threads_.size()) +
-           int(cpu_ranks_.size()) + 3 + 2 + (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
+           int(cpu_ranks_.size()) + 3 + 2 + 4 + (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
   }
 
   void announce() const {
@@ -714,9 +784,10 @@ class Calibrator {
   }
 
   // ---- CPU optimizer --------------------------------------------------------------------------------
-  std::string cpu_what() const {
+  std::string cpu_what() const { return cpu_what_of(cpu_n_); }
+  std::string cpu_what_of(size_t elems) const {
     return "tf::backend::cpu::CpuBackend AdamW, bf16 gradient and bf16 copy (" + kAdamWBf16Text + "), " +
-           std::to_string(cpu_n_) + " elements, " + (o_.pin ? "pinned" : "unpinned") + " threads";
+           std::to_string(elems) + " elements, " + (o_.pin ? "pinned" : "unpinned") + " threads";
   }
   // Gparam/s of `t` threads, per step.
   cal::Stat cpu_rate(int t) {
@@ -781,12 +852,17 @@ class Calibrator {
   // (one pass of k = 1, one of k = 2, ...; each group's processes sleep while another's run), so that a
   // drift of the host's memory bandwidth during the measurement (another tenant of the socket) moves
   // every k alike instead of bending the curve. Measured k after k, the 2026-11-24 H100 profile's curve
-  // fell 6% from k = 1 to 4 while the bench, minutes later, rose 3%: 8-12% error at k = 2, 4.
+  // fell 6% from k = 1 to 4 while the bench, minutes later, rose 3%: 8-12% error at k = 2, 4. The ops
+  // are the engine's (engine_op_: a layer's CPU piece at one rank, split k ways at k ranks as ZeRO-3
+  // shards it), --quick too: on 131 k-element ops per-op overhead halved the rate (largest-h200).
   void measure_cpu_ranks() {
-    const int layers = 32, warm = 3;
+    const int warm = 3;
+    const int64_t budget = int64_t(1) << (o_.quick ? 27 : 28);  // elements over all ranks, at most
+    const int64_t op = std::clamp(engine_op_.elems, int64_t(core::kStatsTile) * cpu_ranks_.back(), budget);
+    const int ops = int(std::clamp<int64_t>(budget / op, 1, 32));
     std::vector<std::unique_ptr<CpuRankGroup>> groups;
     for (int k : cpu_ranks_) {
-      groups.push_back(std::make_unique<CpuRankGroup>(flat_layouts(int64_t(cpu_n_), k, layers), 0, o_.pin));
+      groups.push_back(std::make_unique<CpuRankGroup>(flat_layouts(op * ops, k, ops), 0, o_.pin));
       groups.back()->setup(CpuRankSetup{});
       (void)groups.back()->passes(warm);
     }
@@ -794,22 +870,25 @@ class Calibrator {
     for (int rep = 0; rep < R_; ++rep)
       for (size_t i = 0; i < groups.size(); ++i)
         rates[i].push_back(double(groups[i]->elems()) / groups[i]->passes(1).node_s.front() / 1e9);
+    std::string per_k;
     for (size_t i = 0; i < groups.size(); ++i) {
       const int k = cpu_ranks_[i];
       const cal::Stat st = cal::make_stat(std::move(rates[i]));
       c_.done("cpu adamw bf16, " + std::to_string(k) + " rank process" + (k > 1 ? "es" : "") + " at once, node",
               st.median, "Gparam/s", st, "cpu.optimizer_node_gparam_s_by_ranks");
       p_.cpu.optimizer_node_gparam_s_by_ranks.emplace_back(k, sig4(st.median));
-      worst_rank_spread_ = std::max(worst_rank_spread_, st.spread);
+      per_k += (per_k.empty() ? "" : ", ") + std::string("k ") + std::to_string(k) + ": " + fmt(st.median, 3) +
+               " (spread " + fmt(st.spread * 100, 1) + "%)";
     }
     src()["cpu.optimizer_node_gparam_s_by_ranks"] =
         c_.origin() + ": k processes at once through the engine's CPU path (tf::backend::cpu::CpuSegment), each " +
         "confined to its k-th share of the cores (cpu::rank_cpu_share) with one pinned thread per core, AdamW, bf16 " +
-        "gradient and bf16 copy (" + kAdamWBf16Text + "), " + std::to_string(cpu_n_) + " elements over all ranks in " +
-        std::to_string(layers) + " CPU ops per rank; node Gparam/s = elements / (first start to last end) of " +
-        "each synchronised pass; every k's processes started and warmed up (" + std::to_string(warm) +
+        "gradient and bf16 copy (" + kAdamWBf16Text + "), " + std::to_string(ops) + " ops of " + std::to_string(op) +
+        " elements over the k ranks (" + std::to_string(op) + " / k per rank: " + engine_op_.what +
+        "); node Gparam/s = elements / (first start to last end) of each synchronised pass; " +
+        "every k's processes started and warmed up (" + std::to_string(warm) +
         " passes), then the k alternating pass by pass; [ranks, Gparam/s], each the median of " + std::to_string(R_) +
-        " passes, spreads up to " + fmt(worst_rank_spread_ * 100, 1) + "%";
+        " passes (" + per_k + ")";
   }
 
   // The same all-core pass while an H2D and a D2H run: alone (the sweep's), under DMA, alone again.
@@ -846,6 +925,45 @@ class Calibrator {
                          " CPUs of the affinity mask (sysfs topology)";
     p_.host_memory_bytes = host_memory_bytes();
     src()["host.memory_bytes"] = c_.origin() + ": sysconf(_SC_PHYS_PAGES) x sysconf(_SC_PAGE_SIZE) (free -b total)";
+  }
+
+  // How much slower pinned copies of the engine's size (engine_op_: one CPU layer's parameter copy) run
+  // while the CPU optimizer pass streams host memory on all cores, pinned as the engine runs it (the DMA
+  // and the pass share the host's DRAM: the OPT-1.3B H2D copies took 1.5x their prediction at every
+  // ratio, bench/results/2026-11-24-decval-h100). Per direction: alone, under the pass, alone again; the
+  // factor is the mean alone rate over the rate under the pass, written as 1 where the copy ran faster
+  // (pcie.h2d_slowdown_under_cpu_pass, pcie.d2h_slowdown_under_cpu_pass). A pass of 2^26 elements at most
+  // (1 GiB of master weights: past the caches; its set-up is what costs here, well under 5 s).
+  void measure_copies_under_cpu_pass() {
+    const size_t bytes = size_t(engine_op_.copy_bytes);
+    BackgroundCpuPass pass(cores_, o_.pin, std::min(cpu_n_, size_t(1) << 26));
+    double cpu_gbps = 0;
+    const cal::BackgroundLoad load{[&] { pass.start(); }, [&] { return cpu_gbps = pass.stop(); }};
+    for (const auto& [dir, name, key] : {std::tuple{cal::Direction::kH2D, "H2D", "h2d_slowdown_under_cpu_pass"},
+                                         std::tuple{cal::Direction::kD2H, "D2H", "d2h_slowdown_under_cpu_pass"}}) {
+      const cal::Stat before = cal::pinned_copy_gbps(0, dir, bytes, R_);
+      const cal::Stat under = cal::pinned_copy_gbps(0, dir, bytes, R_, &load);
+      const cal::Stat after = cal::pinned_copy_gbps(0, dir, bytes, R_);
+      const std::string what = std::string("pcie pinned ") + name + " " + with_units(double(bytes));
+      c_.done(what + " while the CPU optimizer pass runs (" + std::to_string(cores_) + " threads)", under.median,
+              "GB/s", under);
+      const double factor = 0.5 * (before.median + after.median) / under.median;
+      cal::Stat fs = under;
+      fs.spread = std::max({before.spread, under.spread, after.spread});
+      const std::string pkey = std::string("pcie.") + key;
+      c_.done(std::string(name) + " slowdown under the CPU pass (alone / under)", factor, "x", fs, pkey);
+      (dir == cal::Direction::kH2D ? p_.pcie.h2d_slowdown_under_cpu_pass : p_.pcie.d2h_slowdown_under_cpu_pass) =
+          std::max(1.0, sig4(factor));
+      src()[pkey] =
+          c_.source("pinned cudaMemcpyAsync " + std::string(name) + " of " + std::to_string(bytes) + " B (" +
+                        engine_op_.what + ", its parameter copy), " + gpu_label_ + ": " + fmt(before.median, 2) +
+                        " then " + fmt(after.median, 2) + " GB/s alone, " + fmt(under.median, 2) + " while " +
+                        cpu_what_of(pass.elems()) + " ran back to back on " + std::to_string(cores_) + " threads (" +
+                        fmt(cpu_gbps, 1) + " GB/s of optimizer traffic meanwhile); the mean alone over under" +
+                        (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
+                        "; spread the largest of the three",
+                    fs);
+    }
   }
 
   // ---- NCCL ---------------------------------------------------------------------------------------
@@ -1032,11 +1150,11 @@ class Calibrator {
   const int R_;
   const size_t hbm_bytes_, pcie_bytes_, cpu_n_, gpu_opt_n_, dma_chunk_;
   const std::vector<core::Scenario> scenarios_;  // --scenario
+  const EngineCpuOp engine_op_;  // the engine's CPU op and its copy: the rank curve's and the copies' sizes
   const std::vector<GemmCase> gemms_;
   const size_t builtin_cases_;
   const std::vector<int> threads_;
   const std::vector<int> cpu_ranks_;  // k of measure_cpu_ranks
-  double worst_rank_spread_ = 0;
   const std::vector<int64_t> sizes_;
   Calibration c_;
   const std::string gpu_label_;
@@ -1150,7 +1268,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       "\nMeasures: cuBLAS bf16 GEMMs of the workloads' shapes (and one fp16, one fp32), HBM (a kernel and\n"
       "cudaMemcpy), PCIe (pinned H2D, D2H, both at once, pageable H2D, the fixed cost per copy), kernel\n"
       "launch and event overheads, the CPU AdamW rate against threads, the node's rate with 1, 2, 4 (and\n"
-      "GPUs) rank processes at once on their shares of the cores, the slowdown while DMA runs,\n"
+      "GPUs) rank processes at once on their shares of the cores (on the engine's op size: --scenario's\n"
+      "layers, else 2^24 elements an op), the CPU pass's slowdown while DMA runs and the copies' while\n"
+      "the CPU pass runs,\n"
       "and with >= 2 GPUs NCCL all-gather and the engine's reduce-scatter (its exchange's bus bandwidth)\n"
       "against message size.\n"
       "Progress goes to stderr, one line per measurement; the table to stdout. Every figure is the\n"

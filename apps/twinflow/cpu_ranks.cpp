@@ -71,6 +71,30 @@ std::vector<RankLayout> scenario_layouts(const core::RunSettings& rs, double rat
   return out;
 }
 
+EngineCpuOp engine_cpu_op(const std::vector<core::Scenario>& scenarios) {
+  if (scenarios.empty())
+    return {kDefaultCpuOpElems, kDefaultCpuOpElems * int64_t(core::dtype_bytes(core::DType::kBF16)),
+            "the default op of 2^24 elements (no --scenario)"};
+  std::vector<int64_t> pieces;
+  int64_t param_bytes = 0;
+  std::string names;
+  for (const core::Scenario& sc : scenarios) {
+    core::SettingsOverrides one;
+    one.world = 1;
+    one.world_from = "calibrate's engine op (world 1)";
+    const core::RunSettings rs = core::resolve_settings(sc, one);
+    for (const RankLayout& l : scenario_layouts(rs, 1.0))
+      for (const cpu::SegmentRange& r : l.ranges) pieces.push_back(r.end - r.begin);
+    param_bytes = std::max(param_bytes, int64_t(core::dtype_bytes(rs.step.param_dtype)));
+    names += (names.empty() ? "" : ", ") + sc.name;
+  }
+  std::sort(pieces.begin(), pieces.end());
+  const int64_t elems = pieces[pieces.size() / 2];
+  return {
+      elems, elems * param_bytes,
+      "the median CPU layer piece of " + names + " at world 1, ratio 1 (" + std::to_string(pieces.size()) + " pieces)"};
+}
+
 namespace {
 
 int64_t now_ns() {

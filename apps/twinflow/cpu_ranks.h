@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_segment.h"
+#include "core/scenario.h"
 #include "core/settings.h"
 
 namespace tf::app {
@@ -28,6 +29,20 @@ std::vector<RankLayout> flat_layouts(int64_t total_elems, int ranks, int layers)
 // The CPU pieces of every rank of the settings' world at `ratio` (core::plan_rank, as the engine plans
 // its rank), in the order each rank's CPU queue runs them (core::plan_queue_order).
 std::vector<RankLayout> scenario_layouts(const core::RunSettings& rs, double ratio);
+
+// The engine's CPU op at one rank, for measurements that must see op sizes like the engine's (the
+// rank curve and the copies under the CPU pass in `twinflow calibrate`: per-op overhead made a rank
+// curve on 131 k-element ops half the engine's rate, bench/results/2026-11-24-largest-h200): elements
+// per op, the median of the CPU segment's per-layer pieces of the scenarios' models at world 1 and
+// ratio 1 (scenario_layouts: as the engine plans them), and the bytes of that op's parameter copy (the
+// H2D after its pass, in the scenario's parameter dtype). Without scenarios kDefaultCpuOpElems of bf16.
+struct EngineCpuOp {
+  int64_t elems = 0;
+  int64_t copy_bytes = 0;
+  std::string what;  // where the size comes from, in words
+};
+inline constexpr int64_t kDefaultCpuOpElems = int64_t(1) << 24;
+EngineCpuOp engine_cpu_op(const std::vector<core::Scenario>& scenarios);
 
 // What every rank runs.
 struct CpuRankSetup {

@@ -42,34 +42,39 @@ uint32_t hash32(size_t i) {
 float small_value(size_t i) { return float(int(hash32(i) % 2001) - 1000) * 1e-4f; }
 }  // namespace
 
-double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
-                     int iters, std::vector<double>* samples) {
+CpuStepPass::CpuStepPass(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy,
+                         size_t n)
+    : be_(be), kind_(k), n_(n) {
   const bool two = core::state_count(k) == 2;
-  auto p = be.allocate(n * 4), m = be.allocate(n * 4), v = be.allocate(two ? n * 4 : 0);
-  auto g = be.allocate(n * core::dtype_bytes(grad)), c = be.allocate(n * core::dtype_bytes(copy));
-  backend::OptimChunk ch;
-  ch.param = {p->data(), n, core::DType::kF32};
-  ch.state1 = {m->data(), n, core::DType::kF32};
-  if (two) ch.state2 = {v->data(), n, core::DType::kF32};
-  ch.grad = {g->data(), n, grad};
-  if (copy != core::DType::kNone) ch.param_copy = {c->data(), n, copy};
-  be.first_touch(std::span<const backend::OptimChunk>(&ch, 1));
-  float* pf = static_cast<float*>(p->data());
+  p_ = be.allocate(n * 4), m_ = be.allocate(n * 4), v_ = be.allocate(two ? n * 4 : 0);
+  g_ = be.allocate(n * core::dtype_bytes(grad)), c_ = be.allocate(n * core::dtype_bytes(copy));
+  chunk_.param = {p_->data(), n, core::DType::kF32};
+  chunk_.state1 = {m_->data(), n, core::DType::kF32};
+  if (two) chunk_.state2 = {v_->data(), n, core::DType::kF32};
+  chunk_.grad = {g_->data(), n, grad};
+  if (copy != core::DType::kNone) chunk_.param_copy = {c_->data(), n, copy};
+  be.first_touch(std::span<const backend::OptimChunk>(&chunk_, 1));
+  float* pf = static_cast<float*>(p_->data());
   for (size_t i = 0; i < n; ++i) pf[i] = small_value(i);
   for (size_t i = 0; i < n; ++i) {
     const float x = small_value(i + n);
     if (grad == core::DType::kF32)
-      static_cast<float*>(g->data())[i] = x;
+      static_cast<float*>(g_->data())[i] = x;
     else
-      static_cast<uint16_t*>(g->data())[i] = grad == core::DType::kBF16 ? core::f32_to_bf16(x) : core::f32_to_f16(x);
+      static_cast<uint16_t*>(g_->data())[i] = grad == core::DType::kBF16 ? core::f32_to_bf16(x) : core::f32_to_f16(x);
   }
-  const core::HyperParams hp = core::default_hyper_params(k);
-  int64_t step = 0;
-  const auto pass = [&] {
-    const core::StepScalars s = core::make_step_scalars(k, hp, ++step, 1.0);
-    be.step(k, std::span<const backend::OptimChunk>(&ch, 1), s);
-  };
-  return median_seconds(iters, pass, samples);
+}
+
+void CpuStepPass::run() {
+  const core::StepScalars s = core::make_step_scalars(kind_, core::default_hyper_params(kind_), ++step_, 1.0);
+  be_.step(kind_, std::span<const backend::OptimChunk>(&chunk_, 1), s);
+}
+
+double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
+                     int iters, std::vector<double>* samples) {
+  CpuStepPass pass(be, k, grad, copy, n);
+  return median_seconds(
+      iters, [&] { pass.run(); }, samples);
 }
 
 namespace {

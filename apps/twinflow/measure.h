@@ -3,11 +3,32 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 
 namespace tf::app {
+
+// One chunk of n elements for fused optimizer steps on the backend's workers: master, states, gradient
+// and copy allocated by the backend, pages first-touched by the threads that update them, random finite
+// data (never subnormal). run() is one step. time_cpu_step times these; `twinflow calibrate` also keeps
+// one running while it times PCIe copies (the copies' slowdown under the CPU pass).
+class CpuStepPass {
+ public:
+  CpuStepPass(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n);
+  void run();
+  size_t elems() const { return n_; }
+
+ private:
+  backend::cpu::CpuBackend& be_;
+  core::OptimizerKind kind_;
+  size_t n_;
+  std::unique_ptr<backend::Buffer> p_, m_, v_, g_, c_;  // (n) fp32 x 3; (n) grad dtype; (n) copy dtype
+  backend::OptimChunk chunk_;
+  int64_t step_ = 0;
+};
 
 // Median seconds of `iters` fused steps over one chunk of n elements (random finite data, pages
 // first-touched by the threads that update them). `samples`, when given, receives every timed step's

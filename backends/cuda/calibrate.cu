@@ -411,7 +411,7 @@ struct CopyBuffers {
 };
 }  // namespace
 
-Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps) {
+Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps, const BackgroundLoad* load) {
   check_reps(reps, "pinned_copy_gbps");
   check_device(device);
   DeviceGuard guard(device);
@@ -419,8 +419,20 @@ Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps) {
   CopyBuffers buf(bytes, stream.get());
   auto call = [&](int) { buf.copy(dir, bytes, stream.get()); };
   for (int i = 0; i < 2; ++i) call(i);
+  if (load) {
+    stream.sync();  // the warm-up copies ran before the load
+    load->start();
+  }
+  std::vector<double> secs;
+  try {
+    secs = event_timed(stream.get(), reps, 1, call);
+  } catch (...) {
+    if (load) (void)load->stop();
+    throw;
+  }
+  if (load) (void)load->stop();
   std::vector<double> gbps;
-  for (double s : event_timed(stream.get(), reps, 1, call)) gbps.push_back(double(bytes) / s / 1e9);
+  for (double s : secs) gbps.push_back(double(bytes) / s / 1e9);
   return make_stat(std::move(gbps));
 }
 

@@ -121,8 +121,9 @@ int64_t pinned_host_map_bytes(int device, size_t bytes);
 
 // ---- PCIe ----------------------------------------------------------------------------------------
 enum class Direction { kH2D, kD2H };
-// One pinned copy of `bytes` at a time; GB/s.
-Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps);
+// One pinned copy of `bytes` at a time; GB/s. With `load`, timed while it runs (started after the
+// warm-up, stopped after the last copy: a CPU pass streaming host memory shares the DRAM with the DMA).
+Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps, const BackgroundLoad* load = nullptr);
 // ns of one pinned copy of `bytes` (for the fixed cost per copy: use a small size).
 Stat pinned_copy_ns(int device, Direction dir, size_t bytes, int reps);
 // An H2D and a D2H of `bytes` each, on two streams, started together: GB/s of both directions added

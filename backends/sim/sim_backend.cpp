@@ -54,6 +54,9 @@ struct CostSetup {
   std::vector<double> cpu_optimizer_gparam_s_by_active;
   double cpu_stats_gparam_s = 0;  // memory-bound: host mem_gbps / gradient bytes
   double dma_slowdown = 1;
+  // A copy's rate divides by these while a CPU optimizer pass of its link's host runs (the profile's
+  // pcie.*_slowdown_under_cpu_pass; 1: not slowed)
+  double h2d_slowdown_cpu_pass = 1, d2h_slowdown_cpu_pass = 1;
   // Forward and backward slowed while the rank's collectives run / its PCIe link carries copies (the
   // profile's gpu.compute_slowdown_*; 1: not measured)
   double compute_slowdown_collectives = 1;
@@ -256,6 +259,8 @@ CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, 
   c.compute_slowdown_dma = std::max(1.0, hw.gpu.compute_slowdown_during_dma);
   c.hbm = {hw.gpu.hbm_gbps, c.launch_ns};
   c.pcie = {hw.pcie.h2d_gbps, hw.pcie.d2h_gbps, hw.pcie.bidir_total_gbps, hw.pcie.copy_latency_ns};
+  c.h2d_slowdown_cpu_pass = std::max(1.0, hw.pcie.h2d_slowdown_under_cpu_pass);
+  c.d2h_slowdown_cpu_pass = std::max(1.0, hw.pcie.d2h_slowdown_under_cpu_pass);
   collective_costs(hw, rs.world, c);
   c.cpu_ranks_per_host = std::max(1, std::min(rs.world, s.cluster.gpus_per_node));
   cpu_costs(s, rs, c.cpu_ranks_per_host, c);
@@ -306,6 +311,7 @@ class Simulation {
       rs.host = hosts_.back().get();
       rs.host_rank = r % per_host;
       rs.host->watch(rs.host_rank, *rs.link);
+      slow_link_under_cpu_pass(r, rs);
       rs.stats_pool = std::make_unique<tf::sim::CpuPool>(queue_, cost.cpu_stats_gparam_s, cost.dma_slowdown);
       rs.stats_pool->watch(*rs.link);
       if (cost.compute_slowdown_collectives > 1 || cost.compute_slowdown_dma > 1) {
@@ -370,6 +376,16 @@ class Simulation {
     std::vector<TimeNs> start_ns, end_ns;
     QueueOrder order;
   };
+
+  // The link's copies slow while a CPU pass of its host runs (any rank of it: the DMA and the passes
+  // share the host's DRAM; docs/ARCHITECTURE.md, "Copies slowed by the CPU pass"): each link watches the
+  // host of its first rank and of every rank that starts another host on it. Not at all with factors of 1,
+  // so that such profiles predict what they did before the term, to the ns.
+  void slow_link_under_cpu_pass(int r, RankState& rs) {
+    if (!(cost_.h2d_slowdown_cpu_pass > 1 || cost_.d2h_slowdown_cpu_pass > 1)) return;
+    if (r % cost_.gpus_per_link != 0 && r % cost_.cpu_ranks_per_host != 0) return;
+    rs.link->slow_while_cpu_pass(*rs.host, cost_.h2d_slowdown_cpu_pass, cost_.d2h_slowdown_cpu_pass);
+  }
 
   // Rank r's ops of one step: after their dependencies in the step, their carried dependencies on the
   // step before and (carried tail) the step before's ops that are not carried, whose last on each queue

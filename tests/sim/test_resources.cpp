@@ -1,6 +1,7 @@
 // Simulated resources: events, FIFO ops with dependencies, PCIe processor sharing and the CPU slowdown under DMA.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -489,6 +490,81 @@ TEST(HostCpuPool, BadInput) {
   EXPECT_THROW(host.start(0, -1, [] {}), std::invalid_argument);
   host.start(0, 10, [] {});
   EXPECT_THROW(host.start(1, 10, [] {}), std::invalid_argument);  // the rate with 2 active is 0
+}
+
+// ---- SharedLink under the CPU pass: copies slowed while a pass of the link's host runs ----------------
+
+// 110e6 bytes each way at 55 B/ns alone take 2 ms. A pass of 4e6 params at 4 params/ns runs [1, 2 ms).
+// H2D (factor 1.25): [0, 1 ms) 55e6 at 55; [1, 2 ms) 44e6 at 44; the last 11e6 alone at 55 -> 0.2 ms:
+// ends at 2.2 ms. D2H (factor 2) on another link of the same host: 55e6, then 27.5e6 at 27.5, the last
+// 27.5e6 at 55 -> 0.5 ms: ends at 2.5 ms. A third link, not slowed, ends at 2 ms.
+TEST(SharedLinkUnderCpuPass, SlowedExactlyWhileAPassOfItsHostRuns) {
+  EventQueue q;
+  SharedLink up(q, kH100Pcie), down(q, kH100Pcie), other(q, kH100Pcie);
+  HostCpuPool host(q, 1, [](int) { return 4.0; });
+  up.slow_while_cpu_pass(host, 1.25, 2.0);
+  down.slow_while_cpu_pass(host, 1.25, 2.0);
+  TimeNs end_up = -1, end_down = -1, end_other = -1, end_pass = -1;
+  up.start(Direction::kH2D, 110'000'000, [&] { end_up = q.now(); });
+  down.start(Direction::kD2H, 110'000'000, [&] { end_down = q.now(); });
+  other.start(Direction::kH2D, 110'000'000, [&] { end_other = q.now(); });
+  q.schedule_at(1'000'000, [&] { host.start(0, 4'000'000, [&] { end_pass = q.now(); }); });
+  q.run_until(1'500'000);
+  EXPECT_DOUBLE_EQ(up.current_gbps(Direction::kH2D), 44.0);
+  EXPECT_DOUBLE_EQ(down.current_gbps(Direction::kD2H), 27.5);
+  EXPECT_DOUBLE_EQ(up.cpu_pass_factor(Direction::kD2H), 2.0);
+  q.run();
+  EXPECT_EQ(end_pass, 2'000'000);
+  EXPECT_EQ(end_up, 2'200'000);
+  EXPECT_EQ(end_down, 2'500'000);
+  EXPECT_EQ(end_other, 2'000'000);
+  EXPECT_DOUBLE_EQ(up.cpu_pass_factor(Direction::kH2D), 1.0);
+}
+
+// The host is shared: a pass of either rank slows the link (here rank 1's, already running when the
+// link starts watching), and the link slows that rank's pass back when the pool watches it (factor 2).
+// Rank 0 watches the link: its pass is not running; rank 1's pass (8e6 params at 4 params/ns) is not
+// slowed by rank 0's link. H2D 110e6 from 0 at 55 / 1.25 = 44 while rank 1's pass runs [0, 2 ms): 88e6;
+// the last 22e6 at 55 -> 0.4 ms: 2.4 ms. Then rank 0's pass of 2e6 from 3 ms with a copy of 55e6 from
+// 3 ms: both slowed, the pass at 4 / 2 = 2 -> 1 ms; the copy at 44 -> 44e6 by 4 ms, the last 11e6 at 55
+// -> 0.2 ms: 4.2 ms.
+TEST(SharedLinkUnderCpuPass, AnyRankOfTheHostSlowsItAndTheTwoSlowEachOther) {
+  EventQueue q;
+  SharedLink link(q, kH100Pcie);
+  HostCpuPool host(
+      q, 2, [](int) { return 4.0; }, 2.0);
+  host.watch(0, link);
+  TimeNs end_pass1 = -1, end_copy1 = -1, end_pass0 = -1, end_copy0 = -1;
+  host.start(1, 8'000'000, [&] { end_pass1 = q.now(); });
+  link.slow_while_cpu_pass(host, 1.25, 1.5);
+  EXPECT_DOUBLE_EQ(link.cpu_pass_factor(Direction::kH2D), 1.25);
+  link.start(Direction::kH2D, 110'000'000, [&] { end_copy1 = q.now(); });
+  q.schedule_at(3'000'000, [&] {
+    host.start(0, 2'000'000, [&] { end_pass0 = q.now(); });
+    link.start(Direction::kH2D, 55'000'000, [&] { end_copy0 = q.now(); });
+  });
+  q.run();
+  EXPECT_EQ(end_pass1, 2'000'000);
+  EXPECT_EQ(end_copy1, 2'400'000);
+  EXPECT_EQ(end_pass0, 4'000'000);
+  EXPECT_EQ(end_copy0, 4'200'000);
+}
+
+// Factors of 1 change nothing: the same copy ends at the same ns as on a link that watches no host.
+TEST(SharedLinkUnderCpuPass, FactorsOfOneChangeNothingAndBadFactorsAreRefused) {
+  EventQueue q;
+  SharedLink watched(q, kH100Pcie), plain(q, kH100Pcie);
+  HostCpuPool host(q, 1, [](int) { return 3.0; });
+  watched.slow_while_cpu_pass(host, 1, 1);
+  TimeNs a = -1, b = -1;
+  host.start(0, 1'000'000, [] {});
+  watched.start(Direction::kH2D, 100'000'001, [&] { a = q.now(); });
+  plain.start(Direction::kH2D, 100'000'001, [&] { b = q.now(); });
+  q.run();
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, 1'818'182);  // ceil(100000001 / 55)
+  EXPECT_THROW(watched.slow_while_cpu_pass(host, 0.5, 1), std::invalid_argument);
+  EXPECT_THROW(watched.slow_while_cpu_pass(host, 1, std::nan("")), std::invalid_argument);
 }
 
 // ---- SlowedServer: work measured alone, slowed while contention is active -------------------------------

@@ -210,3 +210,25 @@ TEST(CpuRankWorker, RunsEveryLayerInOrderAsTheSegmentDoes) {
 
 }  // namespace
 }  // namespace tf::backend::cpu
+
+namespace tf::app {
+namespace {
+
+// The engine's CPU op that calibrate measures the rank curve and the copies at: without a scenario the
+// documented 2^24 elements of bf16; with OPT-1.3B (h 2048, ffn 8192, 24 blocks between the embedding and
+// the head) the median layer piece is a block, 12 h^2 + 13 h parameters (QKV 3h^2 + 3h, out h^2 + h, fc1
+// and fc2 8h^2 + 5h, two LayerNorms 4h), its copy in bf16.
+TEST(EngineCpuOp, TheDefaultOpAndAScenariosMedianLayer) {
+  const EngineCpuOp none = engine_cpu_op({});
+  EXPECT_EQ(none.elems, int64_t(1) << 24);
+  EXPECT_EQ(none.copy_bytes, int64_t(2) << 24);
+  const core::Scenario s = core::load_scenario(std::string(TWINFLOW_SOURCE_DIR) + "/scenarios/real/opt-1.3b-h100.yaml");
+  const EngineCpuOp op = engine_cpu_op({s});
+  const int64_t h = 2048;
+  EXPECT_EQ(op.elems, 12 * h * h + 13 * h);
+  EXPECT_EQ(op.copy_bytes, 2 * (12 * h * h + 13 * h));
+  EXPECT_NE(op.what.find("opt-1.3b-h100"), std::string::npos) << op.what;
+}
+
+}  // namespace
+}  // namespace tf::app

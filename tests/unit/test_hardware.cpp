@@ -52,6 +52,8 @@ HardwareProfile full_profile() {
   p.pcie.gpus_per_link = 2;
   p.pcie.pageable_h2d_gbps = 12.5;
   p.pcie.copy_latency_ns = 2500.125;
+  p.pcie.h2d_slowdown_under_cpu_pass = 1.4375;
+  p.pcie.d2h_slowdown_under_cpu_pass = 1.0625;
   p.intra_node.kind = "nvlink";
   p.intra_node.gbps = 251.5;
   p.intra_node.latency_ns = 29000;
@@ -102,6 +104,8 @@ HardwareProfile full_profile() {
                           "pcie.gpus_per_link",
                           "pcie.pageable_h2d_gbps",
                           "pcie.copy_latency_ns",
+                          "pcie.h2d_slowdown_under_cpu_pass",
+                          "pcie.d2h_slowdown_under_cpu_pass",
                           "intra_node.bus_gbps",
                           "intra_node.latency_ns",
                           "intra_node.bus_gbps_by_message_bytes",
@@ -172,6 +176,7 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   p.gpu.attention_tflops_by_shape.clear();
   p.gpu.decoder_kernel_gbps.clear();
   p.pcie.pageable_h2d_gbps = p.pcie.copy_latency_ns = 0;
+  p.pcie.h2d_slowdown_under_cpu_pass = p.pcie.d2h_slowdown_under_cpu_pass = 1;  // the default: not slowed
   p.intra_node.bus_gbps_by_message_bytes.clear();
   p.intra_node.all_gather_bus_gbps_by_message_bytes.clear();
   p.intra_node.reduce_scatter_bus_gbps_by_message_bytes.clear();
@@ -180,17 +185,18 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   p.gpu.context_bytes = p.gpu.nccl_comm_bytes = p.gpu.alloc_granularity_bytes = 0;
   p.gpu.pinned_host_map_bytes_per_gb = 0;
   p.description.clear();
-  for (const char* key : {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "gpu.optimizer_gbps",
-                          "gpu.compute_slowdown_during_collectives", "gpu.compute_slowdown_during_dma",
-                          "pcie.pageable_h2d_gbps", "pcie.copy_latency_ns", "gpu.context_bytes", "gpu.nccl_comm_bytes",
-                          "gpu.alloc_granularity_bytes", "gpu.pinned_host_map_bytes_per_gb"})
+  for (const char* key :
+       {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "gpu.optimizer_gbps",
+        "gpu.compute_slowdown_during_collectives", "gpu.compute_slowdown_during_dma", "pcie.pageable_h2d_gbps",
+        "pcie.copy_latency_ns", "gpu.context_bytes", "gpu.nccl_comm_bytes", "gpu.alloc_granularity_bytes",
+        "gpu.pinned_host_map_bytes_per_gb", "pcie.h2d_slowdown_under_cpu_pass", "pcie.d2h_slowdown_under_cpu_pass"})
     p.sources.erase(key);  // zero without a source: not measured
   const std::string text = format_hardware_profile(p);
   for (const char* key :
        {"hbm_copy_gbps", "event_record_ns", "event_sync_ns", "optimizer_gbps", "bf16_gemm_tflops_by_shape",
         "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads", "by_ranks", "compute_slowdown",
         "description", "context_bytes", "nccl_comm_bytes", "alloc_granularity", "pinned_host_map", "attention",
-        "decoder_kernel"})
+        "decoder_kernel", "under_cpu_pass"})
     EXPECT_FALSE(contains(text, key)) << key;
   HardwareProfile q = parse_hardware_profile(text, "min.yaml");
   // sources of the figures not written are not read back
@@ -208,6 +214,22 @@ TEST(HardwareWriter, AMeasuredZeroIsWritten) {
   const HardwareProfile q = parse_hardware_profile(format_hardware_profile(p), "zero.yaml");
   EXPECT_EQ(q, p);
   EXPECT_EQ(q.sources.count("pcie.copy_latency_ns"), 1u);
+}
+
+// The copies' slowdown under the CPU pass defaults to 1 (not slowed): a profile written before the term
+// reads as 1, and a measured 1 (calibrate clamps a copy that ran faster) keeps its figure and source.
+TEST(HardwareWriter, CopySlowdownUnderCpuPassDefaultsToOne) {
+  const HardwareProfile old = load_hardware_profile(kHardware / "h100-80gb-16core-calibrated.yaml");
+  EXPECT_EQ(old.pcie.h2d_slowdown_under_cpu_pass, 1.0);
+  EXPECT_EQ(old.pcie.d2h_slowdown_under_cpu_pass, 1.0);
+  EXPECT_EQ(old.sources.count("pcie.h2d_slowdown_under_cpu_pass"), 0u);
+  HardwareProfile p = full_profile();
+  p.pcie.d2h_slowdown_under_cpu_pass = 1;
+  const std::string text = format_hardware_profile(p);
+  EXPECT_TRUE(contains(text, "d2h_slowdown_under_cpu_pass: {value: 1,")) << text;
+  const HardwareProfile q = parse_hardware_profile(text, "one.yaml");
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(q.sources.count("pcie.d2h_slowdown_under_cpu_pass"), 1u);
 }
 
 TEST(HardwareWriter, AFigureWithoutASourceIsRefused) {
@@ -254,6 +276,10 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
       {"- [4, 4.5]", "- [4, 0]", "optimizer_node_gparam_s_by_ranks.value[2][1]"},
       {"copy_latency_ns: {value: 2500.125", "copy_latency_ns: {value: -1", "pcie.copy_latency_ns.value"},
       {"pageable_h2d_gbps: {value: 12.5", "pageable_h2d_gbps: {value: 0", "pcie.pageable_h2d_gbps.value"},
+      {"h2d_slowdown_under_cpu_pass: {value: 1.4375", "h2d_slowdown_under_cpu_pass: {value: 0.9",
+       "pcie.h2d_slowdown_under_cpu_pass.value"},
+      {"d2h_slowdown_under_cpu_pass: {value: 1.0625", "d2h_slowdown_under_cpu_pass: {value: 101",
+       "pcie.d2h_slowdown_under_cpu_pass.value"},
       {"event_sync_ns: {value: 9876.25", "event_sync_ns: {value: 9876.25, sauce: x", "unknown key"},
   };
   for (const auto& c : cases) {
