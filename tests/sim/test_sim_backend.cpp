@@ -699,3 +699,49 @@ TEST(SimCarry, TheCarriedTailHidesBehindTheNextForward) {
     EXPECT_EQ(tf::backend::sim::executed_queue_order(p_on)[0], tf::core::plan_queue_order(p_on.plans[0]));
   }
 }
+
+// One OPT-1.3B block's forward (seq 1024, micro-batch 8: T 8192, h 2048, f 8192, 32 heads of 64) with the
+// profile calibrated in the 2026-11-24 decval call, by hand from its figures: the four GEMMs at their
+// measured shapes (forward) QKV 2*8192*6144*2048 / 770.6e3 = 267529.76, out 2*8192*2048*2048 / 750e3 =
+// 91625.97, fc1 2*8192*8192*2048 / 644.2e3 = 426696.53, fc2 2*8192*2048*8192 / 712.1e3 = 386010.26 ns; the
+// fused attention 4 * 1025 * 512 * 64 * 256 FLOP / 187.6e3 = 183333.12; LayerNorm 2 * (2Th e + 2h e + 8T) =
+// 134365184 B / 2257 = 59532.65, bias/activation 6Th e + 3h e + 3Tf e + f e = 604008448 B / 2847 =
+// 212156.11, bias + residual 2 * (3Th e + h e) = 201334784 B / 2724 = 73911.45: work 1700795.84 ns. Its 11
+// kernels take the host 11 x 4136 = 45496 ns to issue, within the work: the op costs the work (the model of
+// the decval call added the 45496 to it, 1746291.84).
+TEST(SimDecoder, Opt13bBlockForwardCostsItsKernelsWork) {
+  const std::string dir = std::string(TWINFLOW_SOURCE_DIR);
+  tf::core::Scenario s = tf::core::load_scenario(dir + "/scenarios/real/opt-1.3b-h100.yaml");
+  s.cluster.hardware = tf::core::find_hardware_profile(dir + "/bench/results/2026-11-24-decval-h100/h100-decval.yaml");
+  const std::vector<tf::backend::sim::LayerCost> costs = tf::backend::sim::layer_costs(s);
+  const tf::backend::sim::PassCost& fwd = costs.at(1).fwd;
+  ASSERT_EQ(costs.at(1).kind, tf::core::LayerKind::kBlock);
+  ASSERT_EQ(fwd.gemms.size(), 4u);
+  const double gemm_ns[] = {267529.76, 91625.97, 426696.53, 386010.26};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(fwd.gemms[i].ns, gemm_ns[i], 0.01) << i;
+    EXPECT_TRUE(fwd.gemms[i].exact_shape) << i;
+  }
+  EXPECT_NEAR(fwd.attention_ns, 183333.12, 0.01);
+  using tf::core::KernelClass;
+  EXPECT_NEAR(fwd.class_ns[size_t(KernelClass::kLayerNormForward)], 59532.65, 0.01);
+  EXPECT_NEAR(fwd.class_ns[size_t(KernelClass::kBiasActForward)], 212156.11, 0.01);
+  EXPECT_NEAR(fwd.class_ns[size_t(KernelClass::kBiasResidualForward)], 73911.45, 0.01);
+  EXPECT_EQ(fwd.kernels, 11);
+  EXPECT_DOUBLE_EQ(fwd.issue_ns, 45496);
+  EXPECT_NEAR(fwd.ns(), 1700795.84, 0.02);
+  EXPECT_NEAR(fwd.exposed_issue_ns(), 0.0, 1e-9);
+}
+
+// A pass whose kernels are shorter than the host's issue interval takes the issue time: the tiny decoder's
+// block forward (12 kernels: 4 GEMMs, the attention's 2 products as GEMMs (no measured attention rate in
+// this profile), 6 memory-bound kernels) at 4000 ns per kernel takes 48000 ns, whatever its work.
+TEST(SimDecoder, ATinyLayerWaitsForTheHostToIssueItsKernels) {
+  tf::core::Scenario s = tiny_decoder(false);
+  s.cluster.hardware.gpu.kernel_launch_ns = 4000;
+  const tf::backend::sim::PassCost fwd = tf::backend::sim::layer_costs(s).at(1).fwd;
+  EXPECT_EQ(fwd.kernels, 12);
+  EXPECT_LT(fwd.work_ns(), 48000);
+  EXPECT_DOUBLE_EQ(fwd.ns(), 48000);
+  EXPECT_EQ(op_ns(s, tf::core::OpKind::kForward, 1), 48000);
+}
