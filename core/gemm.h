@@ -66,7 +66,7 @@ enum class KernelClass : uint8_t {
   kBiasGrad,             // bias_grad: db2, dbo, dbqkv
   kEmbeddingForward,     // embedding_forward (gather_rows + add_positions with project_in)
   kEmbeddingBackward,    // position_grad + token_embedding_grad
-  kCrossEntropy,         // cross_entropy_forward_backward: the loss (forward) and dlogits (backward)
+  kCrossEntropy,         // cross_entropy_forward_backward: the loss and dlogits, one kernel in the forward
   kAttentionForward,     // the fused attention's q, k, v, o, lse traffic (its FLOPs are GEMM entries)
   kAttentionBackward,    // D = rowsum(dO o O) and the backward's traffic
 };

@@ -49,6 +49,26 @@ std::string Op::label() const {
   return os.str();
 }
 
+std::optional<OpLabel> parse_op_label(std::string_view label) {
+  std::istringstream is{std::string(label)};
+  std::string name, word;
+  if (!(is >> name)) return std::nullopt;
+  OpLabel out;
+  bool known = false;
+  for (int k = 0; k < kOpKindCount; ++k)
+    if (op_kind_name(OpKind(k)) == name) out.kind = OpKind(k), known = true;
+  if (!known) return std::nullopt;
+  while (is >> word) {
+    const bool layer = word.size() > 1 && word[0] == 'L';
+    const bool mb = word.size() > 2 && word.compare(0, 2, "mb") == 0;
+    const std::string digits = word.substr(layer ? 1 : mb ? 2 : word.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    (layer ? out.layer : out.micro_batch) = std::stoi(digits);
+  }
+  return out;
+}
+
 StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t micro_batch, int grad_accum,
                             bool checkpointing, int64_t speculation_bytes) {
   StepConfig c;

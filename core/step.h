@@ -4,7 +4,9 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/model.h"
@@ -80,6 +82,15 @@ struct Op {
   std::string label() const;
   bool operator==(const Op&) const = default;
 };
+
+// An op's kind, layer and micro-batch read back from its Op::label() ("backward L3 mb0"; -1 where the
+// label has none); nullopt for text Op::label() does not write.
+struct OpLabel {
+  OpKind kind = OpKind::kForward;
+  int layer = -1;
+  int micro_batch = -1;
+};
+std::optional<OpLabel> parse_op_label(std::string_view label);
 
 // Layer-gradient (send) buffers: backward writes one while the reduction reads the other.
 constexpr int kGradSlots = 2;

@@ -113,8 +113,8 @@ GemmRateTable::GemmRateTable(std::vector<GemmRatePoint> points) : points_(std::m
   }
 }
 
-double GemmRateTable::tflops_at(const GemmParams& shape_model, GemmShape s, GemmPass pass) const {
-  constexpr const char* kWhere = "GemmRateTable::tflops_at";
+const GemmRatePoint& GemmRateTable::nearest(GemmShape s, GemmPass pass) const {
+  constexpr const char* kWhere = "GemmRateTable::nearest";
   if (points_.empty()) throw std::logic_error(std::string(kWhere) + ": the table has no points");
   require_positive(s.m, kWhere, "m");
   require_positive(s.n, kWhere, "n");
@@ -135,8 +135,13 @@ double GemmRateTable::tflops_at(const GemmParams& shape_model, GemmShape s, Gemm
     const bool own = pass != GemmPass::kAny && pt.pass == pass;
     if (best == nullptr || d < best_d || (d == best_d && own && !best_own)) best = &pt, best_d = d, best_own = own;
   }
-  if (best_d == 0) return best->tflops;
-  return best->tflops * gemm_efficiency(shape_model, s) / gemm_efficiency(shape_model, best->shape);
+  return *best;
+}
+
+double GemmRateTable::tflops_at(const GemmParams& shape_model, GemmShape s, GemmPass pass) const {
+  const GemmRatePoint& best = nearest(s, pass);
+  if (best.shape.m == s.m && best.shape.n == s.n && best.shape.k == s.k) return best.tflops;
+  return best.tflops * gemm_efficiency(shape_model, s) / gemm_efficiency(shape_model, best.shape);
 }
 
 TimeNs gemm_ns(const GemmParams& p, const GemmRateTable& table, GemmShape s) {

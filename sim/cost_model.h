@@ -82,6 +82,8 @@ class GemmRateTable {
   std::span<const GemmRatePoint> points() const noexcept { return points_; }
   // TFLOP/s of shape s. Requires a non-empty table (std::logic_error) and s without a zero dimension.
   double tflops_at(const GemmParams& shape_model, GemmShape s, GemmPass pass = GemmPass::kAny) const;
+  // The point tflops_at takes its level from (the rules above); its shape equals s when s was measured.
+  const GemmRatePoint& nearest(GemmShape s, GemmPass pass = GemmPass::kAny) const;
 
  private:
   std::vector<GemmRatePoint> points_;

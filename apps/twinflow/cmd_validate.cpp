@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/twinflow/breakdown.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/svg_plot.h"
@@ -23,6 +24,7 @@
 #include "core/error.h"
 #include "core/hardware.h"
 #include "core/scenario.h"
+#include "core/settings.h"
 
 namespace fs = std::filesystem;
 
@@ -73,6 +75,7 @@ struct ValidateOptions {
   std::optional<std::string> speculation;   // when measuring: run's --speculation, as given
   std::optional<std::string> timeline_svg;  // when measuring: run's --timeline-svg (one file per ratio)
   double mape_goal = 5, max_goal = 10;
+  std::vector<std::string> breakdown;  // Chrome traces of measured steps: per-layer time against the costs
 };
 
 const IntOption kSteps{"steps", 2, 1000, 6, "steps per ratio when measuring (the first is not counted)"};
@@ -102,6 +105,10 @@ CommandOptions validate_options() {
   add("timeline-svg", po::value<std::string>(),
       "when measuring: each ratio's last step as an SVG timeline (passed to `twinflow run --timeline-svg`: FILE's "
       "stem + -rRATIO)");
+  add("breakdown", po::value<std::vector<std::string>>()->multitoken(),
+      "TRACE...: Chrome traces of measured steps (`twinflow run --trace`): rank 0's forward/backward time per layer "
+      "kind against the simulator's per-layer costs by op class, and the GEMMs' rates; alone (no --measured) it "
+      "measures nothing");
   add("mape-goal", po::value<double>()->default_value(5.0),
       "goal for the mean absolute percentage error of the step time and of the peak GPU memory, %");
   add("max-goal", po::value<double>()->default_value(10.0),
@@ -136,6 +143,7 @@ std::optional<ValidateOptions> parse_validate_options(const std::vector<std::str
   o.max_goal = vm["max-goal"].as<double>();
   if (!(o.mape_goal > 0) || !(o.max_goal > 0)) throw core::InputError("--mape-goal and --max-goal must be > 0");
   o.out = read_output_options(vm);
+  if (vm.count("breakdown")) o.breakdown = vm["breakdown"].as<std::vector<std::string>>();
   if (vm.count("memory-svg")) o.memory_svg = vm["memory-svg"].as<std::string>();
   if (vm.count("measured")) {
     if (vm.count("ratios") || vm.count("nproc") || o.out.trace || vm.count("speculation") || vm.count("timeline-svg"))
@@ -358,6 +366,14 @@ int cmd_validate(const std::vector<std::string>& args) {
   const std::optional<ValidateOptions> parsed = parse_validate_options(args);
   if (!parsed) return kExitOk;
   const ValidateOptions& o = *parsed;
+  if (!o.breakdown.empty()) {
+    const size_t layers = core::resolve_settings(o.sc).model.layers.size();
+    std::vector<TraceLayerTimes> traces;
+    for (const std::string& f : o.breakdown) traces.push_back(read_trace_layer_times(f, layers));
+    print_breakdown(breakdown_traces(o.sc, traces), o.sc);
+    if (!o.measured) return kExitOk;  // the traces alone: nothing to measure
+    std::cout << "\n";
+  }
   if (!o.measured)
     if (const std::optional<int> failed = measure(o)) return *failed;
   const std::string measured_file = o.measured.value_or(o.run_json);

@@ -40,10 +40,9 @@ struct CostSetup {
   int cpu_ranks_per_host = 1;  // ranks whose CPU passes share one host (HostCpuPool): ranks r / this
   int gpus_per_link = 1;
   double launch_ns = 0;  // per kernel
-  // Per layer (model order): the GEMM time of one micro-batch's forward and backward (the backward
-  // includes the recomputed forward with activation checkpointing), and how many kernels each launches.
-  std::vector<double> fwd_gemm_ns, bwd_gemm_ns;
-  std::vector<int> fwd_kernels, bwd_kernels;
+  // Per layer (model order): one micro-batch's forward and backward (the backward includes the
+  // recomputed forward with activation checkpointing), LayerCost::ns().
+  std::vector<double> fwd_ns, bwd_ns;
   double optimizer_gbps = 0;  // the fused GPU optimizer kernel's bytes per ns
   double event_sync_ns = 0;   // a host (cpu-queue) op that waits on a device op learns of its end this late
   tf::sim::MemoryKernelParams hbm;
@@ -78,57 +77,95 @@ AttentionRates attention_rates(const core::GpuProfile& g, const core::ModelDesc&
           g.attention_tflops_at(core::head_dim(d), d.seq, true)};
 }
 
-// ns of a layer's GEMMs. A batch of products runs at the rate of the one GEMM with the same tiles,
-// (batch x m, n, k): a strided-batched kernel fills the GPU with the batch's tiles the same way.
-// With a measured table (bf16 only) rates come from it; otherwise the roofline-and-tiles model. The
-// fused attention's products run at its measured rate for the pass when there is one (`attention_tflops`
-// > 0): core::fused_attention_flops over it, its own traffic included.
-double gemms_ns(const std::vector<core::LayerGemm>& gemms, const tf::sim::GemmParams& gp,
-                const tf::sim::GemmRateTable* table, double attention_tflops) {
-  double ns = 0;
+// What a layer's costs are computed with: the GEMM shape model, the measured table (null: the
+// roofline-and-tiles model alone) and the profile's GPU.
+struct LayerCostModel {
+  tf::sim::GemmParams gp;
+  const tf::sim::GemmRateTable* table = nullptr;
+  const core::GpuProfile* gpu = nullptr;
+};
+
+// A layer's GEMMs. A batch of products runs at the rate of the one GEMM with the same tiles,
+// (batch x m, n, k): a strided-batched kernel fills the GPU with the batch's tiles the same way. With a
+// measured table (bf16 only) rates come from it; otherwise the roofline-and-tiles model. The fused
+// attention's products run at its measured rate for the pass when there is one (`attention_tflops` > 0):
+// core::fused_attention_flops over it, its own traffic included; one forward kernel, two backward
+// kernels (dK/dV, dQ) besides the D kernel that the memory-bound list counts. Otherwise one kernel per GEMM.
+void add_gemms(const std::vector<core::LayerGemm>& gemms, const LayerCostModel& m, double attention_tflops,
+               bool backward, PassCost& c) {
+  bool fused = false;
   for (const core::LayerGemm& g : gemms) {
-    if (g.fused_attention && attention_tflops > 0) continue;
+    if (g.fused_attention && attention_tflops > 0) {
+      fused = true;
+      continue;
+    }
     const tf::sim::GemmShape eq{g.m * g.batch, g.n, g.k};
-    const double tflops = table ? table->tflops_at(gp, eq, g.pass) : gp.peak_tflops * tf::sim::gemm_efficiency(gp, eq);
-    ns += tf::sim::gemm_flops(eq) / (tflops * 1e3);  // 1 TFLOP/s = 1e3 FLOP/ns
+    GemmCost gc;
+    gc.gemm = g;
+    if (m.table) {
+      const tf::sim::GemmShape at = m.table->nearest(eq, g.pass).shape;
+      gc.tflops = m.table->tflops_at(m.gp, eq, g.pass);
+      gc.measured = true;
+      gc.exact_shape = at.m == eq.m && at.n == eq.n && at.k == eq.k;
+    } else {
+      gc.tflops = m.gp.peak_tflops * tf::sim::gemm_efficiency(m.gp, eq);
+    }
+    gc.ns = tf::sim::gemm_flops(eq) / (gc.tflops * 1e3);  // 1 TFLOP/s = 1e3 FLOP/ns
+    c.gemms.push_back(gc);
+    ++c.kernels;
   }
-  if (attention_tflops > 0) ns += core::fused_attention_flops(gemms) / (attention_tflops * 1e3);
-  return ns;
+  if (attention_tflops > 0) c.attention_ns += core::fused_attention_flops(gemms) / (attention_tflops * 1e3);
+  if (fused) c.kernels += backward ? 2 : 1;
 }
 
-// ns of a layer's memory-bound kernels: each class's bytes at its measured rate (gpu.decoder_kernel_gbps),
-// else at gpu.hbm_gbps (GB/s = bytes per ns). With a measured attention rate the attention's own
-// traffic is part of that rate's time and is not counted again.
-double elementwise_ns(const std::vector<core::KernelCost>& kernels, const core::GpuProfile& g,
-                      bool attention_measured) {
-  int64_t hbm_bytes = 0;  // the classes without a measured rate, summed first (one division, as before the classes)
-  double ns = 0;
+// A layer's memory-bound kernels: each class's bytes at its measured rate (gpu.decoder_kernel_gbps), else at
+// gpu.hbm_gbps (GB/s = bytes per ns). With a measured attention rate the attention's own traffic is part
+// of that rate's time and is not counted again.
+void add_elementwise(const std::vector<core::KernelCost>& kernels, const core::GpuProfile& g, bool attention_measured,
+                     PassCost& c) {
   for (const core::KernelCost& k : kernels) {
     const bool attention =
         k.kind == core::KernelClass::kAttentionForward || k.kind == core::KernelClass::kAttentionBackward;
+    c.kernels += k.kernels;
     if (attention && attention_measured) continue;
-    const double gbps = g.kernel_gbps(k.kind);
-    if (gbps == g.hbm_gbps)
-      hbm_bytes += k.bytes;
-    else
-      ns += double(k.bytes) / gbps;
+    c.class_ns[size_t(k.kind)] += double(k.bytes) / g.kernel_gbps(k.kind);
   }
-  return ns + double(hbm_bytes) / g.hbm_gbps;
 }
 
-// Kernel launches of a layer's GEMM list: one per GEMM, except the fused attention's products when its
-// rate is measured: one forward kernel, and two backward kernels (dK/dV, dQ) besides the D kernel that
-// the memory-bound list counts.
-int gemm_launches(const std::vector<core::LayerGemm>& gemms, bool attention_measured, bool backward) {
-  int n = 0;
-  bool fused = false;
-  for (const core::LayerGemm& g : gemms) {
-    if (g.fused_attention && attention_measured)
-      fused = true;
-    else
-      ++n;
-  }
-  return n + (fused ? (backward ? 2 : 1) : 0);
+// `more`'s entries added to `c` (a checkpointed block's recomputed forward in its backward).
+void add_pass(const PassCost& more, PassCost& c) {
+  c.gemms.insert(c.gemms.end(), more.gemms.begin(), more.gemms.end());
+  c.attention_ns += more.attention_ns;
+  for (size_t i = 0; i < c.class_ns.size(); ++i) c.class_ns[i] += more.class_ns[i];
+  c.kernels += more.kernels;
+}
+
+// Layer i's forward and backward for one micro-batch: its GEMMs, its memory-bound kernels (bias,
+// activation, norms, loss) and the host's issue time of its kernels (at least one kernel per op: an
+// embedding's gather). With activation checkpointing a block's backward runs its forward again first
+// (the same kernels, the same cost).
+LayerCost layer_cost(const core::RunSettings& rs, bool bf16, const LayerCostModel& m, size_t i) {
+  const core::ModelDesc& model = rs.model;
+  const core::LayerDesc& l = model.layers[i];
+  const auto act_bytes = int(core::dtype_bytes(rs.step.param_dtype));  // activations and GEMM operands
+  const std::vector<core::LayerGemm> fwd = core::forward_gemms(model, l, rs.step.micro_batch),
+                                     bwd = core::backward_gemms(fwd, core::layer_needs_input_grad(model, i));
+  const core::ElementwiseCost ew = core::layer_elementwise(model, i, rs.step.micro_batch, act_bytes);
+  // the attention kernel's rates are of bf16 training (its only dtype)
+  const AttentionRates att = bf16 ? attention_rates(*m.gpu, model, l) : AttentionRates{};
+  LayerCost c;
+  c.layer = i;
+  c.kind = l.kind;
+  add_gemms(fwd, m, att.measured() ? att.fwd_tflops : 0, false, c.fwd);
+  add_elementwise(ew.fwd, *m.gpu, att.measured(), c.fwd);
+  c.fwd.kernels = std::max(1, c.fwd.kernels);
+  add_gemms(bwd, m, att.measured() ? att.bwd_tflops : 0, true, c.bwd);
+  add_elementwise(ew.bwd, *m.gpu, att.measured(), c.bwd);
+  c.bwd.kernels = std::max(1, c.bwd.kernels);
+  if (rs.step.checkpointing && l.kind == core::LayerKind::kBlock) add_pass(c.fwd, c.bwd);
+  c.fwd.issue_ns = m.gpu->kernel_launch_ns * c.fwd.kernels;
+  c.bwd.issue_ns = m.gpu->kernel_launch_ns * c.bwd.kernels;
+  return c;
 }
 
 tf::sim::BusBandwidthCurve curve_of(const std::vector<core::BusPoint>& pts) {
@@ -151,42 +188,33 @@ double peak_tflops_of(const core::Scenario& s) {
   return peak_tflops;
 }
 
-// Per layer: its GEMMs (the fused attention at its measured rate when the profile has one), and its
-// memory-bound kernels (bias, activation, norms, loss) at their classes' measured rates or the HBM
-// rate; one kernel per GEMM (at least one kernel per op: an embedding's gather). With activation
-// checkpointing a block's backward runs its forward again first (the same kernels, the same cost).
-void layer_costs(const core::Scenario& s, const core::RunSettings& rs, double gemm_max_efficiency, CostSetup& c) {
+// Every layer's cost with the scenario's profile and the run's settings.
+std::vector<LayerCost> layer_costs_of(const core::Scenario& s, const core::RunSettings& rs,
+                                      double gemm_max_efficiency) {
   const core::HardwareProfile& hw = s.cluster.hardware;
-  const core::ModelDesc& model = rs.model;
-  const auto act_bytes = int(core::dtype_bytes(rs.step.param_dtype));  // activations and GEMM operands
-  tf::sim::GemmParams gp;
-  gp.peak_tflops = peak_tflops_of(s);
-  gp.hbm_gbps = hw.gpu.hbm_gbps;
-  gp.max_efficiency = gemm_max_efficiency;
-  gp.bytes_per_element = act_bytes;
+  LayerCostModel m;
+  m.gp.peak_tflops = peak_tflops_of(s);
+  m.gp.hbm_gbps = hw.gpu.hbm_gbps;
+  m.gp.max_efficiency = gemm_max_efficiency;
+  m.gp.bytes_per_element = int64_t(core::dtype_bytes(rs.step.param_dtype));
+  m.gpu = &hw.gpu;
   std::vector<tf::sim::GemmRatePoint> measured_gemms;
   const bool bf16 = s.training.precision == core::Precision::kBF16;
   if (bf16)
     for (const core::GemmPoint& e : hw.gpu.bf16_gemm_tflops_by_shape)
       measured_gemms.push_back({{e.m, e.n, e.k}, e.tflops, e.pass});
   const tf::sim::GemmRateTable table(std::move(measured_gemms));
-  const tf::sim::GemmRateTable* measured = table.empty() ? nullptr : &table;
-  for (size_t i = 0; i < model.layers.size(); ++i) {
-    const core::LayerDesc& l = model.layers[i];
-    const std::vector<core::LayerGemm> fwd = core::forward_gemms(model, l, rs.step.micro_batch),
-                                       bwd = core::backward_gemms(fwd, core::layer_needs_input_grad(model, i));
-    const core::ElementwiseCost ew = core::layer_elementwise(model, i, rs.step.micro_batch, act_bytes);
-    // the attention kernel's rates are of bf16 training (its only dtype)
-    const AttentionRates att = bf16 ? attention_rates(hw.gpu, model, l) : AttentionRates{};
-    const bool am = att.measured();
-    const bool recompute = rs.step.checkpointing && l.kind == core::LayerKind::kBlock;
-    const double f = gemms_ns(fwd, gp, measured, am ? att.fwd_tflops : 0) + elementwise_ns(ew.fwd, hw.gpu, am);
-    const int fk = gemm_launches(fwd, am, false) + ew.fwd_kernels();
-    c.fwd_gemm_ns.push_back(f);
-    c.bwd_gemm_ns.push_back(gemms_ns(bwd, gp, measured, am ? att.bwd_tflops : 0) + elementwise_ns(ew.bwd, hw.gpu, am) +
-                            (recompute ? f : 0.0));
-    c.fwd_kernels.push_back(std::max(1, fk));
-    c.bwd_kernels.push_back(std::max(1, gemm_launches(bwd, am, true) + ew.bwd_kernels() + (recompute ? fk : 0)));
+  m.table = table.empty() ? nullptr : &table;
+  std::vector<LayerCost> out;
+  for (size_t i = 0; i < rs.model.layers.size(); ++i) out.push_back(layer_cost(rs, bf16, m, i));
+  return out;
+}
+
+// Per layer, the forward and backward ops' durations (LayerCost's ns()).
+void layer_costs(const core::Scenario& s, const core::RunSettings& rs, double gemm_max_efficiency, CostSetup& c) {
+  for (const LayerCost& l : layer_costs_of(s, rs, gemm_max_efficiency)) {
+    c.fwd_ns.push_back(l.fwd.ns());
+    c.bwd_ns.push_back(l.bwd.ns());
   }
 }
 
@@ -482,12 +510,11 @@ class Simulation {
     return 0;
   }
 
-  // A layer's forward or backward on one micro-batch: its GEMMs, plus one launch per kernel.
+  // A layer's forward or backward on one micro-batch (layer_cost: its kernels' work, or the host's issue
+  // time of its kernels where that is longer).
   TimeNs compute_ns(const core::Op& op) const {
     const auto l = static_cast<size_t>(op.layer);
-    if (op.kind == core::OpKind::kForward)
-      return tf::sim::ceil_ns(cost_.launch_ns * cost_.fwd_kernels.at(l) + cost_.fwd_gemm_ns.at(l));
-    return tf::sim::ceil_ns(cost_.launch_ns * cost_.bwd_kernels.at(l) + cost_.bwd_gemm_ns.at(l));
+    return tf::sim::ceil_ns(op.kind == core::OpKind::kForward ? cost_.fwd_ns.at(l) : cost_.bwd_ns.at(l));
   }
 
   // How long a host op waits before it starts: a host thread learns of a device op's end through an
@@ -690,6 +717,22 @@ void collect_ranks(const Simulation& sim, const std::vector<core::StepPlan>& pla
 }
 
 }  // namespace
+
+double PassCost::gemm_ns() const {
+  double ns = 0;
+  for (const GemmCost& g : gemms) ns += g.ns;
+  return ns;
+}
+
+double PassCost::work_ns() const {
+  double ns = gemm_ns() + attention_ns;
+  for (double c : class_ns) ns += c;
+  return ns;
+}
+
+std::vector<LayerCost> layer_costs(const core::Scenario& s, const SimOptions& opt) {
+  return layer_costs_of(s, core::resolve_settings(s, opt.overrides), opt.gemm_max_efficiency);
+}
 
 SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& opt) {
   if (!(ratio >= 0 && ratio <= 1)) throw core::InputError("ratio " + std::to_string(ratio) + " is outside [0, 1]");

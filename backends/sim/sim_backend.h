@@ -2,12 +2,15 @@
 // (tf::sim) and reports step time, per-queue busy time, exposed time and memory.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/gemm.h"
 #include "core/memory.h"
+#include "core/model.h"
 #include "core/scenario.h"
 #include "core/settings.h"
 #include "core/step.h"
@@ -79,6 +82,46 @@ struct SimOptions {
   // those set the level themselves.
   double gemm_max_efficiency = 0.8;
 };
+
+// One GEMM of a layer's pass as the simulator times it.
+struct GemmCost {
+  core::LayerGemm gemm;
+  double tflops = 0;         // the rate it runs at
+  double ns = 0;             // its FLOPs over that rate
+  bool measured = false;     // the rate came from gpu.bf16_gemm_tflops_by_shape
+  bool exact_shape = false;  // ... at this very shape and pass (else the nearest point, carried by the shape model)
+};
+
+// What one layer's forward or backward costs on the GPU, by op class (docs/ARCHITECTURE.md, "Simulator
+// foundation": GEMMs, the fused attention, the memory-bound kernels by core::KernelClass, launches).
+struct PassCost {
+  std::vector<GemmCost> gemms;  // cuBLAS GEMMs (and the attention's products when its rate is not measured)
+  double attention_ns = 0;      // the fused attention at its measured rate, its own traffic included
+  std::array<double, core::kKernelClassCount> class_ns{};  // memory-bound kernels, by core::KernelClass
+  int kernels = 0;                                         // kernels launched
+  double issue_ns = 0;  // kernels x gpu.kernel_launch_ns: what the host takes to issue them
+  double gemm_ns() const;
+  double work_ns() const;  // GEMMs + attention + memory-bound kernels: what the GPU executes
+  // What the op takes: max(work, issue). The engine's issuing thread enqueues a layer's kernels while
+  // the GPU runs earlier ones, and the measured rates (GEMM table, kernel classes, attention) were timed
+  // over back-to-back launches, so they hold each kernel's GPU-side cost; only a pass whose kernels
+  // are shorter than the host's issue interval waits for the host (a tiny layer).
+  double ns() const { return std::max(work_ns(), issue_ns); }
+  // The part of ns() the host's issuing adds beyond the GPU's work.
+  double exposed_issue_ns() const { return ns() - work_ns(); }
+};
+
+struct LayerCost {
+  size_t layer = 0;  // index into core::ModelDesc::layers
+  core::LayerKind kind = core::LayerKind::kBlock;
+  PassCost fwd;
+  PassCost bwd;  // with activation checkpointing, the recomputed forward's entries included
+};
+
+// Every layer's forward and backward cost for one micro-batch, with the settings simulate_step uses
+// (core::resolve_settings with opt.overrides) and the scenario's profile: the numbers the simulator's
+// forward and backward ops take (before the slowdowns under collectives and copies).
+std::vector<LayerCost> layer_costs(const core::Scenario& s, const SimOptions& opt = {});
 
 // Simulates one training step of the scenario at `ratio` (the CPU share of every rank's optimizer
 // shard): every rank's core::plan_step plan, with the settings of core::resolve_settings. Memory counts

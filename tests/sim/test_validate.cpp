@@ -2,13 +2,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "apps/twinflow/breakdown.h"
 #include "apps/twinflow/validate.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
 #include "core/scenario.h"
+#include "core/step.h"
 
 namespace {
 
@@ -147,3 +150,56 @@ TEST(Validate, CommittedH100SweepsMeetTheGoals) {
 }
 
 }  // namespace
+
+// `validate --breakdown`: the simulator's own trace of a decoder step read back gives, for every layer kind
+// and pass, the time the costs predict (each simulated op is its cost rounded up to a whole ns, at ratio 0 on
+// one GPU where nothing slows the compute: within 1 ns per op), and labels from Op::label() name their layer.
+TEST(Breakdown, TheSimulatorsOwnTraceIsItsPrediction) {
+  tf::core::Scenario s = tf::core::parse_scenario(
+      "model: {type: decoder, layers: 3, hidden: 256, heads: 4, vocab: 1000, seq: 128}\n"
+      "cluster: {profile: h100-80gb-16core, cpu_cores_per_gpu: 4}\n"
+      "training: {micro_batch: 4, grad_accum: 2}\n"
+      "optimizer: {type: adamw}\n"
+      "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0}}\n",
+      {}, "b.yaml");
+  const tf::backend::sim::SimPoint p =
+      tf::backend::sim::simulate_step(s, 0.0, {.record_ops = true, .keep_plans = true});
+  const std::string path = (std::filesystem::temp_directory_path() / "tf_breakdown_trace.json").string();
+  tf::backend::sim::write_chrome_trace(p, path);
+  const tf::app::TraceLayerTimes t = tf::app::read_trace_layer_times(path, 5);
+  std::filesystem::remove(path);
+  EXPECT_EQ(t.fwd_ops, std::vector<int>(5, 2));  // two micro-batches
+  const tf::app::Breakdown b = tf::app::breakdown_traces(s, {t});
+  ASSERT_EQ(b.rows.size(), 6u);  // embedding, block, head x forward, backward
+  const tf::core::LayerKind kinds[] = {tf::core::LayerKind::kEmbedding, tf::core::LayerKind::kBlock,
+                                       tf::core::LayerKind::kHead};
+  for (size_t i = 0; i < 6; ++i) {
+    const tf::app::BreakdownRow& r = b.rows[i];
+    EXPECT_EQ(r.kind, kinds[i / 2]) << i;
+    EXPECT_EQ(r.backward, i % 2 == 1) << i;
+    EXPECT_EQ(r.layers, i / 2 == 1 ? 3 : 1) << i;
+    EXPECT_NEAR(r.measured_ms * 1e6, r.predicted_ms * 1e6, 2.0 * r.layers) << i;
+    double groups = r.exposed_issue_ms * 1e6;
+    for (int g = 0; g < tf::app::kCostGroupCount; ++g)
+      groups += tf::app::cost_group_ns(r.predicted, tf::app::CostGroup(g));
+    EXPECT_NEAR(groups, r.predicted_ms * 1e6, 1e-6 * r.predicted_ms * 1e6) << i;  // the groups add up
+  }
+  // a trace of another model is refused, naming the layer
+  EXPECT_THROW((void)tf::app::breakdown_traces(s, {tf::app::TraceLayerTimes{}}), tf::core::InputError);
+}
+
+TEST(Breakdown, OpLabelsReadBack) {
+  const auto l = tf::core::parse_op_label("backward L12 mb3");
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->kind, tf::core::OpKind::kBackward);
+  EXPECT_EQ(l->layer, 12);
+  EXPECT_EQ(l->micro_batch, 3);
+  const auto n = tf::core::parse_op_label("norm_allreduce");
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->layer, -1);
+  EXPECT_FALSE(tf::core::parse_op_label("forward Lx").has_value());
+  EXPECT_FALSE(tf::core::parse_op_label("sideways L1").has_value());
+  tf::core::Op op;
+  op.kind = tf::core::OpKind::kForward, op.layer = 7, op.micro_batch = 0;
+  EXPECT_EQ(tf::core::parse_op_label(op.label())->layer, 7);
+}
