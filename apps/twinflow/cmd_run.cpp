@@ -25,6 +25,7 @@
 #include "apps/twinflow/master_weights.h"
 #include "apps/twinflow/run_decoder.h"
 #include "apps/twinflow/run_overlap.h"
+#include "apps/twinflow/steady_steps.h"
 #include "apps/twinflow/step_timeline_svg.h"
 #include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/table.h"
@@ -447,11 +448,12 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// Steps after the first (which pays for first-touch, cuBLAS heuristics and NCCL set-up).
+// Over the point's steady steps (steady_steps.h).
 double steady_median(const RunPoint& p, const std::function<double(const cu::StepReport&)>& f) {
+  const std::vector<bool> steady = steady_steps(p.steps.size(), p.carry_tail);
   std::vector<double> v;
-  for (const cu::StepReport& r : p.steps)
-    if (r.step > p.steps.front().step || p.steps.size() == 1) v.push_back(f(r));
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    if (steady[i]) v.push_back(f(p.steps[i]));
   return median(v);
 }
 
@@ -690,7 +692,7 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
 
 // ---- the results ----------------------------------------------------------------------------------------
 
-// Over steady steps (all but the first), rank 0.
+// Over steady steps (steady_steps.h), rank 0.
 void print_summary(const std::vector<RunPoint>& points, int steps) {
   Table s(
       {"ratio",          "actual",        "step_ms",    "fwd_ms",         "bwd_ms",       "opt_phase_ms", "exp_xfer_ms",
@@ -748,7 +750,11 @@ void print_summary(const std::vector<RunPoint>& points, int steps) {
            num(mfu, 3),
            num(r1 / step, 2)});
   }
-  std::cout << "\nsummary (median of steps 2.." << steps
+  const bool carried = std::any_of(points.begin(), points.end(), [](const RunPoint& p) { return p.carry_tail; });
+  std::cout << "\nsummary (median of the steady steps: " << (carried && steps > 3 ? "3.." : "2..")
+            << (carried && steps > 2 ? std::to_string(steps - 1) : std::to_string(steps))
+            << (carried ? " (a carried step's time is its period; step 2 holds step 1's tail, the last step is drained)"
+                        : "")
             << ", rank 0; spec_held: steps whose speculation held of all steps)\n";
   s.print(std::cout);
 }
@@ -842,8 +848,10 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     jp["spare_slot_bytes"] = spare_bytes(p.memory.plan);
     jp["speculated_steps"] = p.speculated_steps;
     jp["failed_speculations"] = p.failed_speculations;
+    const std::vector<bool> steady = steady_steps(p.steps.size(), p.carry_tail);
     for (size_t i = 0; i < p.steps.size(); ++i) {
       nlohmann::json js = step_json(p.steps[i]);
+      js["steady"] = bool(steady[i]);  // what the summary's medians count (steady_steps.h)
       if (i < p.overlap.size())
         js["overlap"] = {{"cpu_overlap_fraction", p.overlap[i].overlap_fraction},
                          {"gpu_work_ms", p.overlap[i].gpu_work_ms},

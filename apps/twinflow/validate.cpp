@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "apps/twinflow/steady_steps.h"
 #include "backends/sim/sim_backend.h"
 #include "core/config_node.h"
 #include "core/error.h"
@@ -80,13 +81,13 @@ double median(std::vector<double> v) {
 
 double ms(int64_t ns) { return double(ns) / 1e6; }
 
-// f(step) of the steady steps: all but the point's first (which pays for first-touch and cuBLAS/NCCL
-// set-up; step 1, or the first after a resume), or the only one.
+// f(step) of the point's steady steps (steady_steps.h: the run's own rule).
 template <class F>
 std::vector<double> steady_values(const MeasuredPoint& p, F f) {
+  const std::vector<bool> steady = steady_steps(p.steps.size(), p.carry_tail);
   std::vector<double> v;
   for (size_t i = 0; i < p.steps.size(); ++i)
-    if (i > 0 || p.steps.size() == 1) v.push_back(f(p.steps[i]));
+    if (steady[i]) v.push_back(f(p.steps[i]));
   return v;
 }
 
@@ -134,7 +135,7 @@ MeasuredPoint read_point(const json& j, const std::string& file, const std::stri
   if (!steps.is_array() || steps.empty()) bad(file, at + ".steps", "must be a non-empty list");
   for (size_t i = 0; i < steps.size(); ++i)
     p.steps.push_back(read_step(steps[i], file, at + ".steps[" + std::to_string(i) + "]"));
-  // validate compares steady steps: all but step 1 (which pays for set-up), or the only one
+  // validate compares steady steps (steady_steps.h): never step 1 (which pays for set-up), unless the only one
   if (p.steps.size() > 1 &&
       std::none_of(p.steps.begin(), p.steps.end(), [](const MeasuredPoint::Step& s) { return s.step > 1; }))
     bad(file, at + ".steps",

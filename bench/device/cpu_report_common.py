@@ -76,7 +76,8 @@ def engine_step(run):
     if not run or not run.get("points"):
         return None
     p = run["points"][0]
-    steps = p["steps"][1:]  # step 1 warms up
+    # the run's steady steps (apps/twinflow/steady_steps.h; older runs: all but step 1, which warms up)
+    steps = [s for i, s in enumerate(p["steps"]) if s.get("steady", i > 0)]
     rates = [p["cpu_elems"] / s["kind_ns"]["cpu_optimizer"] for s in steps if s["kind_ns"]["cpu_optimizer"] > 0]
     return {"cpu_elems": p["cpu_elems"], "threads": run.get("threads"), "cpu_tuning": run.get("cpu_tuning"),
             "gparam_per_s": rates,

@@ -11,7 +11,7 @@
 #     fresh profile: step MAPE and worst, the H2D and D2H times predicted against measured [~50 s];
 #  4. the same measured sweep with the fresh profile less the two copy terms (the term's effect alone),
 #     and the committed 2026-11-24 sweep (10 ratios) re-simulated with the fresh profile [~5 s].
-# About 150 s expected; every step under its own timeout (90 + 2 x 20 + 60 + 2 x 10 = 210 s at worst). Everything lands in $OUT: the
+# About 150 s expected; every step under its own timeout (90 + 2 x 75 + 60 + 2 x 10 = 320 s at worst; NODE_ONLY=1 stops after the node check). Everything lands in $OUT: the
 # profile, validate's JSON/CSV/SVG, the node checks' JSON, summary.txt; the logs in one archive.
 # Without a GPU (a dry run here) calibrate and the measured sweep fail with their rc; the node check runs
 # on OPT-1.3B at ratio 0.02 and step 4 re-simulates the committed sweep with the committed profile.
@@ -25,7 +25,7 @@ TF=$B/twinflow
 S13=scenarios/real/opt-1.3b-h100.yaml
 COMMITTED=bench/results/2026-11-24-decval-h100
 RATIOS=${RATIOS:-0,0.2,0.4,0.7,1}
-STEPS=${STEPS:-4}
+STEPS=${STEPS:-5}  # a carried run's steady steps are 3..N-1 (apps/twinflow/steady_steps.h)
 ITERS=${ITERS:-9}
 REPEATS=${REPEATS:-2}
 KS=${KS:-$(for k in 1 2 4; do [ "$k" -le "$(nproc)" ] && echo -n "$k,"; done | sed 's/,$//')}
@@ -56,7 +56,7 @@ grep -E "_slowdown_under_cpu_pass|dma_slowdown_factor" "$PROFILE" 2> /dev/null |
 
 step "2. the node check: k = $KS on OPT-1.3B's CPU ops at ratio $NODE_RATIO, $ITERS passes, $REPEATS times [~30 s]"
 for rep in $(seq 1 "$REPEATS"); do
-  timeout 20 $TF bench --cpu-ranks "$KS" --scenario $S13 --ratio $NODE_RATIO --iters "$ITERS" --optimizers adamw \
+  timeout 75 $TF bench --cpu-ranks "$KS" --scenario $S13 --ratio $NODE_RATIO --iters "$ITERS" --optimizers adamw \
     --grads bf16 --profile "$PROFILE" --json "$OUT/node-check-$rep.json" > "$LOG/node-check-$rep.log" \
     2> "$LOG/node-check-$rep.err"
   say "node check $rep rc $?"
@@ -79,6 +79,7 @@ for k in sorted(rows):
           f"median {statistics.median(e):.1f}, spread {max(e) - min(e):.1f} points (goal |error| <= 5)")
 PY
 
+if [ -n "${NODE_ONLY:-}" ]; then say "NODE_ONLY: the validate steps are left out"; exit 0; fi
 step "3. validate OPT-1.3B at $RATIOS, $STEPS steps, the fresh profile [~50 s]"
 timeout 60 $TF validate $S13 --profile "$PROFILE" --ratios "$RATIOS" --steps "$STEPS" \
   --run-json "$OUT/opt-1.3b-measured.json" --json "$OUT/opt-1.3b-validate.json" \

@@ -115,14 +115,14 @@ tps = {}
 r0 = {}
 for name, pts in sweeps.items():
     for r, p in sorted(pts.items()):
-        st = p["steps"][1:] or p["steps"]
+        st = [s for s in p["steps"] if s.get("steady", s is not p["steps"][0])] or p["steps"]
         ov = lambda k: med([s["overlap"].get(k) for s in st if "overlap" in s])
         t = med([s.get("tokens_per_s") for s in st])
         tps[(name, r)] = t
         if r == 0: r0[name] = t
     base = r0.get(name, r0.get("clip1-carry"))  # clip 100 and no-carry: ratio 0 is the clip-1.0 carry sweep's
     for r, p in sorted(pts.items()):
-        st = p["steps"][1:] or p["steps"]
+        st = [s for s in p["steps"] if s.get("steady", s is not p["steps"][0])] or p["steps"]
         ov = lambda k: med([s["overlap"].get(k) for s in st if "overlap" in s])
         held = sum(1 for s in p["steps"] if s.get("speculated") and s.get("speculation_held"))
         t = tps[(name, r)]
