@@ -11,7 +11,7 @@ W=/tmp/tf-carry-ratio1
 [ -x "$B/twinflow" ] || B=build
 archive_logs carry-ratio1 carry-ratio1.txt
 SC=scenarios/real/opt-1.3b-h100.yaml
-CSC=$W/opt-1.3b-clip100.yaml
+CSC=${SC%.yaml}.clip100.yaml  # beside it: the scenario names its token file relative to itself
 sed -E "s/^(  gradient_clipping:) .*/\1 100/" $SC > "$CSC"
 for round in 1 2; do
   for carry in off on; do
@@ -36,4 +36,5 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "r*-*.json"))):
           f"{m(lambda s: s['busy_ns']['cpu']) / 1e6:12.1f} {m(lambda s: s['kind_ns'].get('h2d', 0)) / 1e6:7.1f} "
           f"{m(lambda s: s.get('tokens_per_s') or 0):9.0f} {sum(1 for s in p['steps'] if s.get('speculation_held'))}/{len(p['steps'])}")
 PY
+rm -f "$CSC"
 cat "$LOG/carry-ratio1.txt"
