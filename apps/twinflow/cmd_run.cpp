@@ -88,7 +88,7 @@ struct RunOptions {
   std::optional<int> grad_accum;
   std::optional<int> staging_slots;  // slots per host staging ring; 0: full-size; core::kStagingAuto
   std::optional<size_t> threads;
-  std::string cpu_tuning = "default";        // --cpu-tuning: over backends/cpu/cpu_tuning.h's defaults
+  std::string cpu_tuning = "default";       // --cpu-tuning: over backends/cpu/cpu_tuning.h's defaults
   OutputFiles out;                          // json, trace
   std::optional<std::string> timeline_svg;  // the last step's timeline (rank 0), an SVG
   bool verify = false, no_pin = false;

@@ -188,8 +188,8 @@ TEST(DecoderWorkload, OneMicroBatchAgainstTheReference) {
       }
       if (relu && double(beyond) > 1e-3 * double(t.numel) && ++violations <= 5)
         ADD_FAILURE() << name << " " << t.name << ": " << beyond << " of " << t.numel << " elements beyond the bound";
-      std::printf("%s %-28s max|g| %.3e  max abs err %.3e (%.4f of max; against double %.4f)\n", name,
-                  t.name.c_str(), mx, worst, mx > 0 ? worst / mx : 0.0, mx > 0 ? worst_double / mx : 0.0);
+      std::printf("%s %-28s max|g| %.3e  max abs err %.3e (%.4f of max; against double %.4f)\n", name, t.name.c_str(),
+                  mx, worst, mx > 0 ? worst / mx : 0.0, mx > 0 ? worst_double / mx : 0.0);
     }
     EXPECT_EQ(violations, 0) << name << ": gradient elements beyond the bound";
     std::printf("%s: loss gpu %.7f double %.7f bf16-like float %.7f\n", name, gpu.loss, d.loss, f.loss);

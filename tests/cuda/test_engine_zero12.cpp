@@ -154,45 +154,45 @@ TEST(CudaEngineZero12, MlpAndDecoderWorkloadsGiveStage3Bits) {
 TEST(CudaEngineZero12, MemoryAndPlanAgreeWithTheSimulator) {
   SKIP_WITHOUT_GPU();
   for (bool carry : {false, true})
-  for (int stage : {1, 2})
-    for (double ratio : {0.0, 0.3, 1.0}) {
-      core::Scenario sc = scenario(stage, kMlp);
-      sc.training.carry_tail = carry;
-      auto eng = cu::Engine::create(config(sc, core::WorkloadType::kMlp, ratio));
-      const cu::EngineMemory& mem = eng->memory();
-      std::map<std::string, int64_t> planned, allocated;
-      for (const core::BufferSpec& b : mem.plan.buffers)
-        if (b.allocated) planned[b.name] = b.bytes;
-      for (const core::BufferSpec& b : mem.allocated) allocated[b.name] += b.bytes;
-      const std::string what =
-          "stage " + std::to_string(stage) + " ratio " + std::to_string(ratio) + (carry ? " carry" : "");
-      EXPECT_EQ(allocated, planned) << what;
-      backend::sim::SimOptions o;
-      o.keep_plans = true;
-      const backend::sim::SimPoint p = backend::sim::simulate_step(sc, ratio, o);
-      ASSERT_EQ(p.plans.size(), 1u);
-      EXPECT_EQ(eng->plan(), p.plans[0]) << what;
-      EXPECT_EQ(eng->plan().stage, stage);
-      const core::RankMemory &a = mem.planned, &b = p.memory;
-      using Term = int64_t core::RankMemory::*;
-      const std::pair<const char*, Term> terms[] = {{"gpu_params", &core::RankMemory::gpu_params},
-                                                    {"gpu_grads", &core::RankMemory::gpu_grads},
-                                                    {"gpu_optimizer", &core::RankMemory::gpu_optimizer},
-                                                    {"gpu_activations", &core::RankMemory::gpu_activations},
-                                                    {"gpu_comm", &core::RankMemory::gpu_comm},
-                                                    {"gpu_workspace", &core::RankMemory::gpu_workspace},
-                                                    {"gpu_context", &core::RankMemory::gpu_context},
-                                                    {"gpu_total", &core::RankMemory::gpu_total},
-                                                    {"host_optimizer", &core::RankMemory::host_optimizer},
-                                                    {"host_staging", &core::RankMemory::host_staging},
-                                                    {"host_workspace", &core::RankMemory::host_workspace},
-                                                    {"host_total", &core::RankMemory::host_total}};
-      for (const auto& [name, term] : terms) EXPECT_EQ(a.*term, b.*term) << what << " " << name;
-      eng->step();
-      std::printf("%s: GPU in use %.3f GB, plan %.3f GB (params %.4f GB, grads %.4f GB)\n", what.c_str(),
-                  double(eng->gpu_bytes_in_use()) / 1e9, double(a.gpu_total) / 1e9, double(a.gpu_params) / 1e9,
-                  double(a.gpu_grads) / 1e9);
-    }
+    for (int stage : {1, 2})
+      for (double ratio : {0.0, 0.3, 1.0}) {
+        core::Scenario sc = scenario(stage, kMlp);
+        sc.training.carry_tail = carry;
+        auto eng = cu::Engine::create(config(sc, core::WorkloadType::kMlp, ratio));
+        const cu::EngineMemory& mem = eng->memory();
+        std::map<std::string, int64_t> planned, allocated;
+        for (const core::BufferSpec& b : mem.plan.buffers)
+          if (b.allocated) planned[b.name] = b.bytes;
+        for (const core::BufferSpec& b : mem.allocated) allocated[b.name] += b.bytes;
+        const std::string what =
+            "stage " + std::to_string(stage) + " ratio " + std::to_string(ratio) + (carry ? " carry" : "");
+        EXPECT_EQ(allocated, planned) << what;
+        backend::sim::SimOptions o;
+        o.keep_plans = true;
+        const backend::sim::SimPoint p = backend::sim::simulate_step(sc, ratio, o);
+        ASSERT_EQ(p.plans.size(), 1u);
+        EXPECT_EQ(eng->plan(), p.plans[0]) << what;
+        EXPECT_EQ(eng->plan().stage, stage);
+        const core::RankMemory &a = mem.planned, &b = p.memory;
+        using Term = int64_t core::RankMemory::*;
+        const std::pair<const char*, Term> terms[] = {{"gpu_params", &core::RankMemory::gpu_params},
+                                                      {"gpu_grads", &core::RankMemory::gpu_grads},
+                                                      {"gpu_optimizer", &core::RankMemory::gpu_optimizer},
+                                                      {"gpu_activations", &core::RankMemory::gpu_activations},
+                                                      {"gpu_comm", &core::RankMemory::gpu_comm},
+                                                      {"gpu_workspace", &core::RankMemory::gpu_workspace},
+                                                      {"gpu_context", &core::RankMemory::gpu_context},
+                                                      {"gpu_total", &core::RankMemory::gpu_total},
+                                                      {"host_optimizer", &core::RankMemory::host_optimizer},
+                                                      {"host_staging", &core::RankMemory::host_staging},
+                                                      {"host_workspace", &core::RankMemory::host_workspace},
+                                                      {"host_total", &core::RankMemory::host_total}};
+        for (const auto& [name, term] : terms) EXPECT_EQ(a.*term, b.*term) << what << " " << name;
+        eng->step();
+        std::printf("%s: GPU in use %.3f GB, plan %.3f GB (params %.4f GB, grads %.4f GB)\n", what.c_str(),
+                    double(eng->gpu_bytes_in_use()) / 1e9, double(a.gpu_total) / 1e9, double(a.gpu_params) / 1e9,
+                    double(a.gpu_grads) / 1e9);
+      }
 }
 
 // Two ranks, one per GPU, threads of this process sharing one NCCL id (skips with fewer than 2 GPUs):

@@ -251,7 +251,8 @@ TEST_F(ServerTest, HundredConcurrentScrapes) {
   ServerOptions o;
   // Every client connects, then waits at the barrier for the 99 others: on a loaded 2-core CI machine under
   // ASan that wait outlasted the default 5 s idle timeout and the server closed the early ones (as it should).
-  // This test is about serving 100 at once, not about idleness (IdleConnectionsAreClosedAfterTheIdleTimeout tests that).
+  // This test is about serving 100 at once, not about idleness (IdleConnectionsAreClosedAfterTheIdleTimeout tests
+  // that).
   o.idle_timeout = milliseconds(120000);
   o.read_timeout = milliseconds(120000);
   MetricsServer server(registry, o);
