@@ -692,8 +692,27 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
 
 // ---- the results ----------------------------------------------------------------------------------------
 
+// Each point's steady steps by number (steady_steps.h), e.g. "2..6", or "3..5 (carried: ...)" per point
+// where they differ.
+std::string steady_step_list(const std::vector<RunPoint>& points) {
+  std::string out;
+  for (const RunPoint& p : points) {
+    const std::vector<bool> steady = steady_steps(p.steps.size(), p.carry_tail);
+    std::vector<int> nums;
+    for (size_t i = 0; i < p.steps.size(); ++i)
+      if (steady[i]) nums.push_back(p.steps[i].step);
+    if (nums.empty()) continue;
+    std::string one =
+        nums.size() == 1 ? std::to_string(nums[0]) : std::to_string(nums.front()) + ".." + std::to_string(nums.back());
+    if (p.carry_tail)
+      one += " (carried: a step's time is its period; the first period holds step 1's tail, the last step is drained)";
+    if (out.find(one) == std::string::npos) out += (out.empty() ? "" : "; ") + one;
+  }
+  return out.empty() ? "none" : out;
+}
+
 // Over steady steps (steady_steps.h), rank 0.
-void print_summary(const std::vector<RunPoint>& points, int steps) {
+void print_summary(const std::vector<RunPoint>& points) {
   Table s(
       {"ratio",          "actual",        "step_ms",    "fwd_ms",         "bwd_ms",       "opt_phase_ms", "exp_xfer_ms",
        "exp_cpu_opt_ms", "exp_copies_ms", "cpu_opt_ms", "gpu_opt_ms",     "busy_compute", "busy_cpu",     "cpu_hid",
@@ -750,11 +769,7 @@ void print_summary(const std::vector<RunPoint>& points, int steps) {
            num(mfu, 3),
            num(r1 / step, 2)});
   }
-  const bool carried = std::any_of(points.begin(), points.end(), [](const RunPoint& p) { return p.carry_tail; });
-  std::cout << "\nsummary (median of the steady steps: " << (carried && steps > 3 ? "3.." : "2..")
-            << (carried && steps > 2 ? std::to_string(steps - 1) : std::to_string(steps))
-            << (carried ? " (a carried step's time is its period; step 2 holds step 1's tail, the last step is drained)"
-                        : "")
+  std::cout << "\nsummary (median of the steady steps, steady_steps.h: " << steady_step_list(points)
             << ", rank 0; spec_held: steps whose speculation held of all steps)\n";
   s.print(std::cout);
 }
@@ -910,7 +925,7 @@ int cmd_run(const std::vector<std::string>& args) {
     points.push_back(run_ratio(o, ec, metrics, rdv.get(), signals ? &*signals : nullptr));
     all_ok = all_ok && points.back().parity_ok;
   }
-  if (env.rank == 0) print_summary(points, o.steps);
+  if (env.rank == 0) print_summary(points);
   if (o.dump_batches && env.rank == 0) {
     write_batch_file(*o.dump_batches, base.settings, 1, o.steps, "--dump-batches");
     std::cerr << "dump: " << o.steps << " steps' batches in " << *o.dump_batches << "\n";

@@ -44,7 +44,7 @@ def load(name):
         return json.load(open(os.path.join(log, name)))
     except Exception:
         return None
-print("| round | CPU elements | threads | engine Gparam/s (median of steps 2..) | torch Gparam/s | engine / torch |")
+print("| round | CPU elements | threads | engine Gparam/s (median of the run's steady steps) | torch Gparam/s | engine / torch |")
 print("|---|---|---|---|---|---|")
 ratios = []
 for r in range(1, rounds + 1):

@@ -136,7 +136,7 @@ if best_step:
                  f"{best_step['median']:.3f}", fx(tn1), f"{best_step['median'] / tn1:.2f}x" if tn1 else "-"])
 md.append(table("The engine on a real step: mlp-2b, ratio 0.05 (goal: >= 1.1x torch on the same threads); first row "
                 "the engine's defaults, second (if any) --cpu-tuning with the sweep's best variant at k = 1",
-                ["CPU elements", "threads", "CPU tuning", "Gparam/s steps 2..", "median", "torch (same threads)",
+                ["CPU elements", "threads", "CPU tuning", "Gparam/s (steady steps)", "median", "torch (same threads)",
                  "vs torch"], rows))
 report["engine_step_best"] = best_step
 report["engine_step"] = step

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -65,14 +66,17 @@ class Client {
       if (::poll(&p, 1, std::max(left, 1)) <= 0) continue;
       char buf[65536];
       const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         closed_ = true;
+        close_reason_ = n == 0 ? "end of stream" : std::strerror(errno);
         break;
       }
       out.append(buf, size_t(n));
     }
     return out;
   }
+  const std::string& close_reason() const { return close_reason_; }
   // Reads one response whose length is given by Content-Length (keep-alive connections).
   std::string read_response(milliseconds timeout) {
     const auto end = Clock::now() + timeout;
@@ -101,8 +105,19 @@ class Client {
  private:
   int fd_ = -1;
   bool connected_ = false, closed_ = false;
+  std::string close_reason_;  // read_all's: end of stream, or recv's error
   std::string pending_;
 };
+
+// Where `got` first differs from `want`, with both sides' next bytes ("" when equal).
+std::string first_difference(const std::string& got, const std::string& want) {
+  size_t at = 0;
+  while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
+  if (at == got.size() && at == want.size()) return "";
+  const size_t from = at < 80 ? 0 : at - 80;
+  return "; first difference at byte " + std::to_string(at) + ": got \"" + got.substr(from, 160) + "\", want \"" +
+         want.substr(from, 160) + "\"";
+}
 
 int status_of(const std::string& response) {
   return response.starts_with("HTTP/1.") && response.size() > 12 ? std::stoi(response.substr(9, 3)) : -1;
@@ -261,6 +276,7 @@ TEST_F(ServerTest, HundredConcurrentScrapes) {
   std::vector<double> ms(kClients, -1);
   std::vector<int> status(kClients, -1);
   std::vector<bool> same(kClients, false);
+  std::vector<std::string> why(kClients);
   std::barrier start(kClients);
   std::vector<std::thread> clients;
   for (int i = 0; i < kClients; ++i)
@@ -273,11 +289,15 @@ TEST_F(ServerTest, HundredConcurrentScrapes) {
       ms[size_t(i)] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       status[size_t(i)] = status_of(r);
       same[size_t(i)] = body_of(r) == want;
+      if (!same[size_t(i)])
+        why[size_t(i)] = "body " + std::to_string(body_of(r).size()) + " of " + std::to_string(want.size()) +
+                         " bytes, " + (c.closed() ? "closed: " + c.close_reason() : std::string("not closed")) +
+                         first_difference(body_of(r), want);
     });
   for (auto& t : clients) t.join();
   for (int i = 0; i < kClients; ++i) {
     EXPECT_EQ(status[size_t(i)], 200) << "client " << i;
-    EXPECT_TRUE(same[size_t(i)]) << "client " << i;
+    EXPECT_TRUE(same[size_t(i)]) << "client " << i << ": " << why[size_t(i)];
   }
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
