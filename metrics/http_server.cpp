@@ -261,14 +261,23 @@ void MetricsServer::Impl::admit(tcp::socket socket) {
   if (shared.live.load() >= shared.opt.max_connections) {
     // At the cap: the longest-idle connection makes room; with none idle, the new one is closed.
     std::shared_ptr<Session> victim;
+    // The sessions looked at stay referenced until the lock is released: one whose last other reference went
+    // away meanwhile is destroyed here, and ~Session takes sessions_mutex (destroyed under the lock, it
+    // deadlocked the accepting thread: seen under 4 x 600 connections at once).
+    std::vector<std::shared_ptr<Session>> looked_at;
     {
       std::lock_guard<std::mutex> lock(shared.sessions_mutex);
-      for (const std::weak_ptr<Session>& w : shared.sessions)
-        if (auto s = w.lock(); s && s->claim_idle()) {
+      for (const std::weak_ptr<Session>& w : shared.sessions) {
+        std::shared_ptr<Session> s = w.lock();
+        if (!s) continue;
+        if (s->claim_idle()) {
           victim = std::move(s);
           break;
         }
+        looked_at.push_back(std::move(s));
+      }
     }
+    looked_at.clear();
     if (!victim) {
       ++shared.rejected;
       ErrorCode ignored;
