@@ -26,6 +26,7 @@
 #include "apps/twinflow/run_decoder.h"
 #include "apps/twinflow/run_overlap.h"
 #include "apps/twinflow/steady_steps.h"
+#include "apps/twinflow/loss_curve_svg.h"
 #include "apps/twinflow/step_timeline_svg.h"
 #include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/table.h"
@@ -91,6 +92,7 @@ struct RunOptions {
   std::string cpu_tuning = "default";       // --cpu-tuning: over backends/cpu/cpu_tuning.h's defaults
   OutputFiles out;                          // json, trace
   std::optional<std::string> timeline_svg;  // the last step's timeline (rank 0), an SVG
+  std::optional<std::string> loss_svg;      // the loss and lr per step (rank 0), an SVG
   bool verify = false, no_pin = false;
   std::optional<std::string> save_master;
   std::optional<std::string> dump_step, dump_batches;  // decoder: the oracle's files
@@ -144,6 +146,9 @@ CommandOptions run_options() {
   add("timeline-svg", po::value<std::string>(),
       "the last step's timeline as an SVG (rank 0: a lane per queue, a bar per op; with --ratios one file per ratio, "
       "FILE's stem + -rRATIO)");
+  add("loss-svg", po::value<std::string>(),
+      "the training curve as an SVG: loss and learning rate per step (rank 0; mlp and decoder workloads; with "
+      "--ratios one file per ratio, FILE's stem + -rRATIO)");
   add("verify", po::bool_switch(),
       "check the final fp32 master weights bit for bit against the functional simulator (synthetic workload; small "
       "models)");
@@ -243,6 +248,10 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   backend::cpu::apply_tuning_spec(checked, o.cpu_tuning, "--cpu-tuning");
   o.out = read_output_options(vm);
   if (vm.count("timeline-svg")) o.timeline_svg = vm["timeline-svg"].as<std::string>();
+  if (vm.count("loss-svg")) o.loss_svg = vm["loss-svg"].as<std::string>();
+  if (o.loss_svg && o.workload == core::WorkloadType::kSynthetic)
+    throw core::InputError("--loss-svg: the synthetic workload computes no loss; run the scenario with --workload "
+                           "mlp or decoder, or leave --loss-svg out");
   if (vm.count("save-master")) o.save_master = vm["save-master"].as<std::string>();
   if (vm.count("dump-step")) o.dump_step = vm["dump-step"].as<std::string>();
   if (vm.count("dump-batches")) o.dump_batches = vm["dump-batches"].as<std::string>();
@@ -513,6 +522,18 @@ void write_step_files(const RunOptions& o, const RunPoint& pt, const cu::Engine&
     write_timeline_svg(step_timeline(sp, "measured", o.sc.name), per_ratio_path(*o.timeline_svg, pt.requested, sweep));
 }
 
+// --loss-svg: the point's loss and lr per step, rank 0.
+void write_loss_curve(const RunOptions& o, const RunPoint& pt) {
+  std::vector<LossPoint> points;
+  for (const cu::StepReport& r : pt.steps) points.push_back({r.step, r.loss, r.lr});
+  const std::string path = per_ratio_path(*o.loss_svg, pt.requested, o.ratios.size() > 1);
+  try {
+    write_svg(loss_curve(points, o.sc.name, pt.requested), path, "--loss-svg");
+  } catch (const std::invalid_argument& e) {  // e.g. every step of an fp16 run skipped: the run itself stands
+    std::cerr << "warning: --loss-svg: " << path << " not written: " << e.what() << "\n";
+  }
+}
+
 // After step 1: the plan's GPU and pinned host bytes against what the run holds, and (--dump-step) the
 // oracle's batch and gradient files.
 void after_first_step(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, RunPoint& pt) {
@@ -687,6 +708,7 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
                          ec.settings.model.total_params, mine, rank, ec.settings.world, barrier);
   }
   if ((o.out.trace || o.timeline_svg) && rank == 0) write_step_files(o, pt, *eng, ec.settings.world);
+  if (o.loss_svg && rank == 0) write_loss_curve(o, pt);
   return pt;
 }
 

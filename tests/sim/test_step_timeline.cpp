@@ -1,8 +1,13 @@
-// The step timeline SVG (run --timeline-svg, simulate --timeline-svg): one bar per op on its queue's lane.
+// The step timeline SVG (run --timeline-svg, simulate --timeline-svg): one bar per op on its queue's lane; and
+// the training curve SVG (run --loss-svg).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "apps/twinflow/loss_curve_svg.h"
 #include "apps/twinflow/step_timeline_svg.h"
 #include "backends/sim/sim_backend.h"
 #include "core/scenario.h"
@@ -46,4 +51,36 @@ TEST(StepTimeline, OneBarPerOpOnItsQueuesLaneAtItsTimes) {
   // without op timings it refuses
   EXPECT_THROW((void)tf::app::step_timeline(tf::backend::sim::simulate_step(s, 0.5), "simulated", "tiny"),
                std::invalid_argument);
+}
+
+// run --loss-svg: the loss over the steps that have one, the lr over every step, and a note that names
+// the first, last and lowest losses and the steps without one.
+TEST(LossCurve, PlotsFiniteLossesAndEveryStepsLearningRate) {
+  const std::vector<tf::app::LossPoint> pts = {
+      {1, 11.5, 0.0}, {2, NAN, 1e-5}, {3, 9.25, 2e-5}, {4, 8.0, 3e-5}, {5, 8.5, 3e-5}};
+  const tf::app::PlotSpec p = tf::app::loss_curve(pts, "opt-tiny", 0.35);
+  ASSERT_EQ(p.series.size(), 2u);
+  EXPECT_EQ(p.series[0].name, "loss");
+  EXPECT_FALSE(p.series[0].right_axis);
+  EXPECT_EQ(p.series[0].x, (std::vector<double>{1, 3, 4, 5}));
+  EXPECT_EQ(p.series[0].y, (std::vector<double>{11.5, 9.25, 8.0, 8.5}));
+  EXPECT_EQ(p.series[1].name, "learning rate");
+  EXPECT_TRUE(p.series[1].right_axis);
+  EXPECT_EQ(p.series[1].x, (std::vector<double>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(p.series[1].y, (std::vector<double>{0.0, 1e-5, 2e-5, 3e-5, 3e-5}));
+  EXPECT_EQ(p.title, "Training curve: opt-tiny, ratio 0.35");
+  EXPECT_EQ(p.note,
+            "steps 1..5: loss 11.5 at step 1, 8.5 at step 5, lowest 8 at step 4; 1 step(s) without a loss");
+  const std::string svg = tf::app::render_svg(p);
+  EXPECT_EQ(count(svg, "<polyline"), 2u);
+  EXPECT_NE(svg.find("learning rate"), std::string::npos);
+}
+
+TEST(LossCurve, NoFiniteLossIsAnError) {
+  try {
+    (void)tf::app::loss_curve({{1, NAN, 0.1}, {2, NAN, 0.1}}, "synthetic", 0.5);
+    FAIL() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no step of the run has a finite loss"), std::string::npos) << e.what();
+  }
 }
