@@ -91,7 +91,7 @@ print()
 print("## OPT-1.3B ratio 1 (carry on): per steady step")
 print("| run | step | step ms | fwd ms | bwd ms | cpu_optimizer ms (sum of ops) | CPU busy ms | d2h ms | h2d ms | held |")
 print("|---|---|---|---|---|---|---|---|---|---|")
-for f in sorted(glob.glob(os.path.join(log, "opt-*.json"))):
+for f in sorted([f for f in glob.glob(os.path.join(log, "opt-*.json")) if not f.endswith("-trace.json")]):
     d = load(f)
     if not d:
         print(f"| {os.path.basename(f)} | failed | | | | | | | | |"); continue

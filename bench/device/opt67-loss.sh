@@ -5,7 +5,7 @@
 # linear warm-up (WARMUP steps, default 20, to the optimizer's lr 1e-4) instead of the scenario's 91,553-step
 # OPT-paper warm-up, which leaves the lr near 0 for any run that fits a device call. A copy of the scenario
 # beside it carries the change (its token file is relative to it). Results in $OUT: the run's JSON,
-# loss.csv (step, loss, grad_norm, lr, tokens/s), summary.txt; the log in one archive.
+# loss.csv (step, loss, grad_norm, lr, tokens/s), the curve (run --loss-svg), summary.txt; the log in one archive.
 set -uo pipefail
 W=/tmp/tf-opt67-loss
 . bench/device/device_env.sh
@@ -17,7 +17,7 @@ SC=scenarios/real/opt-6.7b-h100.yaml
 CSC=${SC%.yaml}.loss.yaml
 sed -E "s/warmup_num_steps: [0-9]+/warmup_num_steps: $WARMUP/" $SC > "$CSC"
 step "OPT-6.7B, ratio auto, $STEPS steps, warm-up $WARMUP steps"
-timeout 560 $B/twinflow run "$CSC" --steps "$STEPS" --json "$OUT/opt-6.7b-loss.json" > "$LOG/run.log" 2>&1
+timeout 560 $B/twinflow run "$CSC" --steps "$STEPS" --json "$OUT/opt-6.7b-loss.json" --loss-svg "$OUT/opt-6.7b-loss.svg" > "$LOG/run.log" 2>&1
 echo "rc $?" | tee "$LOG/summary.txt"
 rm -f "$CSC"
 grep -E "^ratio |^memory:|auto" "$LOG/run.log" | head -5 | tee -a "$LOG/summary.txt"
