@@ -22,11 +22,11 @@
 #include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/loss_curve_svg.h"
 #include "apps/twinflow/master_weights.h"
 #include "apps/twinflow/run_decoder.h"
 #include "apps/twinflow/run_overlap.h"
 #include "apps/twinflow/steady_steps.h"
-#include "apps/twinflow/loss_curve_svg.h"
 #include "apps/twinflow/step_timeline_svg.h"
 #include "apps/twinflow/stop_signals.h"
 #include "apps/twinflow/table.h"
@@ -250,8 +250,9 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   if (vm.count("timeline-svg")) o.timeline_svg = vm["timeline-svg"].as<std::string>();
   if (vm.count("loss-svg")) o.loss_svg = vm["loss-svg"].as<std::string>();
   if (o.loss_svg && o.workload == core::WorkloadType::kSynthetic)
-    throw core::InputError("--loss-svg: the synthetic workload computes no loss; run the scenario with --workload "
-                           "mlp or decoder, or leave --loss-svg out");
+    throw core::InputError(
+        "--loss-svg: the synthetic workload computes no loss; run the scenario with --workload "
+        "mlp or decoder, or leave --loss-svg out");
   if (vm.count("save-master")) o.save_master = vm["save-master"].as<std::string>();
   if (vm.count("dump-step")) o.dump_step = vm["dump-step"].as<std::string>();
   if (vm.count("dump-batches")) o.dump_batches = vm["dump-batches"].as<std::string>();

@@ -38,8 +38,9 @@ PlotSpec loss_curve(const std::vector<LossPoint>& points, const std::string& sce
     if (p.loss < lowest) lowest = p.loss, lowest_step = p.step;
   }
   if (loss.y.empty())
-    throw std::invalid_argument("no step of the run has a finite loss (the synthetic workload computes none): "
-                                "nothing to plot; use the mlp or decoder workload");
+    throw std::invalid_argument(
+        "no step of the run has a finite loss (the synthetic workload computes none): "
+        "nothing to plot; use the mlp or decoder workload");
   PlotSpec s;
   s.title = "Training curve: " + scenario + ", ratio " + fmt(ratio, "%.3g");
   s.x_label = "step";

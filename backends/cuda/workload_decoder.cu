@@ -180,8 +180,8 @@ void DecoderWorkload::validate_context() const {
                            " entries for " + std::to_string(c.model->layers.size()) + " layers");
   for (size_t l = 0; l < c.layer_padded.size(); ++l)
     if (c.layer_padded[l] < c.model->layers[l].params)
-      throw core::InputError("decoder workload: layer_padded[" + std::to_string(l) + "] = " +
-                             std::to_string(c.layer_padded[l]) + " is below the layer's " +
+      throw core::InputError("decoder workload: layer_padded[" + std::to_string(l) +
+                             "] = " + std::to_string(c.layer_padded[l]) + " is below the layer's " +
                              std::to_string(c.model->layers[l].params) + " parameters");
   const int64_t hd = core::head_dim(d_);
   if (!core::decoder_layout::attention_head_dim_supported(hd))

@@ -69,8 +69,7 @@ TEST(LossCurve, PlotsFiniteLossesAndEveryStepsLearningRate) {
   EXPECT_EQ(p.series[1].x, (std::vector<double>{1, 2, 3, 4, 5}));
   EXPECT_EQ(p.series[1].y, (std::vector<double>{0.0, 1e-5, 2e-5, 3e-5, 3e-5}));
   EXPECT_EQ(p.title, "Training curve: opt-tiny, ratio 0.35");
-  EXPECT_EQ(p.note,
-            "steps 1..5: loss 11.5 at step 1, 8.5 at step 5, lowest 8 at step 4; 1 step(s) without a loss");
+  EXPECT_EQ(p.note, "steps 1..5: loss 11.5 at step 1, 8.5 at step 5, lowest 8 at step 4; 1 step(s) without a loss");
   const std::string svg = tf::app::render_svg(p);
   EXPECT_EQ(count(svg, "<polyline"), 2u);
   EXPECT_NE(svg.find("learning rate"), std::string::npos);
