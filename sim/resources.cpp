@@ -218,6 +218,12 @@ double FluidServer::current_rate(int job_class) const {
   return active(job_class) > 0 ? class_rate_[static_cast<std::size_t>(job_class)] : 0.0;
 }
 
+double FluidServer::oldest_remaining() const {
+  if (jobs_.empty()) return 0;
+  const Job& j = jobs_.front();
+  return std::max(0.0, j.remaining - j.rate * static_cast<double>(queue_->now() - settled_ns_));
+}
+
 void FluidServer::add_activity_listener(ActivityListener listener) {
   if (!listener) throw std::invalid_argument("FluidServer::add_activity_listener: empty listener");
   listeners_.push_back(std::move(listener));

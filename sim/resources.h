@@ -178,6 +178,9 @@ class FluidServer {
   int active_total() const noexcept { return static_cast<int>(jobs_.size()); }
   // The current rate of one job of this class (0 when none is active).
   double current_rate(int job_class) const;
+  // The work the oldest job in flight has left now, at the rates planned since the last change (0 when
+  // none is active).
+  double oldest_remaining() const;
 
  private:
   struct Job {
@@ -309,6 +312,8 @@ class SlowedServer {
   Work work(TimeNs alone_ns);
   // The time of one ns of alone-work now (the product of the active sources' factors).
   double current_factor() const;
+  // The alone-work (ns) the oldest job in flight has left now (0 when none is in flight).
+  double remaining_alone_ns() const { return server_.oldest_remaining(); }
 
  private:
   std::vector<double> factor_;

@@ -588,7 +588,10 @@ TEST(SlowedServer, ContentionStretchesTheWorkInProgress) {
   q.schedule_at(12'000'000, [&] { link.start(Direction::kD2H, 55'000'000, [] {}); });
   q.run_until(3'000'000);
   EXPECT_DOUBLE_EQ(gpu.current_factor(), 2.0);
+  // 2 ms alone, then 1 ms at half speed: 2.5 ms of the 10 done (settled at 2 ms, read at 3 ms)
+  EXPECT_DOUBLE_EQ(gpu.remaining_alone_ns(), 7'500'000);
   q.run();
+  EXPECT_EQ(gpu.remaining_alone_ns(), 0);  // nothing in flight
   EXPECT_EQ(a.time(), 11'000'000);
   EXPECT_EQ(b.time(), 14'333'334);
   EXPECT_THROW(gpu.add_source(0.9), std::invalid_argument);
