@@ -56,7 +56,7 @@ struct CostSetup {
   // host run their passes ([a - 1]); without a measured rank curve every entry is the static share.
   std::vector<double> cpu_optimizer_gparam_s_by_active;
   double cpu_stats_gparam_s = 0;  // memory-bound: host mem_gbps / gradient bytes
-  double dma_slowdown = 1;
+  tf::sim::DmaSlowdown dma_slowdown;  // a CPU pass's, while its rank's link carries copies
   // A copy's rate divides by these while a CPU optimizer pass of its link's host runs (the profile's
   // pcie.*_slowdown_under_cpu_pass; 1: not slowed)
   double h2d_slowdown_cpu_pass = 1, d2h_slowdown_cpu_pass = 1;
@@ -300,7 +300,11 @@ void cpu_costs(const core::Scenario& s, const core::RunSettings& rs, int ranks_p
   const core::CpuProfile& cpu = s.cluster.hardware.cpu;
   c.cpu_optimizer_gparam_s_by_active = cpu_rates_by_active(cpu, rs.cpu_threads, ranks_per_node);
   c.cpu_stats_gparam_s = cpu.mem_gbps / double(core::dtype_bytes(rs.step.grad_dtype)) / ranks_per_node;
-  c.dma_slowdown = std::max(1.0, cpu.dma_slowdown_factor);
+  // the profile's per-direction factors where measured (every GPU copying one way at once), else the
+  // both-ways figure for either direction
+  const double both = std::max(1.0, cpu.dma_slowdown_factor);
+  const auto one_way = [both](double f) { return f > 0 ? std::max(1.0, f) : both; };
+  c.dma_slowdown = {both, one_way(cpu.dma_slowdown_factor_d2h), one_way(cpu.dma_slowdown_factor_h2d)};
 }
 
 CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, double gemm_max_efficiency) {

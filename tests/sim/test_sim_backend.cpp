@@ -444,6 +444,25 @@ TEST(SimHost, BothRanksOfAHostRunAtTheTwoRankRate) {
   EXPECT_NEAR(double(q.kind_ns[size_t(tf::core::OpKind::kCpuOptimizer)]), want_ns * 2.1 / 2.25, ops + 1.0);
 }
 
+// The CPU pass's DMA slowdown by direction (cpu.dma_slowdown_factor_d2h / _h2d): a profile without them
+// slows by the both-ways figure whatever the link carries, and so does one whose one-way figures equal it
+// (the same step to the ns); a larger D2H figure slows the passes that run beside the ranks' D2Hs (with
+// speculation the CPU layers update during backward, while the next layers' gradients come down).
+TEST(SimHost, TheDmaSlowdownOfAPassFollowsTheDirectionItsLinkCarries) {
+  tf::core::Scenario s = decoder_scenario(2);
+  tf::core::CpuProfile& cpu = s.cluster.hardware.cpu;
+  cpu.dma_slowdown_factor = 1.25;
+  const auto cpu_ns = [](const SimPoint& p) { return p.kind_ns[size_t(tf::core::OpKind::kCpuOptimizer)]; };
+  const SimPoint base = simulate_step(s, 1.0);
+  cpu.dma_slowdown_factor_d2h = cpu.dma_slowdown_factor_h2d = 1.25;
+  const SimPoint same = simulate_step(s, 1.0);
+  EXPECT_EQ(same.step_ns, base.step_ns);
+  EXPECT_EQ(cpu_ns(same), cpu_ns(base));
+  cpu.dma_slowdown_factor_d2h = 3;
+  const SimPoint d2h = simulate_step(s, 1.0);
+  EXPECT_GT(cpu_ns(d2h), cpu_ns(base));
+}
+
 // ---- compute slowed by collectives and copies ----------------------------------------------------------
 
 // Two GPUs: the collectives overlap backward. A slowdown of (almost) 1 takes the rate-based path and
