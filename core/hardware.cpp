@@ -325,6 +325,9 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
                        " is below optimizer_gparam_s_per_core " +
                        config::format_number(p.cpu.optimizer_gparam_s_per_core) + "; allowed [per-core rate, 1e+04]");
     p.cpu.dma_slowdown_factor = fig_num(c, "dma_slowdown_factor", p, 1, 100);
+    for (auto [key, v] : {std::pair{"dma_slowdown_factor_d2h", &p.cpu.dma_slowdown_factor_d2h},
+                          std::pair{"dma_slowdown_factor_h2d", &p.cpu.dma_slowdown_factor_h2d}})
+      if (c.has(key)) *v = fig_num(c, key, p, 1, 100);
     p.cpu.optimizer_gparam_s_by_threads = count_rate_pairs(c, "optimizer_gparam_s_by_threads", "threads", "thread", p);
     p.cpu.optimizer_node_gparam_s_by_ranks =
         count_rate_pairs(c, "optimizer_node_gparam_s_by_ranks", "ranks", "rank", p);
@@ -558,6 +561,10 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
     w.list_figure(2, "optimizer_node_gparam_s_by_ranks", rows);
   }
   w.figure(2, "dma_slowdown_factor", num(c.dma_slowdown_factor));
+  if (measured(c.dma_slowdown_factor_d2h, "cpu.dma_slowdown_factor_d2h"))
+    w.figure(2, "dma_slowdown_factor_d2h", num(c.dma_slowdown_factor_d2h));
+  if (measured(c.dma_slowdown_factor_h2d, "cpu.dma_slowdown_factor_h2d"))
+    w.figure(2, "dma_slowdown_factor_h2d", num(c.dma_slowdown_factor_h2d));
 
   w.open("host");
   w.figure(2, "memory_bytes", integer(p.host_memory_bytes));

@@ -127,7 +127,11 @@ struct CpuProfile {
   double mem_gbps = 0;
   double optimizer_gparam_s_per_core = 0;   // CPU AdamW, one core
   double optimizer_gparam_s_all_cores = 0;  // CPU AdamW, all cores (memory-bound ceiling)
-  double dma_slowdown_factor = 1;           // CPU optimizer time x this while PCIe copies run
+  double dma_slowdown_factor = 1;           // CPU optimizer time x this while PCIe copies run (both ways)
+  // The same while every GPU of the host copies device-to-host only / host-to-device only at once (the
+  // ranks' D2Hs in backward, their H2Ds after the passes); 0: not measured (dma_slowdown_factor then).
+  double dma_slowdown_factor_d2h = 0;
+  double dma_slowdown_factor_h2d = 0;
   // Optional measured rates by thread count, ascending (threads, Gparam/s).
   std::vector<std::pair<int, double>> optimizer_gparam_s_by_threads;
   // Optional measured node rates by concurrent ranks, ascending (ranks, Gparam/s of all of them

@@ -218,9 +218,20 @@ double FluidServer::current_rate(int job_class) const {
   return active(job_class) > 0 ? class_rate_[static_cast<std::size_t>(job_class)] : 0.0;
 }
 
+double FluidServer::oldest_remaining() const {
+  if (jobs_.empty()) return 0;
+  const Job& j = jobs_.front();
+  return std::max(0.0, j.remaining - j.rate * static_cast<double>(queue_->now() - settled_ns_));
+}
+
 void FluidServer::add_activity_listener(ActivityListener listener) {
   if (!listener) throw std::invalid_argument("FluidServer::add_activity_listener: empty listener");
   listeners_.push_back(std::move(listener));
+}
+
+void FluidServer::add_class_activity_listener(ClassActivityListener listener) {
+  if (!listener) throw std::invalid_argument("FluidServer::add_class_activity_listener: empty listener");
+  class_listeners_.push_back(std::move(listener));
 }
 
 void FluidServer::start(int job_class, double amount, Callback on_done) {
@@ -233,9 +244,10 @@ void FluidServer::start(int job_class, double amount, Callback on_done) {
   settle();
   const bool was_idle = jobs_.empty();
   jobs_.push_back(Job{job_class, amount, 0.0, std::move(on_done)});
-  ++active_[static_cast<std::size_t>(job_class)];
+  const bool class_was_idle = ++active_[static_cast<std::size_t>(job_class)] == 1;
   replan();
   if (was_idle) notify(true);
+  if (class_was_idle) notify_class(job_class, true);
 }
 
 void FluidServer::rates_changed() {
@@ -281,6 +293,7 @@ void FluidServer::on_timer(uint64_t generation) {
   settle();
   std::vector<Callback> batch;
   batch.swap(finishing_);  // reuse the capacity, and stay re-entrant if a callback starts a job here
+  const std::vector<int> active_before = active_;
   auto keep = jobs_.begin();
   for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
     if (ns_to_finish(it->remaining, it->rate) == 0) {
@@ -295,6 +308,8 @@ void FluidServer::on_timer(uint64_t generation) {
   const bool idle = jobs_.empty();
   replan();
   if (idle) notify(false);
+  for (size_t c = 0; c < active_.size(); ++c)
+    if (active_before[c] > 0 && active_[c] == 0) notify_class(static_cast<int>(c), false);
   for (Callback& cb : batch)
     if (cb) cb();
   batch.clear();
@@ -303,6 +318,10 @@ void FluidServer::on_timer(uint64_t generation) {
 
 void FluidServer::notify(bool active) {
   for (const ActivityListener& l : listeners_) l(active);
+}
+
+void FluidServer::notify_class(int job_class, bool active) {
+  for (const ClassActivityListener& l : class_listeners_) l(job_class, active);
 }
 
 // ---- SharedLink -----------------------------------------------------------------------------------
@@ -333,6 +352,12 @@ Work SharedLink::transfer(Direction dir, int64_t bytes) {
   return Work::async([this, dir, bytes](Callback done) { start(dir, bytes, std::move(done)); });
 }
 
+void SharedLink::add_direction_listener(DirectionListener listener) {
+  if (!listener) throw std::invalid_argument("SharedLink::add_direction_listener: empty listener");
+  server_.add_class_activity_listener(
+      [l = std::move(listener)](int job_class, bool active) { l(static_cast<Direction>(job_class), active); });
+}
+
 void SharedLink::slow_while_cpu_pass(HostCpuPool& host, double h2d_factor, double d2h_factor) {
   for (const double f : {h2d_factor, d2h_factor})
     if (!(f >= 1) || !std::isfinite(f))
@@ -357,10 +382,15 @@ double SharedLink::cpu_pass_factor(Direction dir) const {
 
 // ---- CpuPool --------------------------------------------------------------------------------------
 
-HostCpuPool::HostCpuPool(EventQueue& queue, int ranks, RateFn rate_of_active, double dma_slowdown_factor)
+double DmaSlowdown::factor(bool d2h_active, bool h2d_active) const {
+  if (d2h_active && h2d_active) return std::max({both, d2h, h2d});
+  return d2h_active ? d2h : h2d_active ? h2d : 1.0;
+}
+
+HostCpuPool::HostCpuPool(EventQueue& queue, int ranks, RateFn rate_of_active, DmaSlowdown dma)
     : rate_of_active_(std::move(rate_of_active)),
-      slowdown_(dma_slowdown_factor),
-      active_links_(static_cast<size_t>(std::max(ranks, 0)), 0),
+      slowdown_(dma),
+      active_links_(static_cast<size_t>(std::max(ranks, 0))),
       server_(queue, std::max(ranks, 1), [this](int rank, std::span<const int> active) {
         int total = 0;
         for (int a : active) total += a;
@@ -368,13 +398,28 @@ HostCpuPool::HostCpuPool(EventQueue& queue, int ranks, RateFn rate_of_active, do
         if (!(rate > 0) || !std::isfinite(rate))
           throw std::invalid_argument("HostCpuPool: the rate with " + std::to_string(total) + " passes active is " +
                                       std::to_string(rate) + "; allowed: a finite value > 0");
-        return rate / (active_links_[static_cast<size_t>(rank)] > 0 ? slowdown_ : 1.0);
+        return rate / slowdown_of(rank);
       }) {
   if (ranks < 1) throw std::invalid_argument("HostCpuPool: ranks = " + std::to_string(ranks) + "; allowed: >= 1");
   if (!rate_of_active_) throw std::invalid_argument("HostCpuPool: no rate function");
-  if (!(dma_slowdown_factor >= 1) || !std::isfinite(dma_slowdown_factor))
-    throw std::invalid_argument("HostCpuPool: dma_slowdown_factor = " + std::to_string(dma_slowdown_factor) +
-                                "; allowed: a finite value >= 1");
+  for (const auto& [name, f] : {std::pair{"both", dma.both}, std::pair{"d2h", dma.d2h}, std::pair{"h2d", dma.h2d}})
+    if (!(f >= 1) || !std::isfinite(f))
+      throw std::invalid_argument(std::string("HostCpuPool: dma slowdown factor (") + name +
+                                  ") = " + std::to_string(f) + "; allowed: a finite value >= 1");
+}
+
+double HostCpuPool::slowdown_of(int rank) const {
+  const ActiveLinks& l = active_links_[static_cast<size_t>(rank)];
+  return slowdown_.factor(l.d2h > 0, l.h2d > 0);
+}
+
+void HostCpuPool::update_links(int rank, int d2h_delta, int h2d_delta) {
+  ActiveLinks& l = active_links_[static_cast<size_t>(rank)];
+  const bool was_slowed = l.any();
+  const double before = slowdown_of(rank);
+  l.d2h += d2h_delta;
+  l.h2d += h2d_delta;
+  if (l.any() != was_slowed || slowdown_of(rank) != before) server_.rates_changed();
 }
 
 void HostCpuPool::check_rank(int rank, const char* who) const {
@@ -385,14 +430,10 @@ void HostCpuPool::check_rank(int rank, const char* who) const {
 
 void HostCpuPool::watch(int rank, SharedLink& link) {
   check_rank(rank, "HostCpuPool::watch");
-  int& links = active_links_[static_cast<size_t>(rank)];
-  if (link.active()) {
-    ++links;
-    server_.rates_changed();
-  }
-  link.add_activity_listener([this, &links](bool active) {
-    links += active ? 1 : -1;
-    server_.rates_changed();
+  update_links(rank, link.active(Direction::kD2H) > 0 ? 1 : 0, link.active(Direction::kH2D) > 0 ? 1 : 0);
+  link.add_direction_listener([this, rank](Direction dir, bool active) {
+    const int delta = active ? 1 : -1;
+    update_links(rank, dir == Direction::kD2H ? delta : 0, dir == Direction::kH2D ? delta : 0);
   });
 }
 
@@ -462,7 +503,7 @@ HostCpuPool::RateFn equal_share(double rate_gparam_s) {
 }
 }  // namespace
 
-CpuPool::CpuPool(EventQueue& queue, double rate_gparam_s, double dma_slowdown_factor)
-    : host_(queue, 1, equal_share(rate_gparam_s), dma_slowdown_factor) {}
+CpuPool::CpuPool(EventQueue& queue, double rate_gparam_s, DmaSlowdown dma)
+    : host_(queue, 1, equal_share(rate_gparam_s), dma) {}
 
 }  // namespace tf::sim

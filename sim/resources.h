@@ -164,6 +164,8 @@ class FluidServer {
   using RateFn = std::function<double(int job_class, std::span<const int> active_per_class)>;
   // Called with true when the first job starts and false when the last ends.
   using ActivityListener = std::function<void(bool active)>;
+  // Called with (class, true) when a class's first job starts and (class, false) when its last ends.
+  using ClassActivityListener = std::function<void(int job_class, bool active)>;
 
   FluidServer(EventQueue& queue, int classes, RateFn per_job_rate);
   FluidServer(const FluidServer&) = delete;
@@ -173,11 +175,15 @@ class FluidServer {
   // Settle at the old rates and re-plan (the rate function's inputs changed outside this server).
   void rates_changed();
   void add_activity_listener(ActivityListener listener);
+  void add_class_activity_listener(ClassActivityListener listener);
 
   int active(int job_class) const;
   int active_total() const noexcept { return static_cast<int>(jobs_.size()); }
   // The current rate of one job of this class (0 when none is active).
   double current_rate(int job_class) const;
+  // The work the oldest job in flight has left now, at the rates planned since the last change (0 when
+  // none is active).
+  double oldest_remaining() const;
 
  private:
   struct Job {
@@ -190,6 +196,7 @@ class FluidServer {
   void replan();
   void on_timer(uint64_t generation);
   void notify(bool active);
+  void notify_class(int job_class, bool active);
 
   EventQueue* queue_;
   RateFn rate_fn_;
@@ -198,6 +205,7 @@ class FluidServer {
   std::vector<double> class_rate_;   // per-job rate of each class, as last planned
   std::vector<Callback> finishing_;  // spare capacity for the batch of jobs ending together
   std::vector<ActivityListener> listeners_;
+  std::vector<ClassActivityListener> class_listeners_;
   TimeNs settled_ns_ = 0;
   uint64_t generation_ = 0;
   TimeNs timer_ns_ = -1;  // the pending completion timer's time, -1 if none
@@ -236,6 +244,10 @@ class SharedLink {
   const PcieParams& params() const noexcept { return params_; }
   // Called with true when the link starts carrying data and false when it goes idle.
   void add_activity_listener(ActivityListener listener) { server_.add_activity_listener(std::move(listener)); }
+  // Called with (dir, true) when a transfer of that direction starts flowing with none before it, and
+  // (dir, false) when the direction's last one ends.
+  using DirectionListener = std::function<void(Direction dir, bool active)>;
+  void add_direction_listener(DirectionListener listener);
 
  private:
   struct CpuPassSource {
@@ -248,11 +260,19 @@ class SharedLink {
   FluidServer server_;
 };
 
+// How much longer a CPU pass takes while a link its rank watches carries copies (memory bandwidth taken
+// by DMA: CPU Adam ran 1.35-1.68x slower on our H100 host during copies), by what the link carries:
+// device-to-host copies only, host-to-device only, or both directions (then at least the larger of the two).
+struct DmaSlowdown {
+  double both = 1, d2h = 1, h2d = 1;  // each finite and >= 1
+  // The factor while the rank's watched links carry D2H copies (d2h_active) and H2D copies (h2d_active).
+  double factor(bool d2h_active, bool h2d_active) const;
+};
+
 // The CPU optimizer passes of the ranks of one host, sharing its cores and memory bandwidth as a
 // processor-sharing server: while `a` passes of the host run at once, each progresses at
-// rate_of_active(a) Gparam/s, divided by dma_slowdown_factor while a link that rank watches carries a
-// transfer (memory bandwidth taken by DMA: CPU Adam ran 1.35-1.68x slower on our H100 host during
-// copies). Each rank's CPU optimizer Resource runs its chunks through it:
+// rate_of_active(a) Gparam/s, divided by its DmaSlowdown factor while a link that rank watches carries
+// transfers. Each rank's CPU optimizer Resource runs its chunks through it:
 //   cpu.submit("adam chunk 3", host.work(local_rank, params), {grads_landed});
 // (docs/ARCHITECTURE.md, "The simulator: the host is shared".)
 class HostCpuPool {
@@ -260,11 +280,15 @@ class HostCpuPool {
   // Gparam/s of one pass while `active` (>= 1) passes run; called whenever that number changes, and
   // must return a finite value > 0 (std::invalid_argument otherwise).
   using RateFn = std::function<double(int active)>;
-  HostCpuPool(EventQueue& queue, int ranks, RateFn rate_of_active, double dma_slowdown_factor = 1);
+  HostCpuPool(EventQueue& queue, int ranks, RateFn rate_of_active, DmaSlowdown dma);
+  // One factor whatever the direction.
+  HostCpuPool(EventQueue& queue, int ranks, RateFn rate_of_active, double dma_slowdown_factor = 1)
+      : HostCpuPool(queue, ranks, std::move(rate_of_active),
+                    DmaSlowdown{dma_slowdown_factor, dma_slowdown_factor, dma_slowdown_factor}) {}
   HostCpuPool(const HostCpuPool&) = delete;
   HostCpuPool& operator=(const HostCpuPool&) = delete;
 
-  // Rank `rank`'s passes slow down by the factor while this link is active.
+  // Rank `rank`'s passes slow down by the factor of what this link carries while it is active.
   void watch(int rank, SharedLink& link);
   // Called with true when the first pass of any rank starts and false when the last ends.
   void add_activity_listener(FluidServer::ActivityListener listener) {
@@ -276,15 +300,23 @@ class HostCpuPool {
 
   int ranks() const noexcept { return static_cast<int>(active_links_.size()); }
   int active() const noexcept { return server_.active_total(); }
-  bool slowed(int rank) const { return active_links_.at(static_cast<size_t>(rank)) > 0; }
+  bool slowed(int rank) const { return active_links_.at(static_cast<size_t>(rank)).any(); }
   // The current rate of one pass of this rank, Gparam/s (0 when it runs none).
   double current_gparam_s(int rank) const { return server_.current_rate(rank); }
 
  private:
+  // Per rank: its watched links carrying D2H and H2D copies now.
+  struct ActiveLinks {
+    int d2h = 0, h2d = 0;
+    bool any() const { return d2h > 0 || h2d > 0; }
+  };
   void check_rank(int rank, const char* who) const;
+  double slowdown_of(int rank) const;
+  // Applies `change` to rank's counts and re-plans when its factor or whether it is slowed changed.
+  void update_links(int rank, int d2h_delta, int h2d_delta);
   RateFn rate_of_active_;
-  double slowdown_;
-  std::vector<int> active_links_;  // per rank
+  DmaSlowdown slowdown_;
+  std::vector<ActiveLinks> active_links_;  // per rank
   FluidServer server_;
 };
 
@@ -309,6 +341,8 @@ class SlowedServer {
   Work work(TimeNs alone_ns);
   // The time of one ns of alone-work now (the product of the active sources' factors).
   double current_factor() const;
+  // The alone-work (ns) the oldest job in flight has left now (0 when none is in flight).
+  double remaining_alone_ns() const { return server_.oldest_remaining(); }
 
  private:
   std::vector<double> factor_;
@@ -316,12 +350,14 @@ class SlowedServer {
   FluidServer server_;
 };
 
-// One CPU pool on its own: rate_gparam_s shared equally by the jobs in flight, divided by
-// dma_slowdown_factor while any watched SharedLink carries a transfer (a HostCpuPool of one rank).
+// One CPU pool on its own: rate_gparam_s shared equally by the jobs in flight, divided by its DmaSlowdown
+// factor while any watched SharedLink carries a transfer (a HostCpuPool of one rank).
 //   cpu.submit("stats 3", pool.work(params), {grads_landed});
 class CpuPool {
  public:
-  CpuPool(EventQueue& queue, double rate_gparam_s, double dma_slowdown_factor = 1);
+  CpuPool(EventQueue& queue, double rate_gparam_s, DmaSlowdown dma);
+  CpuPool(EventQueue& queue, double rate_gparam_s, double dma_slowdown_factor = 1)
+      : CpuPool(queue, rate_gparam_s, DmaSlowdown{dma_slowdown_factor, dma_slowdown_factor, dma_slowdown_factor}) {}
   CpuPool(const CpuPool&) = delete;
   CpuPool& operator=(const CpuPool&) = delete;
 

@@ -919,12 +919,57 @@ class Calibrator {
             " GB/s both ways)" + (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
             "; spread the largest of the three",
         fs);
+    for (const cal::DmaCopies copies : {cal::DmaCopies::kD2H, cal::DmaCopies::kH2D})
+      measure_one_way_dma_slowdown(copies, before, after);
     p_.cpu.name = cpu_name_;
     p_.cpu.cores = cores_;
     src()["cpu.cores"] = c_.origin() + ": physical cores among the " + std::to_string(allowed_cpus_) +
                          " CPUs of the affinity mask (sysfs topology)";
     p_.host_memory_bytes = host_memory_bytes();
     src()["host.memory_bytes"] = c_.origin() + ": sysconf(_SC_PHYS_PAGES) x sysconf(_SC_PAGE_SIZE) (free -b total)";
+  }
+
+  // The same all-core pass while every GPU copies one way at once (`copies`: D2H, as the ranks' gradients
+  // land during backward, or H2D, as their parameters go back): cpu.dma_slowdown_factor_d2h / _h2d, the
+  // mean of the alone rates (before, after) over the rate under the copies. On 2 x H200 the engine's passes
+  // ran 1.5-1.9x slower beside the two ranks' D2Hs while the both-ways figure of one GPU said 1.33
+  // (bench/results/2026-11-24-h200x2-validate/README.md).
+  void measure_one_way_dma_slowdown(cal::DmaCopies copies, const cal::Stat& before, const cal::Stat& after) {
+    const bool d2h = copies == cal::DmaCopies::kD2H;
+    const std::string name = d2h ? "D2H" : "H2D";
+    const std::string key = d2h ? "cpu.dma_slowdown_factor_d2h" : "cpu.dma_slowdown_factor_h2d";
+    std::vector<std::unique_ptr<cal::BackgroundDma>> dma;
+    for (int d = 0; d < gpus_; ++d) dma.push_back(std::make_unique<cal::BackgroundDma>(d, dma_chunk_, copies));
+    const auto stop_all = [&dma] {
+      double gbps = 0;
+      for (auto& x : dma) gbps += x->stop();
+      return gbps;
+    };
+    for (auto& x : dma) x->start();
+    cal::Stat under;
+    try {
+      under = cpu_rate(cores_);
+    } catch (...) {
+      for (auto& x : dma) (void)x->stop();
+      throw;
+    }
+    const double dma_gbps = stop_all();
+    const std::string all = std::to_string(gpus_) + " GPU(s)";
+    c_.done("cpu adamw bf16, " + std::to_string(cores_) + " threads, while " + name + " runs on " + all, under.median,
+            "Gparam/s", under);
+    const double factor = 0.5 * (before.median + after.median) / under.median;
+    cal::Stat fs = under;
+    fs.spread = std::max({before.spread, under.spread, after.spread});
+    c_.done("cpu slowdown while " + name + " runs on " + all + " (alone / under)", factor, "x", fs, key);
+    (d2h ? p_.cpu.dma_slowdown_factor_d2h : p_.cpu.dma_slowdown_factor_h2d) = std::max(1.0, sig4(factor));
+    src()[key] =
+        c_.source(cpu_what() + ", " + std::to_string(cores_) + " threads: " + fmt(before.median, 3) + " then " +
+                      fmt(after.median, 3) + " Gparam/s alone, " + fmt(under.median, 3) + " while pinned " +
+                      with_units(double(dma_chunk_)) + " " + name + " copies ran back to back on each of " + all +
+                      " at once (" + fmt(dma_gbps, 1) + " GB/s together)" +
+                      (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
+                      "; spread the largest of the three",
+                  fs);
   }
 
   // How much slower pinned copies of the engine's size (engine_op_: one CPU layer's parameter copy) run
@@ -1210,7 +1255,10 @@ std::vector<std::pair<std::string, double>> profile_figures(const core::Hardware
     f.emplace_back("cpu.optimizer_gparam_s " + std::to_string(t) + " threads", r);
   for (const auto& [k, r] : c.optimizer_node_gparam_s_by_ranks)
     f.emplace_back("cpu.optimizer_node_gparam_s " + std::to_string(k) + " ranks", r);
-  f.insert(f.end(), {{"cpu.mem_gbps", c.mem_gbps}, {"cpu.dma_slowdown_factor", c.dma_slowdown_factor}});
+  f.insert(f.end(), {{"cpu.mem_gbps", c.mem_gbps},
+                     {"cpu.dma_slowdown_factor", c.dma_slowdown_factor},
+                     {"cpu.dma_slowdown_factor_d2h", c.dma_slowdown_factor_d2h},
+                     {"cpu.dma_slowdown_factor_h2d", c.dma_slowdown_factor_h2d}});
   return f;
 }
 

@@ -544,6 +544,7 @@ Stat concurrent_h2d_gbps(const std::vector<int>& devices, size_t bytes, int reps
 struct BackgroundDma::Impl {
   int device;
   size_t bytes;
+  bool h2d, d2h;  // the directions kept in flight
   std::optional<Stream> s_h2d, s_d2h;
   std::optional<CopyBuffers> up, down;
   std::optional<BlockingEvent> e_h2d, e_d2h;
@@ -553,7 +554,8 @@ struct BackgroundDma::Impl {
   std::exception_ptr error;
   Clock::time_point t0;
 
-  Impl(int d, size_t b) : device(d), bytes(b) {
+  Impl(int d, size_t b, DmaCopies copies)
+      : device(d), bytes(b), h2d(copies != DmaCopies::kD2H), d2h(copies != DmaCopies::kH2D) {
     check_device(d);
     DeviceGuard guard(d);
     s_h2d.emplace();
@@ -575,13 +577,17 @@ struct BackgroundDma::Impl {
     try {
       DeviceGuard guard(device);
       while (!stopping.load(std::memory_order_relaxed)) {
-        up->copy(Direction::kH2D, bytes, s_h2d->get());
-        TF_CUDA_CHECK(cudaEventRecord(e_h2d->get(), s_h2d->get()));
-        down->copy(Direction::kD2H, bytes, s_d2h->get());
-        TF_CUDA_CHECK(cudaEventRecord(e_d2h->get(), s_d2h->get()));
-        TF_CUDA_CHECK(cudaEventSynchronize(e_h2d->get()));
-        TF_CUDA_CHECK(cudaEventSynchronize(e_d2h->get()));
-        moved.fetch_add(2 * uint64_t(bytes), std::memory_order_relaxed);
+        if (h2d) {
+          up->copy(Direction::kH2D, bytes, s_h2d->get());
+          TF_CUDA_CHECK(cudaEventRecord(e_h2d->get(), s_h2d->get()));
+        }
+        if (d2h) {
+          down->copy(Direction::kD2H, bytes, s_d2h->get());
+          TF_CUDA_CHECK(cudaEventRecord(e_d2h->get(), s_d2h->get()));
+        }
+        if (h2d) TF_CUDA_CHECK(cudaEventSynchronize(e_h2d->get()));
+        if (d2h) TF_CUDA_CHECK(cudaEventSynchronize(e_d2h->get()));
+        moved.fetch_add((h2d && d2h ? 2 : 1) * uint64_t(bytes), std::memory_order_relaxed);
       }
     } catch (...) {
       error = std::current_exception();
@@ -593,7 +599,8 @@ struct BackgroundDma::Impl {
   }
 };
 
-BackgroundDma::BackgroundDma(int device, size_t bytes) : impl_(std::make_unique<Impl>(device, bytes)) {}
+BackgroundDma::BackgroundDma(int device, size_t bytes, DmaCopies copies)
+    : impl_(std::make_unique<Impl>(device, bytes, copies)) {}
 BackgroundDma::~BackgroundDma() = default;
 
 void BackgroundDma::start() {

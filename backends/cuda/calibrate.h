@@ -138,16 +138,18 @@ Stat pageable_h2d_gbps(int device, size_t bytes, int reps);
 // slowest device's GB/s.
 Stat concurrent_h2d_gbps(const std::vector<int>& devices, size_t bytes, int reps);
 
-// Keeps an H2D and a D2H of `bytes` in flight on `device` from a host thread that sleeps on
-// blocking-sync events (it takes no core from what is measured meanwhile), until stopped.
+// Which copies a BackgroundDma keeps in flight.
+enum class DmaCopies { kBoth, kH2D, kD2H };
+// Keeps an H2D and a D2H (or only one of them) of `bytes` in flight on `device` from a host thread that
+// sleeps on blocking-sync events (it takes no core from what is measured meanwhile), until stopped.
 class BackgroundDma {
  public:
-  BackgroundDma(int device, size_t bytes);
+  BackgroundDma(int device, size_t bytes, DmaCopies copies = DmaCopies::kBoth);
   ~BackgroundDma();  // stops; never throws
   BackgroundDma(const BackgroundDma&) = delete;
   BackgroundDma& operator=(const BackgroundDma&) = delete;
   void start();
-  // Stops and returns the GB/s both directions moved together while it ran; rethrows a failure of
+  // Stops and returns the GB/s its directions moved together while it ran; rethrows a failure of
   // the copy thread.
   double stop();
 

@@ -43,6 +43,10 @@ struct CostSetup {
   // Per layer (model order): one micro-batch's forward and backward (the backward includes the
   // recomputed forward with activation checkpointing), LayerCost::ns().
   std::vector<double> fwd_ns, bwd_ns;
+  // Per layer, where each kernel of that forward and backward ends (kernel_ends_ns): a comm-stream kernel
+  // that becomes eligible while one of them runs waits for its end (docs/ARCHITECTURE.md, "Collectives
+  // wait for the running kernel").
+  std::vector<std::vector<double>> fwd_kernel_ends_ns, bwd_kernel_ends_ns;
   double optimizer_gbps = 0;  // the fused GPU optimizer kernel's bytes per ns
   double event_sync_ns = 0;   // a host (cpu-queue) op that waits on a device op learns of its end this late
   tf::sim::MemoryKernelParams hbm;
@@ -52,7 +56,7 @@ struct CostSetup {
   // host run their passes ([a - 1]); without a measured rank curve every entry is the static share.
   std::vector<double> cpu_optimizer_gparam_s_by_active;
   double cpu_stats_gparam_s = 0;  // memory-bound: host mem_gbps / gradient bytes
-  double dma_slowdown = 1;
+  tf::sim::DmaSlowdown dma_slowdown;  // a CPU pass's, while its rank's link carries copies
   // A copy's rate divides by these while a CPU optimizer pass of its link's host runs (the profile's
   // pcie.*_slowdown_under_cpu_pass; 1: not slowed)
   double h2d_slowdown_cpu_pass = 1, d2h_slowdown_cpu_pass = 1;
@@ -210,11 +214,38 @@ std::vector<LayerCost> layer_costs_of(const core::Scenario& s, const core::RunSe
   return out;
 }
 
-// Per layer, the forward and backward ops' durations (LayerCost's ns()).
+// Where a pass's kernels end, from the op's start, in ns of its time alone; the last is the op's whole-ns
+// time (Simulation::compute_ns). The order is the workloads': the GEMMs as listed, a backward's reversed
+// (it runs its layer's last GEMM's gradients first: the MLP's weight then input gradient, a block's MLP
+// before its attention), then the fused attention, then the memory-bound kernels one segment per
+// core::KernelClass. A pass that waits for the host to issue its kernels stretches them alike.
+std::vector<double> kernel_ends_ns(const PassCost& c, bool backward) {
+  std::vector<double> kernels;
+  for (const GemmCost& g : c.gemms) kernels.push_back(g.ns);
+  if (backward) std::reverse(kernels.begin(), kernels.end());
+  if (c.attention_ns > 0) kernels.push_back(c.attention_ns);
+  for (double ns : c.class_ns)
+    if (ns > 0) kernels.push_back(ns);
+  const auto op_ns = double(tf::sim::ceil_ns(c.ns()));
+  const double work = c.work_ns();
+  std::vector<double> ends;
+  double at = 0;
+  for (double ns : kernels) {
+    at += ns;
+    ends.push_back(work > 0 ? at / work * op_ns : op_ns);
+  }
+  if (ends.empty()) ends.push_back(op_ns);
+  ends.back() = op_ns;
+  return ends;
+}
+
+// Per layer, the forward and backward ops' durations (LayerCost's ns()) and their kernels' ends.
 void layer_costs(const core::Scenario& s, const core::RunSettings& rs, double gemm_max_efficiency, CostSetup& c) {
   for (const LayerCost& l : layer_costs_of(s, rs, gemm_max_efficiency)) {
     c.fwd_ns.push_back(l.fwd.ns());
     c.bwd_ns.push_back(l.bwd.ns());
+    c.fwd_kernel_ends_ns.push_back(kernel_ends_ns(l.fwd, false));
+    c.bwd_kernel_ends_ns.push_back(kernel_ends_ns(l.bwd, true));
   }
 }
 
@@ -269,7 +300,11 @@ void cpu_costs(const core::Scenario& s, const core::RunSettings& rs, int ranks_p
   const core::CpuProfile& cpu = s.cluster.hardware.cpu;
   c.cpu_optimizer_gparam_s_by_active = cpu_rates_by_active(cpu, rs.cpu_threads, ranks_per_node);
   c.cpu_stats_gparam_s = cpu.mem_gbps / double(core::dtype_bytes(rs.step.grad_dtype)) / ranks_per_node;
-  c.dma_slowdown = std::max(1.0, cpu.dma_slowdown_factor);
+  // the profile's per-direction factors where measured (every GPU copying one way at once), else the
+  // both-ways figure for either direction
+  const double both = std::max(1.0, cpu.dma_slowdown_factor);
+  const auto one_way = [both](double f) { return f > 0 ? std::max(1.0, f) : both; };
+  c.dma_slowdown = {both, one_way(cpu.dma_slowdown_factor_d2h), one_way(cpu.dma_slowdown_factor_h2d)};
 }
 
 CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, double gemm_max_efficiency) {
@@ -295,13 +330,16 @@ CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, 
   return c;
 }
 
-// One collective instance: the k-th collective of every rank's comm queue. It starts when the last
-// rank arrives and ends `duration` later on every rank.
+// One collective instance: the k-th collective of every rank's comm queue. Its exchange starts when
+// every rank arrived and its SMs are free for it (Simulation::after_running_kernel), and runs
+// `exchange_ns` on all of them at once; then each rank runs its own kernels after it (`tail_ns`: the
+// reduce-scatter's sum, the norm's fold) when its SMs are free again, and its op ends.
 struct Join {
-  int arrived = 0;
-  TimeNs duration_ns = 0;
+  int arrived = 0, ready = 0;
+  TimeNs exchange_ns = 0, tail_ns = 0;
   std::vector<tf::sim::Callback> dones;
   std::vector<std::pair<int, uint32_t>> members;  // (rank, op id) that arrived
+  std::vector<bool> arrived_after_own_queue;      // per member: its comm queue's last op ended at its arrival
 };
 
 // All ranks' resources on one event queue. Members are declared queue first so that everything
@@ -351,6 +389,7 @@ class Simulation {
       rs.start_ns.assign(n, -1);
       rs.end_ns.assign(n, -1);
       rs.done.resize(n);
+      rs.last_end_ns.fill(-1);
     }
     build_joins();
   }
@@ -390,6 +429,19 @@ class Simulation {
   const QueueOrder& order(size_t r) const { return ranks_[r].order; }
 
  private:
+  // The op a rank's compute queue runs, as its kernels: a comm-stream kernel waits for the one running
+  // (after_running_kernel).
+  struct ComputeInFlight {
+    bool running = false;
+    uint64_t serial = 0;  // counts the compute queue's ops started
+    TimeNs start_ns = 0;
+    TimeNs alone_ns = 0;                        // the op's time alone
+    const std::vector<double>* ends = nullptr;  // its kernels' ends (CostSetup); null: one kernel
+    bool slowed = false;                        // runs on the rank's SlowedServer
+    bool after_own_queue = false;               // the compute queue's op before it ended as it started
+    std::vector<tf::sim::Callback> at_end;      // released when the op ends
+  };
+
   struct RankState {
     std::array<std::unique_ptr<tf::sim::Resource>, core::kQueueCount> queues;
     tf::sim::SharedLink* link = nullptr;
@@ -403,6 +455,8 @@ class Simulation {
     std::vector<tf::sim::Event> done;  // per op
     std::vector<TimeNs> start_ns, end_ns;
     QueueOrder order;
+    std::array<TimeNs, core::kQueueCount> last_end_ns{};  // when each queue's last op ended (-1: none yet)
+    ComputeInFlight running;                              // the compute queue's op in flight
   };
 
   // The link's copies slow while a CPU pass of its host runs (any rank of it: the DMA and the passes
@@ -479,11 +533,12 @@ class Simulation {
     joins_.resize(first.size() * size_t(steps_));
     for (size_t k = 0; k < joins_.size(); ++k) {
       const core::Op& op = *first[k % first.size()];
-      joins_[k].duration_ns = tf::sim::collective_ns(cost_.collective, collective_kind(op.kind),
-                                                     tf::sim::CollectiveAlgorithm::kRing, cost_.world, op.bytes) +
-                              local_tail_ns(op);
+      joins_[k].exchange_ns = tf::sim::collective_ns(cost_.collective, collective_kind(op.kind),
+                                                     tf::sim::CollectiveAlgorithm::kRing, cost_.world, op.bytes);
+      joins_[k].tail_ns = local_tail_ns(op);
       joins_[k].dones.reserve(plans_.size());
       joins_[k].members.reserve(plans_.size());
+      joins_[k].arrived_after_own_queue.reserve(plans_.size());
     }
   }
 
@@ -515,6 +570,10 @@ class Simulation {
   TimeNs compute_ns(const core::Op& op) const {
     const auto l = static_cast<size_t>(op.layer);
     return tf::sim::ceil_ns(op.kind == core::OpKind::kForward ? cost_.fwd_ns.at(l) : cost_.bwd_ns.at(l));
+  }
+  const std::vector<double>& kernel_ends(const core::Op& op) const {
+    const auto l = static_cast<size_t>(op.layer);
+    return op.kind == core::OpKind::kForward ? cost_.fwd_kernel_ends_ns.at(l) : cost_.bwd_kernel_ends_ns.at(l);
   }
 
   // How long a host op waits before it starts: a host thread learns of a device op's end through an
@@ -558,21 +617,112 @@ class Simulation {
     };
   }
 
+  // An op of the compute queue starts: its kernels (`ends`; null: one kernel) are what a comm-stream
+  // kernel eligible meanwhile waits for.
+  void begin_compute(int r, uint32_t id, TimeNs alone_ns, const std::vector<double>* ends, bool slowed) {
+    RankState& rs = ranks_[static_cast<size_t>(r)];
+    rs.start_ns[id] = queue_.now();
+    ComputeInFlight& c = rs.running;
+    c.running = true;
+    ++c.serial;
+    c.start_ns = queue_.now();
+    c.alone_ns = alone_ns;
+    c.ends = ends;
+    c.slowed = slowed;
+    c.after_own_queue = rs.last_end_ns[size_t(queue_index(core::Queue::kCompute))] == queue_.now();
+  }
+
+  // A compute-queue op of fixed duration (the GPU optimizer, the statistics pass): one kernel.
+  tf::sim::Work compute_fixed(int r, uint32_t id, TimeNs ns) {
+    return [this, r, id, ns]() -> TimeNs {
+      begin_compute(r, id, ns, nullptr, false);
+      return ns;
+    };
+  }
+
+  // A forward or backward: on the rank's SlowedServer where the profile measured a slowdown, else fixed.
+  tf::sim::Work layer_compute(int r, const core::Op& op, uint32_t id) {
+    const TimeNs ns = compute_ns(op);
+    const std::vector<double>* ends = &kernel_ends(op);
+    if (!ranks_[static_cast<size_t>(r)].compute)
+      return [this, r, id, ns, ends]() -> TimeNs {
+        begin_compute(r, id, ns, ends, false);
+        return ns;
+      };
+    return tf::sim::Work::async([this, r, id, ns, ends](tf::sim::Callback done) {
+      begin_compute(r, id, ns, ends, true);
+      ranks_[static_cast<size_t>(r)].compute->start(ns, std::move(done));
+    });
+  }
+
+  // ---- collectives wait for the running kernel (docs/ARCHITECTURE.md) ----------------------------
+  // The GPU's block scheduler hands SMs to kernels in the order they became eligible, whatever their
+  // stream: a comm-stream kernel (NCCL's, the reduce-scatter's sum) that becomes eligible while a compute
+  // kernel holds the SMs starts only when that kernel's blocks have drained. Two kernels eligible at the
+  // same ns: the one whose own stream's op just ended goes first (a cross-stream wait resolves later).
+  static constexpr double kKernelEndSlackNs = 1;  // whole-ns ends against the kernels' fractional ones
+
+  // Rank r's compute op's alone-ns done now.
+  double compute_done_ns(const RankState& rs) const {
+    const ComputeInFlight& c = rs.running;
+    if (c.slowed) return double(c.alone_ns) - rs.compute->remaining_alone_ns();
+    return double(queue_.now() - c.start_ns);
+  }
+
+  // Where the kernel rank r runs now ends (alone-ns of its op), when a comm-stream kernel that became
+  // eligible now (`comm_after_own_queue`: its comm queue's op before it just ended) must wait for it.
+  std::optional<double> blocking_kernel_end(int r, bool comm_after_own_queue) const {
+    const RankState& rs = ranks_[static_cast<size_t>(r)];
+    const ComputeInFlight& c = rs.running;
+    if (!c.running) return std::nullopt;
+    const double done = compute_done_ns(rs);
+    const double last = c.ends ? c.ends->back() : double(c.alone_ns);
+    if (done >= last - kKernelEndSlackNs) return std::nullopt;  // its end is being processed now
+    size_t k = 0;
+    if (c.ends)
+      while ((*c.ends)[k] <= done + kKernelEndSlackNs) ++k;
+    const double end = c.ends ? (*c.ends)[k] : last;
+    const bool started_now = k == 0 ? c.start_ns == queue_.now() : done <= (*c.ends)[k - 1] + kKernelEndSlackNs;
+    const bool kernel_after_own_queue = k == 0 ? c.after_own_queue : true;
+    if (started_now && !(kernel_after_own_queue && !comm_after_own_queue)) return std::nullopt;
+    return end;
+  }
+
+  // Calls `go` once rank r's compute op `serial` has done `end` alone-ns (or ended).
+  void at_kernel_end(int r, uint64_t serial, double end, tf::sim::Callback go) {
+    RankState& rs = ranks_[static_cast<size_t>(r)];
+    ComputeInFlight& c = rs.running;
+    if (!c.running || c.serial != serial) return go();
+    const double done = compute_done_ns(rs);
+    if (done >= end - kKernelEndSlackNs) return go();
+    const double last = c.ends ? c.ends->back() : double(c.alone_ns);
+    if (end >= last - kKernelEndSlackNs) return c.at_end.push_back(std::move(go));  // the op's own end
+    // a kernel inside the op: its end at the current rate; the rate may change meanwhile, so look again
+    const double factor = c.slowed ? rs.compute->current_factor() : 1.0;
+    const TimeNs dt = std::max<TimeNs>(1, tf::sim::ceil_ns((end - done) * factor));
+    queue_.schedule_after(
+        dt, [this, r, serial, end, cb = std::move(go)]() mutable { at_kernel_end(r, serial, end, std::move(cb)); });
+  }
+
+  // Calls `go` when rank r's SMs take a comm-stream kernel that became eligible now. Decided after the
+  // other events of this ns, so that a compute op starting at the same ns is seen.
+  void after_running_kernel(int r, bool comm_after_own_queue, tf::sim::Callback go) {
+    queue_.schedule_after(0, [this, r, comm_after_own_queue, cb = std::move(go)]() mutable {
+      const std::optional<double> end = blocking_kernel_end(r, comm_after_own_queue);
+      if (!end) return cb();
+      at_kernel_end(r, ranks_[static_cast<size_t>(r)].running.serial, *end, std::move(cb));
+    });
+  }
+
   // `id`: the op's instance (step x ops + op id), which its timings are kept under.
   tf::sim::Work work_for(int r, const core::Op& op, uint32_t id, uint32_t collective_index) {
     switch (op.kind) {
       case core::OpKind::kForward:
-      case core::OpKind::kBackward:
-        if (!ranks_[static_cast<size_t>(r)].compute) return fixed(r, id, compute_ns(op));
-        return tf::sim::Work::async([this, r, id, ns = compute_ns(op)](tf::sim::Callback done) {
-          RankState& rs = ranks_[static_cast<size_t>(r)];
-          rs.start_ns[id] = queue_.now();
-          rs.compute->start(ns, std::move(done));
-        });
+      case core::OpKind::kBackward: return layer_compute(r, op, id);
       case core::OpKind::kGpuOptimizer:
-        return fixed(r, id, tf::sim::memory_kernel_ns({cost_.optimizer_gbps, cost_.launch_ns}, op.bytes));
+        return compute_fixed(r, id, tf::sim::memory_kernel_ns({cost_.optimizer_gbps, cost_.launch_ns}, op.bytes));
       case core::OpKind::kGradStats:
-        if (op.queue != core::Queue::kCpu) return fixed(r, id, tf::sim::memory_kernel_ns(cost_.hbm, op.bytes));
+        if (op.queue != core::Queue::kCpu) return compute_fixed(r, id, tf::sim::memory_kernel_ns(cost_.hbm, op.bytes));
         return tf::sim::Work::async(
             [this, r, id, elems = op.elems, wait = host_wait_ns(r, op)](tf::sim::Callback done) {
               RankState& rs = ranks_[static_cast<size_t>(r)];
@@ -605,27 +755,53 @@ class Simulation {
     throw std::logic_error("sim backend: unknown op kind");
   }
 
-  // A rank reached collective k on its comm queue; the last to arrive starts it for everyone.
+  // Rank r reached collective k on its comm queue (the op starts, as the engine times it: its stream got
+  // there). Its kernel waits for the rank's running compute kernel; the exchange starts when every rank
+  // has arrived and is ready.
   void arrive(uint32_t k, int r, uint32_t id, tf::sim::Callback done) {
     Join& j = joins_[k];
+    RankState& rs = ranks_[static_cast<size_t>(r)];
+    rs.start_ns[id] = queue_.now();
+    const bool after_own_queue = rs.last_end_ns[size_t(queue_index(core::Queue::kComm))] == queue_.now();
     j.dones.push_back(std::move(done));
     j.members.emplace_back(r, id);
-    if (++j.arrived < cost_.world) return;
-    for (const auto& [rank, op] : j.members) ranks_[static_cast<size_t>(rank)].start_ns[op] = queue_.now();
-    set_collective_active(j, true);
-    queue_.schedule_after(j.duration_ns, [this, k] {
-      set_collective_active(joins_[k], false);
-      std::vector<tf::sim::Callback> dones = std::move(joins_[k].dones);
-      for (tf::sim::Callback& d : dones) d();
+    j.arrived_after_own_queue.push_back(after_own_queue);
+    ++j.arrived;
+    if (j.exchange_ns == 0) return rank_ready(k);  // no exchange (one rank): no kernel of its own
+    after_running_kernel(r, after_own_queue, [this, k] { rank_ready(k); });
+  }
+
+  void rank_ready(uint32_t k) {
+    Join& j = joins_[k];
+    if (++j.ready < cost_.world) return;
+    for (const auto& [rank, op] : j.members) set_collective_active(rank, true);
+    queue_.schedule_after(j.exchange_ns, [this, k] {
+      Join& jk = joins_[k];
+      for (const auto& [rank, op] : jk.members) set_collective_active(rank, false);
+      for (size_t i = 0; i < jk.members.size(); ++i) run_tail(k, i);
     });
   }
 
-  // A collective's ranks slow their forward and backward while it runs (the GPU's SMs and HBM shared).
-  void set_collective_active(const Join& j, bool active) {
-    for (const auto& [rank, op] : j.members) {
-      RankState& rs = ranks_[static_cast<size_t>(rank)];
-      if (rs.compute) rs.compute->set_active(rs.collective_source, active);
-    }
+  // Member i's own kernels after the exchange, when its SMs are free for them; then its op ends.
+  void run_tail(uint32_t k, size_t i) {
+    Join& j = joins_[k];
+    if (j.tail_ns == 0) return j.dones[i]();
+    const int r = j.members[i].first;
+    // after an exchange the tail's kernel follows it on the comm stream; without one it is the op's first
+    const bool after_own_queue = j.exchange_ns > 0 || j.arrived_after_own_queue[i];
+    after_running_kernel(r, after_own_queue, [this, k, i, r] {
+      set_collective_active(r, true);
+      queue_.schedule_after(joins_[k].tail_ns, [this, k, i, r] {
+        set_collective_active(r, false);
+        joins_[k].dones[i]();
+      });
+    });
+  }
+
+  // A rank slows its forward and backward while its collectives run (the GPU's SMs and HBM shared).
+  void set_collective_active(int rank, bool active) {
+    RankState& rs = ranks_[static_cast<size_t>(rank)];
+    if (rs.compute) rs.compute->set_active(rs.collective_source, active);
   }
 
   void on_end(size_t r, uint32_t at) {
@@ -633,8 +809,15 @@ class Simulation {
     rs.end_ns[at] = queue_.now();
     const auto n = uint32_t(plans_[r].ops.size());
     const uint32_t id = at % n;
-    if (record_order_ && int(at / n) == report_step_)
-      rs.order[static_cast<size_t>(queue_index(plans_[r].ops[id].queue))].push_back(id);
+    const core::Queue q = plans_[r].ops[id].queue;
+    rs.last_end_ns[size_t(queue_index(q))] = queue_.now();
+    if (q == core::Queue::kCompute) {
+      rs.running.running = false;  // the comm kernels that waited for its last kernel go first
+      std::vector<tf::sim::Callback> waiting = std::move(rs.running.at_end);
+      rs.running.at_end.clear();
+      for (tf::sim::Callback& go : waiting) go();
+    }
+    if (record_order_ && int(at / n) == report_step_) rs.order[static_cast<size_t>(queue_index(q))].push_back(id);
   }
 
   const CostSetup& cost_;

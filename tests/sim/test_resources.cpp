@@ -16,6 +16,7 @@ using tf::sim::BusyInterval;
 using tf::sim::Callback;
 using tf::sim::CpuPool;
 using tf::sim::Direction;
+using tf::sim::DmaSlowdown;
 using tf::sim::Event;
 using tf::sim::EventQueue;
 using tf::sim::HostCpuPool;
@@ -478,6 +479,42 @@ TEST(HostCpuPool, DmaSlowsOnlyTheRankWhoseLinkCarriesIt) {
   EXPECT_EQ(end0, 1'250'000);
 }
 
+// The slowdown follows what the rank's link carries: D2H only, H2D only, both (the largest of the three).
+// One rank at 1 param/ns alone, a pass of 1e7 from 0, factors both 1.5, D2H 2, H2D 1.25 (55 GB/s each way
+// alone, 83 together). [0, 1 ms) a D2H of 55 MB: 0.5e6 done; [1, 2) idle link: 1e6; [2, 3) an H2D of 55 MB:
+// 0.8e6; [3, 4): 1e6; [4, 5) a D2H and an H2D of 41.5 MB each at 41.5 GB/s: the factor is max(1.5, 2, 1.25)
+// = 2, 0.5e6; 3.8e6 done at 5 ms, the other 6.2e6 alone: the pass ends at 11.2 ms.
+TEST(HostCpuPool, TheSlowdownFollowsTheDirectionsTheLinkCarries) {
+  EventQueue q;
+  SharedLink link(q, kH100Pcie);
+  HostCpuPool host(
+      q, 1, [](int) { return 1.0; }, DmaSlowdown{1.5, 2.0, 1.25});
+  host.watch(0, link);
+  TimeNs end = -1;
+  host.start(0, 10'000'000, [&] { end = q.now(); });
+  link.start(Direction::kD2H, 55'000'000, [] {});
+  q.schedule_at(2'000'000, [&] { link.start(Direction::kH2D, 55'000'000, [] {}); });
+  q.schedule_at(4'000'000, [&] {
+    link.start(Direction::kD2H, 41'500'000, [] {});
+    link.start(Direction::kH2D, 41'500'000, [] {});
+  });
+  q.run_until(500'000);
+  EXPECT_DOUBLE_EQ(host.current_gparam_s(0), 0.5);
+  q.run_until(1'500'000);
+  EXPECT_FALSE(host.slowed(0));
+  EXPECT_DOUBLE_EQ(host.current_gparam_s(0), 1.0);
+  q.run_until(2'500'000);
+  EXPECT_DOUBLE_EQ(host.current_gparam_s(0), 0.8);
+  q.run_until(4'500'000);
+  EXPECT_DOUBLE_EQ(host.current_gparam_s(0), 0.5);
+  q.run();
+  EXPECT_EQ(end, 11'200'000);
+  EXPECT_DOUBLE_EQ((DmaSlowdown{1.5, 1.25, 1.125}.factor(true, true)), 1.5);  // both: at least the both-ways one
+  EXPECT_THROW(HostCpuPool(
+                   q, 1, [](int) { return 1.0; }, DmaSlowdown{1, 0.5, 1}),
+               std::invalid_argument);
+}
+
 TEST(HostCpuPool, BadInput) {
   EventQueue q;
   EXPECT_THROW(HostCpuPool(q, 0, [](int) { return 1.0; }), std::invalid_argument);
@@ -588,7 +625,10 @@ TEST(SlowedServer, ContentionStretchesTheWorkInProgress) {
   q.schedule_at(12'000'000, [&] { link.start(Direction::kD2H, 55'000'000, [] {}); });
   q.run_until(3'000'000);
   EXPECT_DOUBLE_EQ(gpu.current_factor(), 2.0);
+  // 2 ms alone, then 1 ms at half speed: 2.5 ms of the 10 done (settled at 2 ms, read at 3 ms)
+  EXPECT_DOUBLE_EQ(gpu.remaining_alone_ns(), 7'500'000);
   q.run();
+  EXPECT_EQ(gpu.remaining_alone_ns(), 0);  // nothing in flight
   EXPECT_EQ(a.time(), 11'000'000);
   EXPECT_EQ(b.time(), 14'333'334);
   EXPECT_THROW(gpu.add_source(0.9), std::invalid_argument);

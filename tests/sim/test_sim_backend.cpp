@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,11 +11,13 @@
 #include "backends/backend.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
+#include "core/local_kernels.h"
 #include "core/memory.h"
 #include "core/plan_hazards.h"
 #include "core/rank_plan.h"
 #include "core/scenario.h"
 #include "core/settings.h"
+#include "sim/cost_model.h"
 
 namespace {
 
@@ -441,6 +444,25 @@ TEST(SimHost, BothRanksOfAHostRunAtTheTwoRankRate) {
   EXPECT_NEAR(double(q.kind_ns[size_t(tf::core::OpKind::kCpuOptimizer)]), want_ns * 2.1 / 2.25, ops + 1.0);
 }
 
+// The CPU pass's DMA slowdown by direction (cpu.dma_slowdown_factor_d2h / _h2d): a profile without them
+// slows by the both-ways figure whatever the link carries, and so does one whose one-way figures equal it
+// (the same step to the ns); a larger D2H figure slows the passes that run beside the ranks' D2Hs (with
+// speculation the CPU layers update during backward, while the next layers' gradients come down).
+TEST(SimHost, TheDmaSlowdownOfAPassFollowsTheDirectionItsLinkCarries) {
+  tf::core::Scenario s = decoder_scenario(2);
+  tf::core::CpuProfile& cpu = s.cluster.hardware.cpu;
+  cpu.dma_slowdown_factor = 1.25;
+  const auto cpu_ns = [](const SimPoint& p) { return p.kind_ns[size_t(tf::core::OpKind::kCpuOptimizer)]; };
+  const SimPoint base = simulate_step(s, 1.0);
+  cpu.dma_slowdown_factor_d2h = cpu.dma_slowdown_factor_h2d = 1.25;
+  const SimPoint same = simulate_step(s, 1.0);
+  EXPECT_EQ(same.step_ns, base.step_ns);
+  EXPECT_EQ(cpu_ns(same), cpu_ns(base));
+  cpu.dma_slowdown_factor_d2h = 3;
+  const SimPoint d2h = simulate_step(s, 1.0);
+  EXPECT_GT(cpu_ns(d2h), cpu_ns(base));
+}
+
 // ---- compute slowed by collectives and copies ----------------------------------------------------------
 
 // Two GPUs: the collectives overlap backward. A slowdown of (almost) 1 takes the rate-based path and
@@ -469,6 +491,93 @@ TEST(SimCompute, CollectivesSlowTheComputeTheyOverlap) {
   gpu.compute_slowdown_during_collectives = 0;  // not measured: the fixed durations again
   gpu.compute_slowdown_during_dma = 1.25;       // copies run during backward (the CPU part's D2H)
   EXPECT_GT(compute_ns(simulate_step(s, 0.25)), compute_ns(fixed));
+}
+
+// ---- collectives wait for the running kernel -----------------------------------------------------------
+
+// Five 4096-wide layers with bias on two GPUs of the built-in 2 x H200 profile (no compute slowdowns:
+// fixed durations), ratio 0, one step. The rule (docs/ARCHITECTURE.md, "Collectives wait for the running
+// kernel"): a comm-stream kernel that becomes eligible while a compute kernel runs starts when that kernel
+// ends; at the same ns, the op whose own queue's op just ended goes first. Every time below follows from
+// the layers' kernel costs (layer_costs), the measured bus bandwidth curve and the sum's bytes.
+TEST(SimCollectives, ACommKernelWaitsForTheComputeKernelRunningWhenItBecameEligible) {
+  tf::core::Scenario s = tf::core::parse_scenario(
+      "model: {type: mlp, dims: [4096, 4096, 4096, 4096, 4096], bias: true}\n"
+      "cluster: {profile: h200x2-32core, gpus_per_node: 2}\n"
+      "training: {micro_batch: 4096, gradient_clipping: 1.0}\n"
+      "optimizer: {type: adamw}\n"
+      "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0}}\n",
+      {}, "mlp5.yaml");
+  s.training.carry_tail = false;
+  const tf::core::HardwareProfile& hw = s.cluster.hardware;
+  ASSERT_LE(hw.gpu.compute_slowdown_during_collectives, 1.0);  // the fixed durations this test computes with
+  const SimPoint p = simulate_step(s, 0.0, {.record_ops = true, .keep_plans = true});
+  const std::vector<tf::core::Op>& ops = p.plans[0].ops;
+  // the n-th op (0-based) of this kind and layer on rank 0: [start, end)
+  const auto at = [&](tf::core::OpKind kind, int layer, int nth = 0) {
+    for (const tf::core::Op& op : ops)
+      if (op.kind == kind && op.layer == layer && nth-- == 0) return p.ranks[0].ops[op.id];
+    ADD_FAILURE() << "no such op";
+    return tf::backend::sim::OpTiming{};
+  };
+  using K = tf::core::OpKind;
+  // One all-gather alone: half the 2 x 16.8 MB layer over the measured bus bandwidth at its size.
+  const int64_t layer_bytes = ops[0].bytes;
+  std::vector<tf::sim::BusBandwidthPoint> curve;
+  for (const tf::core::BusPoint& b : hw.intra_node.bus_gbps_by_message_bytes)
+    curve.push_back({b.message_bytes, b.bus_gbps});
+  tf::sim::CollectiveParams cp;
+  cp.curve = tf::sim::BusBandwidthCurve(curve);
+  const auto exchange_ns = [&](tf::sim::CollectiveKind k) {
+    return tf::sim::collective_ns(cp, k, tf::sim::CollectiveAlgorithm::kRing, 2, layer_bytes);
+  };
+  const int64_t gather = exchange_ns(tf::sim::CollectiveKind::kAllGather);
+  // Layer 1's kernels: the forward's GEMM, then its bias + ReLU; the backward's weight gradient, its input
+  // gradient, then its memory-bound kernels. Each ends at its cumulative work, in whole ns of the op.
+  const std::vector<tf::backend::sim::LayerCost> costs = tf::backend::sim::layer_costs(s);
+  const tf::backend::sim::PassCost& fwd1 = costs[1].fwd;
+  const tf::backend::sim::PassCost& bwd1 = costs[1].bwd;
+  ASSERT_EQ(fwd1.gemms.size(), 1u);
+  ASSERT_EQ(bwd1.gemms.size(), 2u);
+  ASSERT_EQ(bwd1.gemms[1].gemm.pass, tf::core::GemmPass::kWeightGrad);  // listed second, run first
+  const auto kernel_end = [](const tf::backend::sim::PassCost& c, double work) {
+    return int64_t(std::ceil(work / c.work_ns() * double(tf::sim::ceil_ns(c.ns()))));
+  };
+  // The gathers before the first forward: AG L0 at 0; AG L1 follows it on the comm stream at the ns
+  // forward L0 (which waited for AG L0 on another stream) starts, so it goes first and runs at once.
+  EXPECT_EQ(at(K::kAllGather, 0).start_ns, 0);
+  EXPECT_EQ(at(K::kAllGather, 0).end_ns, gather);
+  EXPECT_EQ(at(K::kForward, 0).start_ns, gather);
+  EXPECT_EQ(at(K::kAllGather, 1).start_ns, gather);
+  EXPECT_EQ(at(K::kAllGather, 1).end_ns, 2 * gather);
+  // AG L2 waits for its prefetch slot, which forward L0 frees as it ends: forward L1, its own queue's
+  // next op, starts at that ns and goes first; the gather's exchange starts when forward L1's GEMM ends,
+  // and forward L2 waits for it.
+  const int64_t f1 = at(K::kForward, 1).start_ns;
+  EXPECT_EQ(f1, at(K::kForward, 0).end_ns);
+  EXPECT_EQ(at(K::kAllGather, 2).start_ns, f1);
+  ASSERT_LT(kernel_end(fwd1, fwd1.gemms[0].ns) + gather, at(K::kForward, 1).end_ns - f1 + gather);
+  EXPECT_NEAR(double(at(K::kAllGather, 2).end_ns), double(f1 + kernel_end(fwd1, fwd1.gemms[0].ns) + gather), 1);
+  EXPECT_EQ(at(K::kForward, 2).start_ns, at(K::kAllGather, 2).end_ns);
+  // Backward L1 starts with the backward gather of layer 0 beside it; RS L2 follows that gather on the comm
+  // stream while backward L1's weight-gradient GEMM runs: its exchange starts when that GEMM ends. Its sum,
+  // the next kernel on the comm stream, becomes eligible while the input-gradient GEMM (started meanwhile)
+  // runs, and waits for that one too: the op ends at that GEMM's end + the sum alone.
+  const int64_t b1 = at(K::kBackward, 1).start_ns;
+  const int64_t wgrad_end = kernel_end(bwd1, bwd1.gemms[1].ns);
+  const int64_t dgrad_end = kernel_end(bwd1, bwd1.gemms[1].ns + bwd1.gemms[0].ns);
+  const tf::backend::sim::OpTiming gather0 = at(K::kAllGather, 0, 1), rs2 = at(K::kReduceScatter, 2);
+  ASSERT_LT(gather0.end_ns, b1 + wgrad_end);
+  EXPECT_EQ(rs2.start_ns, gather0.end_ns);
+  const int64_t scatter = exchange_ns(tf::sim::CollectiveKind::kReduceScatter);
+  ASSERT_LT(wgrad_end + scatter, dgrad_end);
+  const int64_t slice = layer_bytes / 4;  // elements per rank, bf16
+  const int64_t sum =
+      tf::sim::ceil_ns(tf::core::kSliceSumLaunches * hw.gpu.kernel_launch_ns +
+                       double(tf::core::slice_sum_bytes(2, slice, 2, tf::core::slice_sum_io(1, 0))) / hw.gpu.hbm_gbps);
+  EXPECT_NEAR(double(rs2.end_ns), double(b1 + dgrad_end + sum), 1);
+  // Without the rule the gather would have run beside forward L1's GEMM and forward L2 started at once.
+  EXPECT_GT(at(K::kForward, 2).start_ns, at(K::kForward, 1).end_ns);
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <iomanip>
+#include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "apps/twinflow/breakdown.h"
@@ -182,6 +185,39 @@ TEST(Validate, CommittedH100SweepsMeetTheGoals) {
     EXPECT_GE(v.rows.size(), 7u) << m;
     EXPECT_LE(v.mape_pct, 5.0) << m;
     EXPECT_LE(v.worst_pct, 10.0) << m;
+  }
+}
+
+// Issue 20's last goal: the 2 x H200 sweeps of bench/results/2026-11-24-h200x2-validate re-simulated with the
+// profile calibrated before them in the same device call (h200x2-cal-a.yaml), carry off as they ran. Printed:
+// the MAPE, the worst point and every ratio's error. The goals (MAPE <= 5%, worst <= 10%) are NOT met
+// honestly: 2.15B 5.50% / 9.51% at 1, 8.05B 5.51% / 9.07% at 0.3 (before the comm kernels waited for the
+// running compute kernel: 8.04% / 14.71% and 6.43% / 13.48%). So this test asserts no regression from those
+// numbers (each + 0.05 points of slack for rounding), not the goals. What remains (README of that directory):
+// the host's CPU rate rose during the call (cal-a's 3.0 Gparam/s per rank matches the 2.15B sweep's ratios
+// <= 0.5, which ran at 2.85-3.14; its later points and the whole 8.05B sweep ran at 3.5-3.7, and the second
+// calibrate of the call, cal-b, measured 13-32% more), and cal-a predates the copies' slowdown under the CPU
+// pass (the D2H ran 1.5-1.7x its alone time beside the passes).
+TEST(Validate, Committed2xH200SweepsReSimulatedWithTheCallsProfile) {
+  const std::string dir = std::string(TWINFLOW_SOURCE_DIR) + "/bench/results/2026-11-24-h200x2-validate/";
+  struct Case {
+    const char* model;
+    double mape_pct, worst_pct;  // reached (see above): the test holds them, not the goals
+  };
+  for (const Case& c : {Case{"2b", 5.50, 9.51}, Case{"8b", 5.51, 9.07}}) {
+    tf::core::Scenario s =
+        tf::core::load_scenario(std::string(TWINFLOW_SOURCE_DIR) + "/scenarios/real/mlp-" + c.model + "-h200x2.yaml");
+    s.cluster.hardware = tf::core::find_hardware_profile(dir + "h200x2-cal-a.yaml");
+    const tf::app::Validation v =
+        validate_sweep(s, tf::app::load_measured_sweep(dir + "sweep-" + std::string(c.model) + ".json"));
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(2) << "mlp-" << c.model << "-h200x2 re-simulated with h200x2-cal-a: MAPE "
+        << v.mape_pct << "%, worst " << v.worst_pct << "% at ratio " << v.worst_ratio << "; error % by ratio:";
+    for (const tf::app::ValidationRow& r : v.rows) out << " " << r.ratio << ": " << r.error_pct;
+    std::cout << out.str() << "\n";
+    EXPECT_EQ(v.rows.size(), 10u) << c.model;
+    EXPECT_LE(v.mape_pct, c.mape_pct + 0.05) << c.model;
+    EXPECT_LE(v.worst_pct, c.worst_pct + 0.05) << c.model;
   }
 }
 

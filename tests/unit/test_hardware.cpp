@@ -69,6 +69,8 @@ HardwareProfile full_profile() {
   p.cpu.optimizer_gparam_s_per_core = 1.04;
   p.cpu.optimizer_gparam_s_all_cores = 5.2;
   p.cpu.dma_slowdown_factor = 1.6834;
+  p.cpu.dma_slowdown_factor_d2h = 1.8125;
+  p.cpu.dma_slowdown_factor_h2d = 1.125;
   p.cpu.optimizer_gparam_s_by_threads = {{1, 1.04}, {2, 1.66}, {4, 2.89}, {32, 5.2}};
   p.cpu.optimizer_node_gparam_s_by_ranks = {{1, 5.125}, {2, 4.75}, {4, 4.5}};
   p.gpu.compute_slowdown_during_collectives = 1.0625;
@@ -120,6 +122,8 @@ HardwareProfile full_profile() {
                           "cpu.optimizer_gparam_s_by_threads",
                           "cpu.optimizer_node_gparam_s_by_ranks",
                           "cpu.dma_slowdown_factor",
+                          "cpu.dma_slowdown_factor_d2h",
+                          "cpu.dma_slowdown_factor_h2d",
                           "host.memory_bytes"})
     p.sources[key] = std::string("twinflow calibrate 2026-11-22 (twinflow calibrate --out x.yaml): ") + key +
                      ", median of 20, spread 1.2%; \"quoted\" \\ back";
@@ -177,6 +181,7 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   p.gpu.decoder_kernel_gbps.clear();
   p.pcie.pageable_h2d_gbps = p.pcie.copy_latency_ns = 0;
   p.pcie.h2d_slowdown_under_cpu_pass = p.pcie.d2h_slowdown_under_cpu_pass = 1;  // the default: not slowed
+  p.cpu.dma_slowdown_factor_d2h = p.cpu.dma_slowdown_factor_h2d = 0;            // not measured
   p.intra_node.bus_gbps_by_message_bytes.clear();
   p.intra_node.all_gather_bus_gbps_by_message_bytes.clear();
   p.intra_node.reduce_scatter_bus_gbps_by_message_bytes.clear();
@@ -189,14 +194,16 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
        {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "gpu.optimizer_gbps",
         "gpu.compute_slowdown_during_collectives", "gpu.compute_slowdown_during_dma", "pcie.pageable_h2d_gbps",
         "pcie.copy_latency_ns", "gpu.context_bytes", "gpu.nccl_comm_bytes", "gpu.alloc_granularity_bytes",
-        "gpu.pinned_host_map_bytes_per_gb", "pcie.h2d_slowdown_under_cpu_pass", "pcie.d2h_slowdown_under_cpu_pass"})
+        "gpu.pinned_host_map_bytes_per_gb", "pcie.h2d_slowdown_under_cpu_pass", "pcie.d2h_slowdown_under_cpu_pass",
+        "cpu.dma_slowdown_factor_d2h", "cpu.dma_slowdown_factor_h2d"})
     p.sources.erase(key);  // zero without a source: not measured
   const std::string text = format_hardware_profile(p);
   for (const char* key :
-       {"hbm_copy_gbps", "event_record_ns", "event_sync_ns", "optimizer_gbps", "bf16_gemm_tflops_by_shape",
-        "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads", "by_ranks", "compute_slowdown",
-        "description", "context_bytes", "nccl_comm_bytes", "alloc_granularity", "pinned_host_map", "attention",
-        "decoder_kernel", "under_cpu_pass"})
+       {"hbm_copy_gbps",     "event_record_ns", "event_sync_ns",    "optimizer_gbps",  "bf16_gemm_tflops_by_shape",
+        "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads",      "by_ranks",
+        "compute_slowdown",  "description",     "context_bytes",    "nccl_comm_bytes", "alloc_granularity",
+        "pinned_host_map",   "attention",       "decoder_kernel",   "under_cpu_pass",  "factor_d2h",
+        "factor_h2d"})
     EXPECT_FALSE(contains(text, key)) << key;
   HardwareProfile q = parse_hardware_profile(text, "min.yaml");
   // sources of the figures not written are not read back
@@ -223,6 +230,8 @@ TEST(HardwareWriter, CopySlowdownUnderCpuPassDefaultsToOne) {
   EXPECT_EQ(old.pcie.h2d_slowdown_under_cpu_pass, 1.0);
   EXPECT_EQ(old.pcie.d2h_slowdown_under_cpu_pass, 1.0);
   EXPECT_EQ(old.sources.count("pcie.h2d_slowdown_under_cpu_pass"), 0u);
+  EXPECT_EQ(old.cpu.dma_slowdown_factor_d2h, 0.0);  // the CPU's one-way DMA slowdowns: not measured
+  EXPECT_EQ(old.cpu.dma_slowdown_factor_h2d, 0.0);
   HardwareProfile p = full_profile();
   p.pcie.d2h_slowdown_under_cpu_pass = 1;
   const std::string text = format_hardware_profile(p);
@@ -280,6 +289,10 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
        "pcie.h2d_slowdown_under_cpu_pass.value"},
       {"d2h_slowdown_under_cpu_pass: {value: 1.0625", "d2h_slowdown_under_cpu_pass: {value: 101",
        "pcie.d2h_slowdown_under_cpu_pass.value"},
+      {"dma_slowdown_factor_d2h: {value: 1.8125", "dma_slowdown_factor_d2h: {value: 0.5",
+       "cpu.dma_slowdown_factor_d2h.value"},
+      {"dma_slowdown_factor_h2d: {value: 1.125", "dma_slowdown_factor_h2d: {value: 100.5",
+       "cpu.dma_slowdown_factor_h2d.value"},
       {"event_sync_ns: {value: 9876.25", "event_sync_ns: {value: 9876.25, sauce: x", "unknown key"},
   };
   for (const auto& c : cases) {
