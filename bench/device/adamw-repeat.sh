@@ -37,7 +37,7 @@ step "summary"
 python3 - "$LOG" "$ROUNDS" > "$LOG/adamw-repeat.txt" <<'PY'
 import json, os, statistics, sys
 sys.path.insert(0, "bench/device")
-from cpu_report_common import engine_step
+from cpu_report_common import engine_step, torch_cpu_row
 log, rounds = sys.argv[1], int(sys.argv[2])
 def load(name):
     try:
@@ -50,10 +50,7 @@ ratios = []
 for r in range(1, rounds + 1):
     e = engine_step(load(f"engine-{r}.json"))
     t = load(f"torch-{r}.json")
-    trow = None
-    if t:
-        rows = t if isinstance(t, list) else t.get("rows", [t])
-        trow = next((x for x in rows if x.get("where") == "cpu"), None)
+    trow = torch_cpu_row(t)
     eg = e["median"] if e else None
     tg = trow["gparam_per_s"] if trow else None
     ratio = eg / tg if eg and tg else None

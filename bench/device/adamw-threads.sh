@@ -36,7 +36,7 @@ step "summary"
 python3 - "$LOG" "$ROUNDS" "$THREADS_LIST" > "$LOG/adamw-threads.txt" <<'PY'
 import json, os, re, statistics, sys
 sys.path.insert(0, "bench/device")
-from cpu_report_common import engine_step
+from cpu_report_common import engine_step, torch_cpu_row
 log, rounds, tl = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 def load(p):
     try:
@@ -50,8 +50,7 @@ for r in range(1, rounds + 1):
     es = [engine_step(load(f"engine-{r}-t{t}.json")) for t in tl]
     eg = [e["median"] if e else None for e in es]
     t = load(f"torch-{r}.json")
-    rows = (t if isinstance(t, list) else t.get("rows", [t])) if t else []
-    trow = next((x for x in rows if x.get("where") == "cpu"), None)
+    trow = torch_cpu_row(t)
     tg = trow["gparam_per_s"] if trow else None
     alone = None
     try:

@@ -1,6 +1,6 @@
 """Helpers of the CPU optimizer device reports (cpu_optimizer_report.py, cpukern_report.py): reading a
 work directory's JSON, markdown tables, torch's k processes at once (their timed windows checked for
-overlap), and the engine's CPU rate on a real step."""
+overlap), the engine's CPU rate on a real step and torch's CPU row of one bench/peer/torch_adamw.py run."""
 import glob
 import json
 import os
@@ -82,3 +82,12 @@ def engine_step(run):
     return {"cpu_elems": p["cpu_elems"], "threads": run.get("threads"), "cpu_tuning": run.get("cpu_tuning"),
             "gparam_per_s": rates,
             "median": statistics.median(rates) if rates else 0.0}
+
+
+def torch_cpu_row(doc):
+    """The CPU row of one bench/peer/torch_adamw.py --json document (a list of rows, {"rows": [...]}, or one
+    row), or None."""
+    if not doc:
+        return None
+    rows = doc if isinstance(doc, list) else doc.get("rows", [doc])
+    return next((x for x in rows if x.get("where") == "cpu"), None)

@@ -61,7 +61,9 @@ rm -f "$C100"
 
 step "summary"
 python3 - "$LOG" > "$LOG/cpupass-diag.txt" <<'PY'
-import glob, json, os, statistics, sys
+import glob, json, os, sys
+sys.path.insert(0, "bench/device")
+from cpu_report_common import engine_step, torch_cpu_row
 log = sys.argv[1]
 def load(p):
     try:
@@ -79,11 +81,8 @@ for f in sorted(glob.glob(os.path.join(log, "mlp-*.json"))):
     if not d:
         print(f"| {tag} | run failed | | | | |"); continue
     p = d["points"][0]
-    rates = [p["cpu_elems"] / s["kind_ns"]["cpu_optimizer"] for s in steady(p) if s["kind_ns"]["cpu_optimizer"] > 0]
-    e = statistics.median(rates) if rates else 0.0
-    t = load(os.path.join(log, f"torch-{tag}.json"))
-    rows = (t if isinstance(t, list) else t.get("rows", [t])) if t else []
-    trow = next((x for x in rows if x.get("where") == "cpu"), None)
+    e = engine_step(d)["median"]
+    trow = torch_cpu_row(load(os.path.join(log, f"torch-{tag}.json")))
     tg = trow["gparam_per_s"] if trow else None
     print(f"| {tag} | {p['cpu_elems']} | {e:.3f} | {e * 28:.1f} | {tg if tg is None else f'{tg:.3f}'} | "
           f"{'-' if not tg else f'{e / tg:.3f}x'} |")
