@@ -299,20 +299,6 @@ void choose_auto_ratio(RunOptions& o, const backend::launch::RankEnv& env) {
   o.ratios = {o.auto_ratio->ratio};
 }
 
-// training.cpu_order auto, before the engine plans: the cost model's order at this ratio
-// (backends/sim/cpu_order.h, as `simulate` chooses it), the same on every rank (the simulator is
-// deterministic). The engine's plan may resolve the staging and speculation against this machine's memory
-// where the simulator takes the profile's: the order's counts then apply to the engine's speculated layers
-// (clamped to them: core::CpuPassOrder).
-std::optional<backend::sim::CpuOrderChoice> resolve_cpu_order(const RunOptions& o, const backend::launch::RankEnv& env,
-                                                              cu::EngineConfig& ec) {
-  if (!ec.settings.cpu_order_auto) return std::nullopt;
-  const backend::sim::CpuOrderChoice c = backend::sim::choose_cpu_order(o.sc, ec.ratio, run_sim_options(o, env));
-  ec.settings.step.cpu_order = c.order;
-  ec.settings.cpu_order_auto = false;
-  return c;
-}
-
 // Rank 0's NCCL ids (one per ratio) reach every rank; a lost rank stops the others.
 std::unique_ptr<backend::launch::Rendezvous> rendezvous(const backend::launch::RankEnv& env, int timeout_s,
                                                         std::vector<cu::NcclId>& ids) {
@@ -983,7 +969,12 @@ int cmd_run(const std::vector<std::string>& args) {
     cu::EngineConfig ec = base;
     ec.ratio = o.ratios[i];
     ec.nccl_id = ids[i];
-    const std::optional<backend::sim::CpuOrderChoice> order = resolve_cpu_order(o, env, ec);
+    // training.cpu_order auto, before the engine plans: the cost model's order at this ratio, as `simulate`
+    // chooses it. The engine resolves the staging and speculation against this machine's memory where the
+    // simulator takes the profile's: the order's counts then apply to the engine's speculated layers
+    // (clamped to them: core::CpuPassOrder).
+    const std::optional<backend::sim::CpuOrderChoice> order =
+        backend::sim::resolve_cpu_order(ec.settings, o.sc, ec.ratio, run_sim_options(o, env));
     metrics.set_ratio(ec.ratio);
     points.push_back(run_ratio(o, ec, order, metrics, rdv.get(), signals ? &*signals : nullptr));
     all_ok = all_ok && points.back().parity_ok;
