@@ -80,10 +80,10 @@ struct TrainingConfig {
   // `ratio: auto` predict the schedule `run` runs. The bits do not depend on it.
   bool carry_tail = true;
   // The speculated CPU layers' pass order (docs/ARCHITECTURE.md, "Order after the norm";
-  // StepConfig::cpu_order): `auto`, the cost model's choice before anything runs (backends/sim
-  // cpu_order.h), or `arrival`, every pass in the order the gradients land (the order before it). The bits
-  // do not depend on it.
-  bool cpu_order_auto = false;
+  // StepConfig::cpu_order): `auto`, the default, the cost model's choice before anything runs (backends/sim
+  // cpu_order.h: `run`, `simulate` and `ratio: auto` alike), or `arrival`, every pass in the order the
+  // gradients land (the order before it). The bits do not depend on it.
+  bool cpu_order_auto = true;
 };
 
 struct OptimizerConfig {

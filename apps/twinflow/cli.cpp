@@ -300,7 +300,7 @@ void add_cpu_order_option(po::options_description& desc) {
   desc.add_options()("cpu-order", po::value<std::string>(),
                      "the speculated CPU passes' order: auto (the cost model's: the shortest simulated step), "
                      "arrival (each as its gradient lands) or M,K (M in arrival order, the rest in forward order, "
-                     "K passes before the commits) (default: the scenario's training.cpu_order)");
+                     "K passes before the commits) (default: the scenario's training.cpu_order, auto)");
 }
 
 std::optional<core::CpuOrderSetting> read_cpu_order_option(const po::variables_map& vm) {
