@@ -174,8 +174,10 @@ std::optional<int64_t> read_speculation(const Node& v) {
 bool read_cpu_order(const Node& v) {
   const std::string t = v.is_scalar() ? ascii_lower(v.scalar) : std::string();
   if (t != "auto" && t != "arrival")
-    config::fail(v, "expected `auto` (the cost model's pass order) or `arrival` (every CPU pass in the order its "
-                    "gradient lands), got " + v.describe());
+    config::fail(v,
+                 "expected `auto` (the cost model's pass order) or `arrival` (every CPU pass in the order its "
+                 "gradient lands), got " +
+                     v.describe());
   return t == "auto";
 }
 

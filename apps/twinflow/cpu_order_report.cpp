@@ -28,7 +28,8 @@ std::string cpu_order_text(const core::CpuPassOrder& order, const std::optional<
   return t;
 }
 
-nlohmann::json cpu_order_json(const core::CpuPassOrder& order, const std::optional<backend::sim::CpuOrderChoice>& choice) {
+nlohmann::json cpu_order_json(const core::CpuPassOrder& order,
+                              const std::optional<backend::sim::CpuOrderChoice>& choice) {
   nlohmann::json j = {{"arrival", order.arrival}, {"before_norm", order.before_norm}};
   if (choice)
     j["chosen"] = {{"passes", choice->passes},

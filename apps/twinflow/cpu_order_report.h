@@ -17,6 +17,7 @@ namespace tf::app {
 std::string cpu_order_text(const core::CpuPassOrder& order, const std::optional<backend::sim::CpuOrderChoice>& choice);
 // {"arrival": m, "before_norm": k} (-1: all, today's order) and, when chosen, "chosen": {"passes",
 // "step_ms", "arrival_order_step_ms", "candidates"}.
-nlohmann::json cpu_order_json(const core::CpuPassOrder& order, const std::optional<backend::sim::CpuOrderChoice>& choice);
+nlohmann::json cpu_order_json(const core::CpuPassOrder& order,
+                              const std::optional<backend::sim::CpuOrderChoice>& choice);
 
 }  // namespace tf::app

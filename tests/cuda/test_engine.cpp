@@ -298,30 +298,30 @@ TEST(CudaEngine, IssuesTheSimulatorsOpsInItsOrderPerQueue) {
       {}, "order.yaml");
   for (bool carry : {false, true})
     for (bool order_auto : {false, true})
-    for (core::WorkloadType w : {core::WorkloadType::kSynthetic, core::WorkloadType::kMlp}) {
-      SCOPED_TRACE(std::string(core::workload_type_name(w)) + (carry ? " carry on" : " carry off") +
-                   (order_auto ? " cpu order auto" : " arrival order"));
-      sc.training.carry_tail = carry;
-      sc.training.cpu_order_auto = order_auto;
-      backend::sim::SimOptions o;
-      o.overrides.workload = w;
-      cu::EngineConfig e;
-      e.settings = core::resolve_settings(sc, {.workload = w});
-      backend::sim::resolve_cpu_order(e.settings, sc, 0.4, o);
-      e.ratio = 0.4;
-      e.cpu_threads = 4;
-      e.pin_threads = false;
-      auto eng = cu::Engine::create(e);
-      EXPECT_EQ(core::carries(eng->plan()), carry);
-      const std::vector<cu::StepReport> reps = test::run_steps(*eng, 2);  // the second begins after a tail
-      const cu::StepReport& r = reps.back();
-      o.record_ops = o.keep_plans = true;
-      const backend::sim::SimPoint p = backend::sim::simulate_step(sc, 0.4, o);
-      ASSERT_EQ(p.plans.size(), 1u);
-      EXPECT_EQ(eng->plan(), p.plans[0]);
-      EXPECT_EQ(r.issued, core::plan_queue_order(eng->plan()));
-      EXPECT_EQ(r.issued, backend::sim::executed_queue_order(p)[0]);
-    }
+      for (core::WorkloadType w : {core::WorkloadType::kSynthetic, core::WorkloadType::kMlp}) {
+        SCOPED_TRACE(std::string(core::workload_type_name(w)) + (carry ? " carry on" : " carry off") +
+                     (order_auto ? " cpu order auto" : " arrival order"));
+        sc.training.carry_tail = carry;
+        sc.training.cpu_order_auto = order_auto;
+        backend::sim::SimOptions o;
+        o.overrides.workload = w;
+        cu::EngineConfig e;
+        e.settings = core::resolve_settings(sc, {.workload = w});
+        backend::sim::resolve_cpu_order(e.settings, sc, 0.4, o);
+        e.ratio = 0.4;
+        e.cpu_threads = 4;
+        e.pin_threads = false;
+        auto eng = cu::Engine::create(e);
+        EXPECT_EQ(core::carries(eng->plan()), carry);
+        const std::vector<cu::StepReport> reps = test::run_steps(*eng, 2);  // the second begins after a tail
+        const cu::StepReport& r = reps.back();
+        o.record_ops = o.keep_plans = true;
+        const backend::sim::SimPoint p = backend::sim::simulate_step(sc, 0.4, o);
+        ASSERT_EQ(p.plans.size(), 1u);
+        EXPECT_EQ(eng->plan(), p.plans[0]);
+        EXPECT_EQ(r.issued, core::plan_queue_order(eng->plan()));
+        EXPECT_EQ(r.issued, backend::sim::executed_queue_order(p)[0]);
+      }
 }
 
 // The kernels the engine launches for its norm and its reduce-scatter's sum are those

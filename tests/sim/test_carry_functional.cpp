@@ -208,7 +208,8 @@ TEST(FunctionalCarry, SameBitsInEveryCpuPassOrder) {
             EXPECT_EQ(r.grad_norms, today.grad_norms) << at;
             EXPECT_EQ(r.speculated_steps, today.speculated_steps) << at;
             EXPECT_EQ(r.failed_speculations, today.failed_speculations) << at;
-            moved += r.queue_order.at(0)[size_t(core::Queue::kCpu)] != today.queue_order.at(0)[size_t(core::Queue::kCpu)];
+            moved +=
+                r.queue_order.at(0)[size_t(core::Queue::kCpu)] != today.queue_order.at(0)[size_t(core::Queue::kCpu)];
           }
         if (n > 1) {
           EXPECT_GT(moved, 0u) << "clip " << clip << " ratio " << ratio;

@@ -168,7 +168,9 @@ TEST(CpuPassOrder, TheCpuQueueRunsTheRulesOrder) {
             for (const Op& o : p.plan.ops) {
               if (o.kind == OpKind::kNormAllReduce) norm = o.id;
               if (o.kind == OpKind::kD2HGrad) d2h[size_t(o.layer)] = o.id;
-              const auto waits_for = [&](uint32_t d) { return std::find(o.deps.begin(), o.deps.end(), d) != o.deps.end(); };
+              const auto waits_for = [&](uint32_t d) {
+                return std::find(o.deps.begin(), o.deps.end(), d) != o.deps.end();
+              };
               if (o.kind == OpKind::kCpuOptimizer && o.state_slot == 1) {
                 EXPECT_TRUE(waits_for(d2h[size_t(o.layer)])) << at;
               }

@@ -81,10 +81,10 @@ TEST(PlanHazards, NoneOnAnyConfiguration) {
                             o.cpu_order = {arrival, k};
                             const std::vector<std::string> ho =
                                 check_plan_hazards(plan_of(m.model, stage, world, ratio, o, rank));
-                            ASSERT_TRUE(ho.empty()) << m.name << " stage " << stage << " world " << world << " accum "
-                                                    << ga << " prefetch " << prefetch << " ratio " << ratio << " waits "
-                                                    << waits << " cpu order " << arrival << "," << k << ": "
-                                                    << ho.front();
+                            ASSERT_TRUE(ho.empty())
+                                << m.name << " stage " << stage << " world " << world << " accum " << ga << " prefetch "
+                                << prefetch << " ratio " << ratio << " waits " << waits << " cpu order " << arrival
+                                << "," << k << ": " << ho.front();
                             ++reordered;
                           }
                       }
