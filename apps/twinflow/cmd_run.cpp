@@ -714,7 +714,7 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec,
   if (rank == 0 && pt.speculated_layers > 0)
     std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "
               << core::format_gb(spare_bytes(pt.memory.plan)) << " of host memory for their second state slot\n";
-  if (rank == 0 && (order_choice || core::ordered_cpu_passes(eng->plan()) > 0))
+  if (rank == 0 && core::ordered_cpu_passes(eng->plan()) > 0)
     std::cerr << cpu_order_text(pt.cpu_order, order_choice) << "\n";
   train(*eng, o, ec, metrics, pt, ck.get());
   pt.speculated_steps = eng->speculated_steps();

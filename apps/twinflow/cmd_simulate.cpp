@@ -218,7 +218,10 @@ const char kSimulateEpilog[] =
     "during backward and the simulator assumes their speculation holds (each commit costs only its wait for\n"
     "the norm); --previous-step-clipped simulates the step after a clipped or skipped one instead. With\n"
     "staging rings of N slots only the first N CPU layers (backward order) speculate: a later one's D2H\n"
-    "waits for a commit. --staging-slots auto (the default) stages full-size where the host holds it.\n";
+    "waits for a commit. --staging-slots auto (the default) stages full-size where the host holds it.\n"
+    "With a carried tail at full-size staging, the speculated layers' CPU passes run in the order the cost\n"
+    "model predicts fastest (--cpu-order auto, the default: printed below the table); --cpu-order arrival\n"
+    "runs each as its gradient lands, every commit after them (the order before).\n";
 
 // --metrics-port and the options that need it.
 std::optional<ReplayOptions> replay_options(const po::variables_map& vm) {
@@ -500,7 +503,7 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
     std::cout << "at ratio " << fmt(b.ratio, 3) << ": " << host_bytes_line(b.host_per_cpu_param) << "; "
               << core::staging_choice_text(b.staging) << "\n";
   for (const auto& p : w.pts)
-    if (p.cpu_order_choice)
+    if (p.cpu_order_choice && p.cpu_order_choice->passes > 0)
       std::cout << "at ratio " << fmt(p.ratio, 3) << ": " << cpu_order_text(p.cpu_order, p.cpu_order_choice) << "\n";
   return {{"ratio", b.ratio},
           {"step_ms", ms(b.step_ns)},
