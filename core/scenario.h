@@ -79,6 +79,11 @@ struct TrainingConfig {
   // simulators carry wherever the plan has a tail (core::carries: a CPU segment), so `simulate` and
   // `ratio: auto` predict the schedule `run` runs. The bits do not depend on it.
   bool carry_tail = true;
+  // The speculated CPU layers' pass order (docs/ARCHITECTURE.md, "Order after the norm";
+  // StepConfig::cpu_order): `auto`, the default, the cost model's choice before anything runs (backends/sim
+  // cpu_order.h: `run`, `simulate` and `ratio: auto` alike), or `arrival`, every pass in the order the
+  // gradients land (the order before it). The bits do not depend on it.
+  bool cpu_order_auto = true;
 };
 
 struct OptimizerConfig {

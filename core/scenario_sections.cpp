@@ -170,6 +170,17 @@ std::optional<int64_t> read_speculation(const Node& v) {
   return config::read_int(v, 0, int64_t(1) << 50);
 }
 
+// training.cpu_order: `auto` (true) or `arrival` (false).
+bool read_cpu_order(const Node& v) {
+  const std::string t = v.is_scalar() ? ascii_lower(v.scalar) : std::string();
+  if (t != "auto" && t != "arrival")
+    config::fail(v,
+                 "expected `auto` (the cost model's pass order) or `arrival` (every CPU pass in the order its "
+                 "gradient lands), got " +
+                     v.describe());
+  return t == "auto";
+}
+
 // The number at the start of `t` and the rest, trimmed; nullopt when `t` does not start with a finite number.
 std::optional<std::pair<double, std::string>> leading_number(std::string_view t) {
   double v = 0;
@@ -248,6 +259,7 @@ void read_training(const Node& n, Ctx& ctx, bool has_ds, ClientSettings& client,
   if (const Node* v = m.find("gpu_headroom")) t.gpu_headroom = read_memory_margin(*v, "the GPU's memory");
   if (const Node* v = m.find("host_reserve")) t.host_reserve = read_memory_margin(*v, "the host's memory");
   if (const Node* v = m.find("carry_tail")) t.carry_tail = config::read_bool(*v);
+  if (const Node* v = m.find("cpu_order")) t.cpu_order_auto = read_cpu_order(*v);
   m.fail_unknown();
   if (has_ds) return;  // read_ds_config takes the rest
 

@@ -62,6 +62,10 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
                             speculation);
   s.step.staging_slots = o.staging_slots.value_or(kStagingAuto);
   s.step.carry_tail = o.carry_tail.value_or(sc.training.carry_tail);
+  const CpuOrderSetting order = o.cpu_order.value_or(CpuOrderSetting{sc.training.cpu_order_auto, {}});
+  check_cpu_pass_order(order.order, "the CPU pass order");
+  s.cpu_order_auto = order.automatic;
+  s.step.cpu_order = order.order;
   if (s.step.staging_slots != kStagingAuto) check_staging_slots(s.step.staging_slots);
   s.loss_scaler = loss_scaler_of(sc.training);
   s.workload = workload_of(sc, o);

@@ -18,6 +18,13 @@
 
 namespace tf::core {
 
+// What a scenario or command asks of the speculated CPU passes' order (core::CpuPassOrder).
+struct CpuOrderSetting {
+  bool automatic = false;  // the cost model chooses (backends/sim cpu_order.h) before the plan is made
+  CpuPassOrder order;      // otherwise this one (default: every pass in arrival order, the order before it)
+  bool operator==(const CpuOrderSetting&) const = default;
+};
+
 // What a command changes of the scenario's settings.
 struct SettingsOverrides {
   std::optional<int> world = {};              // ranks: as launched (run), simulated (simulate --world)
@@ -34,6 +41,8 @@ struct SettingsOverrides {
   std::optional<int64_t> speculation_bytes = {};
   // training.carry_tail (run/simulate --carry-tail on|off)
   std::optional<bool> carry_tail = {};
+  // training.cpu_order (run/simulate --cpu-order): the cost model's choice (`auto`) or this order
+  std::optional<CpuOrderSetting> cpu_order = {};
 };
 
 struct RunSettings {
@@ -43,6 +52,10 @@ struct RunSettings {
   StepPolicy policy;           // optimizer, hyper-parameters, lr schedule, clipping, overflow policy
   StepConfig step;             // micro-batch, accumulation, dtypes, what the optimizers wait for; its
                                // staging_slots may be kStagingAuto (core::plan_rank resolves it)
+  // training.cpu_order auto: step.cpu_order (today's order meanwhile) is for the cost model to choose,
+  // which `run` and the cost-only simulator do before planning (backends/sim cpu_order.h); an executor
+  // that plans without choosing runs today's order
+  bool cpu_order_auto = false;
   LossScaler loss_scaler;      // fp16: the scenario's initial scale and dynamics; else 1 and fixed
   WorkloadType workload = WorkloadType::kSynthetic;  // what `run` trains: the scenario's, resolved against the model
   uint64_t seed = 1;                                 // data, initial weights, synthetic gradients

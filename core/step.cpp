@@ -84,6 +84,12 @@ StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t 
   return c;
 }
 
+void check_cpu_pass_order(const CpuPassOrder& o, const std::string& where) {
+  if (o.arrival < kAllPasses || o.before_norm < kAllPasses)
+    throw InputError(where + ": the CPU pass order's counts must be >= 0 (or all), not " + std::to_string(o.arrival) +
+                     " and " + std::to_string(o.before_norm));
+}
+
 void check_staging_slots(int slots) {
   if (slots < 0 || slots > kMaxStagingSlots)
     throw InputError("staging_slots must be in [0, " + std::to_string(kMaxStagingSlots) +
@@ -103,6 +109,36 @@ StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg) {
   r.offsets.assign(size_t(r.slots) + 1, 0);
   for (int s = 0; s < r.slots; ++s) r.offsets[size_t(s) + 1] = r.offsets[size_t(s)] + size[size_t(s)];
   return r;
+}
+
+namespace {
+
+// A carried tail after the norm runs in forward order where no staging slot is reused (full-size
+// staging): the next step's forward then finds the first CPU layer's parameters first, and its forward
+// pipelines with the rest of the pass, layer by layer. With rings, a D2H deferred behind the norm waits
+// for the pass of an earlier layer in backward order, so the passes keep that order.
+bool forward_order_after_norm(const StepConfig& c, int staging_slots, int cpu_layers) {
+  return c.carry_tail && staging_slots >= cpu_layers;
+}
+
+// StepConfig::cpu_order applies where the passes after the norm run in forward order, the order the next
+// forward needs them in. With rings they keep backward order: the D2H of CPU layer i + slots lands in
+// the gradient slot the pass of layer i frees, so it is issued behind that pass and the passes follow
+// the D2Hs, in backward order; and only the first `slots` CPU layers speculate (the later D2Hs wait for
+// a commit, after the norm: core::speculated_layers), so no pass could move ahead of them anyway.
+bool orders_passes(const StepConfig& c, int staging_slots, int cpu_layers) {
+  return (c.clip_gradients || c.loss_scaling) && forward_order_after_norm(c, staging_slots, cpu_layers);
+}
+
+}  // namespace
+
+int ordered_cpu_passes(const StepPlan& plan) {
+  int cpu_layers = 0, speculated = 0;
+  for (const Op& op : plan.ops) {
+    cpu_layers += op.kind == OpKind::kH2DParam;
+    speculated += op.kind == OpKind::kCpuCommit;
+  }
+  return orders_passes(plan.config, plan.staging.slots, cpu_layers) ? speculated : 0;
 }
 
 bool carries(const StepPlan& plan) {
@@ -182,13 +218,31 @@ class Planner {
     h2d_op_.assign(cpu_layers_.size(), 0);
     plan_.staging = staging_ring(split, cfg);
     speculated_.assign(size_t(L_), false);
-    for (int32_t l : speculated_layers(split, cfg)) speculated_[size_t(l)] = true;
+    const std::vector<int32_t> speculated = speculated_layers(split, cfg);
+    for (int32_t l : speculated) speculated_[size_t(l)] = true;
+    order_passes(speculated);
     fwd_.assign(size_t(L_), 0);
     bwd_.assign(size_t(L_), 0);
     red_.assign(size_t(L_), 0);
     plan_.config = cfg;
     plan_.stage = part.opt.stage;
     plan_.layers = L_;
+  }
+
+  // StepConfig::cpu_order's m and k over the speculated layers (in arrival order); where it does not
+  // apply, every pass in arrival order before the commits (today's order).
+  void order_passes(const std::vector<int32_t>& speculated) {
+    check_cpu_pass_order(cfg_.cpu_order, "the step configuration");
+    const auto n = int(speculated.size());
+    const auto count = [n](int c) { return c == kAllPasses ? n : std::min(c, n); };
+    const int k = reorders() ? count(cfg_.cpu_order.before_norm) : n;
+    const int m = reorders() ? std::min(count(cfg_.cpu_order.arrival), k) : n;
+    passed_.assign(size_t(L_), false);
+    arrival_pass_.assign(size_t(L_), false);
+    for (int i = 0; i < m; ++i) arrival_pass_[size_t(speculated[size_t(i)])] = true;
+    // the others in forward order (speculated is in backward order), the first k - m before the norm
+    for (int i = n - 1; i >= m && int(early_.size()) < k - m; --i) early_.push_back(speculated[size_t(i)]);
+    lowest_speculated_ = n > 0 ? speculated.back() : -1;
   }
 
   StepPlan build() {
@@ -318,7 +372,12 @@ class Planner {
     last().staging_slot = staging_slot(l);
     plan_.pcie_d2h_bytes += last().bytes;
     d2h_[l] = id;
-    if (wait_for_norm() && speculated_[size_t(l)]) speculative_update(l, id);
+    if (wait_for_norm() && speculated_[size_t(l)]) {
+      if (arrival_pass_[size_t(l)]) speculative_update(l, id);
+      // the last speculated gradient has landed: the passes in forward order that run before the norm
+      if (l == lowest_speculated_)
+        for (int e : early_) speculative_update(e, d2h_.at(e));
+    }
     return id;
   }
 
@@ -340,6 +399,7 @@ class Planner {
   // redo, when the speculation fails, is the same pass: its elems and bytes are the commit's too).
   // It writes the layer's copy slot too, so it also waits for the H2D that last read that slot.
   void speculative_update(int l, uint32_t d2h) {
+    passed_[size_t(l)] = true;
     std::vector<uint32_t> deps{d2h};
     reuses_copy_slot(l, deps);
     add(OpKind::kCpuOptimizer, Queue::kCpu, l, -1, std::move(deps));
@@ -381,17 +441,17 @@ class Planner {
     for (int j = 0; j < n; ++j) {
       const int i = forward_order_after_norm() ? n - 1 - j : j;
       const int l = cpu_layers_[size_t(i)];
+      if (speculated_[size_t(l)] && !passed_[size_t(l)]) speculative_update(l, d2h_.at(l));  // cpu_order's k
       cpu_update(l, {norm, d2h_.at(l)}, speculated_[size_t(l)] ? OpKind::kCpuCommit : OpKind::kCpuOptimizer);
       if (i + slots() < n) d2h(cpu_layers_[size_t(i + slots())]);
     }
     return {norm};
   }
 
-  // A carried tail after the norm runs in forward order where no staging slot is reused (full-size
-  // staging): the next step's forward then finds the first CPU layer's parameters first, and its forward
-  // pipelines with the rest of the pass, layer by layer. With rings, a D2H deferred behind the norm waits
-  // for the pass of an earlier layer in backward order, so the passes keep that order.
-  bool forward_order_after_norm() const { return cfg_.carry_tail && slots() >= int(cpu_layers_.size()); }
+  bool forward_order_after_norm() const {
+    return core::forward_order_after_norm(cfg_, slots(), int(cpu_layers_.size()));
+  }
+  bool reorders() const { return orders_passes(cfg_, slots(), int(cpu_layers_.size())); }
 
   int64_t gpu_optimizer(const std::vector<uint32_t>& deps) {
     if (split_.gpu_elems <= 0) return -1;
@@ -423,6 +483,10 @@ class Planner {
   const int L_;
   std::vector<int64_t> cpu_elems_;            // (L) CPU-segment elements of each layer
   std::vector<bool> speculated_;              // (L) core::speculated_layers
+  std::vector<bool> arrival_pass_;            // (L) a speculated layer passing right after its D2H (cpu_order's m)
+  std::vector<bool> passed_;                  // (L) its speculative pass has been issued
+  std::vector<int> early_;                    // cpu_order's k - m passes in forward order before the norm
+  int lowest_speculated_ = -1;                // the last speculated layer whose gradient lands
   std::vector<uint32_t> fwd_, bwd_, red_;     // (L) the latest forward / backward / reduction of each layer
   std::map<int, uint32_t> d2h_;               // layer -> D2H op (last micro-batch)
   std::vector<int> cpu_index_;                // (L) position of the layer's CPU part in backward order, -1: none

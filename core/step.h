@@ -110,6 +110,31 @@ constexpr int kUnboundedStaging = 0;
 // is made: core::plan_step and check_staging_slots refuse it.
 constexpr int kStagingAuto = -1;
 
+// CpuPassOrder's "all of them": the default, today's order.
+inline constexpr int kAllPasses = -1;
+
+// The order of the speculated CPU layers' passes on the cpu queue (docs/ARCHITECTURE.md, "Order after the
+// norm"). It applies where the passes after the norm run in forward order: a carrying plan (carry_tail) at
+// full-size staging with a norm wait and speculated layers; elsewhere the plan ignores it. With n speculated
+// layers, m = min(arrival, n) and k = min(before_norm, n), m <= k (a larger m plans as m = k):
+//  - the first m speculated layers in the order their gradients land (backward order) pass right after
+//    their D2H, as today; the other n - m pass in forward order, the next forward's first CPU layer first,
+//    once the last one's gradient has landed (each still after its own D2H);
+//  - of the passes in that order, the first k are issued before the norm's commits; the rest after them,
+//    each right before its own commit. The commits (and the updates of the CPU layers that do not
+//    speculate) run after the norm in forward order, each followed by its H2D, so the next forward's
+//    first CPU layer gets its parameters before the last pass ends instead of after it.
+// kAllPasses for both (the default) is today's order: every pass in arrival order, before every commit;
+// m = k = n plans the same ops. The choice is the cost model's (backends/sim cpu_order.h: the shortest
+// simulated step); the bits do not depend on it (each layer's pass and commit are its own).
+struct CpuPassOrder {
+  int arrival = kAllPasses;      // m: the speculated layers that pass in arrival order, or kAllPasses
+  int before_norm = kAllPasses;  // k: the passes issued before the commits, or kAllPasses
+  bool operator==(const CpuPassOrder&) const = default;
+};
+// Throws core::InputError for a count below kAllPasses; `where` names its origin ("--cpu-order").
+void check_cpu_pass_order(const CpuPassOrder& o, const std::string& where);
+
 struct StepConfig {
   int64_t micro_batch = 1;
   int grad_accum = 1;
@@ -131,6 +156,7 @@ struct StepConfig {
   // collective work ends, and the next step's ops that touch what the tail writes or reads wait for it
   // (Op::carried_deps). false: every op is awaited at the step's end (the schedule before issue 15).
   bool carry_tail = false;
+  CpuPassOrder cpu_order;  // the speculated layers' passes (today's order by default)
   bool operator==(const StepConfig&) const = default;
 };
 
@@ -184,7 +210,8 @@ struct StepPlan {
 // prefetch buffer (and of the shared buffer when it fills that too); the D2H into staging slot s waits
 // for the CPU pass that last read it (a speculated layer's commit), and the CPU pass writing copy slot
 // s for the H2D that last read it. A speculated layer (core::speculated_layers) gets its speculative
-// CPU update right after its D2H and, after the norm, a commit that its H2D waits for.
+// CPU update right after its D2H (or later, in the order StepConfig::cpu_order sets) and, after the
+// norm, a commit that its H2D waits for.
 // With StepConfig::carry_tail the step's carried ops and the next step's waits on them
 // (Op::carried_deps): the next step's first gather (ZeRO-3) or first forward (stages 1/2, the replica)
 // of a layer waits for the layer's H2D (refresh). Every other pair across the steps follows from those:
@@ -199,5 +226,9 @@ QueueOrder plan_queue_order(const StepPlan& plan);
 
 // Whether the plan carries ops into the next step (StepConfig::carry_tail with something to carry).
 bool carries(const StepPlan& plan);
+
+// The speculated layers whose passes StepConfig::cpu_order orders in `plan` (its n), 0 where the order does
+// not apply (no carried tail, staging rings, no norm wait, no speculation): the candidates' range.
+int ordered_cpu_passes(const StepPlan& plan);
 
 }  // namespace tf::core

@@ -296,6 +296,26 @@ std::optional<bool> read_carry_tail_option(const po::variables_map& vm) {
   throw core::InputError("--carry-tail '" + core::printable(v, 40) + "': expected on or off");
 }
 
+void add_cpu_order_option(po::options_description& desc) {
+  desc.add_options()("cpu-order", po::value<std::string>(),
+                     "the speculated CPU passes' order: auto (the cost model's: the shortest simulated step), "
+                     "arrival (each as its gradient lands) or M,K (M in arrival order, the rest in forward order, "
+                     "K passes before the commits) (default: the scenario's training.cpu_order, auto)");
+}
+
+std::optional<core::CpuOrderSetting> read_cpu_order_option(const po::variables_map& vm) {
+  if (!vm.count("cpu-order")) return std::nullopt;
+  const std::string v = core::ascii_lower(vm["cpu-order"].as<std::string>());
+  if (v == "auto") return core::CpuOrderSetting{true, {}};
+  if (v == "arrival") return core::CpuOrderSetting{};
+  const size_t comma = v.find(',');
+  if (comma == std::string::npos)
+    throw core::InputError("--cpu-order '" + core::printable(v, 40) + "': expected auto, arrival or M,K");
+  const auto count = [&](std::string_view t) { return int(checked_int(t, "--cpu-order", 0, 1 << 20)); };
+  return core::CpuOrderSetting{
+      false, {count(std::string_view(v).substr(0, comma)), count(std::string_view(v).substr(comma + 1))}};
+}
+
 std::string self_executable(const std::string& who) {
   char self[4096];
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);

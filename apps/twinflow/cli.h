@@ -140,6 +140,14 @@ int64_t parse_speculation_text(const std::string& v);
 void add_carry_tail_option(po::options_description& desc);
 std::optional<bool> read_carry_tail_option(const po::variables_map& vm);
 
+// ---- the speculated CPU passes' order (--cpu-order auto|arrival|M,K) ----------------------------------
+// Overrides the scenario's training.cpu_order (docs/ARCHITECTURE.md, "Order after the norm";
+// core::CpuPassOrder): auto (the cost model's choice), arrival (every pass in the order its gradient lands:
+// the order before it) or M,K (M passes in arrival order, the rest in forward order, K of them before the
+// commits). none: not given.
+void add_cpu_order_option(po::options_description& desc);
+std::optional<core::CpuOrderSetting> read_cpu_order_option(const po::variables_map& vm);
+
 // This executable's path (/proc/self/exe), to run another twinflow subcommand; core::RuntimeFailure
 // naming `who` when it cannot be read.
 std::string self_executable(const std::string& who);

@@ -22,6 +22,7 @@
 #include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/cpu_order_report.h"
 #include "apps/twinflow/loss_curve_svg.h"
 #include "apps/twinflow/master_weights.h"
 #include "apps/twinflow/run_decoder.h"
@@ -34,6 +35,7 @@
 #include "backends/cpu/host_topology.h"
 #include "backends/launch/rank_env.h"
 #include "backends/launch/rendezvous.h"
+#include "backends/sim/cpu_order.h"
 #include "backends/sim/functional.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
@@ -101,6 +103,7 @@ struct RunOptions {
   MetricsOptions metrics;
   std::optional<int64_t> speculation;           // --speculation: the scenario's training.speculation otherwise
   std::optional<bool> carry_tail;               // --carry-tail: the scenario's training.carry_tail otherwise
+  std::optional<core::CpuOrderSetting> cpu_order;  // --cpu-order: the scenario's training.cpu_order otherwise
   int ranks_per_host = 1;                       // LOCAL_WORLD_SIZE: the ranks sharing this host's memory bandwidth
   std::optional<std::filesystem::path> resume;  // --resume's checkpoint
   bool checkpoints() const { return !sc.checkpoint.dir.empty() || resume; }
@@ -163,6 +166,7 @@ CommandOptions run_options() {
   add("no-pin", po::bool_switch(), "leave the CPU segment in pageable memory (to measure what pinning buys)");
   add_speculation_option(o.desc);
   add_carry_tail_option(o.desc);
+  add_cpu_order_option(o.desc);
   add("inject-inf-at-step", po::value<int>(), "synthetic workload: make one gradient +Inf at this step (fault test)");
   add("timeout", po::value<int>()->default_value(120), "rendezvous timeout in seconds (multi-rank)");
   add_resume_option(o.desc);
@@ -261,6 +265,7 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   o.metrics = read_metrics_options(vm);
   o.speculation = read_speculation_option(vm);
   o.carry_tail = read_carry_tail_option(vm);
+  o.cpu_order = read_cpu_order_option(vm);
   o.resume = resume_option(vm, o.sc);
   check_run_options(o);
   return o;
@@ -268,15 +273,26 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
 
 // ---- set-up: ranks, settings, engine configuration ------------------------------------------------------
 
+// What the run's choices made by the cost model simulate (ratio auto, cpu_order auto): the launched world,
+// the run's workload and accumulation, and the plan options the engine gets (base_config).
+backend::sim::SimOptions run_sim_options(const RunOptions& o, const backend::launch::RankEnv& env) {
+  backend::sim::SimOptions so;
+  so.overrides.world = env.world_size;
+  so.overrides.grad_accum = o.grad_accum;
+  so.overrides.workload = o.workload;
+  so.overrides.staging_slots = o.staging_slots;
+  so.overrides.speculation_bytes = o.speculation;  // the spare slots' host bytes change what fits
+  so.overrides.carry_tail = o.carry_tail;
+  so.overrides.cpu_order = o.cpu_order;
+  return so;
+}
+
 // ratio auto, before anything runs: the fastest predicted ratio that fits, at the launched world, with the
 // run's workload and accumulation, by the profile (which must be calibrated). Every rank computes the same
 // choice (the simulator is deterministic); rank 0 prints it.
 void choose_auto_ratio(RunOptions& o, const backend::launch::RankEnv& env) {
   backend::sim::AutoRatioOptions ao;
-  ao.sim.overrides.world = env.world_size;
-  ao.sim.overrides.grad_accum = o.grad_accum;
-  ao.sim.overrides.workload = o.workload;
-  ao.sim.overrides.speculation_bytes = o.speculation;  // the spare slots' host bytes change what fits
+  ao.sim = run_sim_options(o, env);
   std::ostringstream quiet;
   o.auto_ratio = resolve_auto_ratio(o.sc, ao, Calibration::kRequired, env.rank == 0 ? std::cout : quiet);
   o.sc = backend::sim::with_ratio(o.sc, o.auto_ratio->ratio);
@@ -350,6 +366,7 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
   overrides.staging_slots = o.staging_slots;
   overrides.speculation_bytes = o.speculation;
   overrides.carry_tail = o.carry_tail;
+  overrides.cpu_order = o.cpu_order;
   cu::EngineConfig base;
   base.settings = core::resolve_settings(o.sc, overrides);
   base.rank = env.rank;
@@ -444,6 +461,8 @@ struct RunPoint {
   int64_t speculation_bytes = 0;        // the budget the plan resolved to (core::resolve_speculation_bytes)
   bool carry_tail = false;              // the plan carried its tail into the next step (core::carries)
   size_t speculated_layers = 0;         // the CPU layers that speculate (core::speculated_layers)
+  core::CpuPassOrder cpu_order;         // the speculated passes' order the plan ran (StepConfig::cpu_order)
+  std::optional<backend::sim::CpuOrderChoice> cpu_order_choice;  // how the cost model chose it (auto)
   int64_t speculated_steps = 0, failed_speculations = 0;
   std::optional<MemoryCheck> memory_check;  // after step 1
   cu::EngineMemory memory;
@@ -668,7 +687,8 @@ std::unique_ptr<RunCheckpoints> make_checkpoints(cu::Engine& eng, const RunOptio
 
 // One ratio from scratch (or from --resume's checkpoint): the engine, its steps, then the checks and
 // files that need its state.
-RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& metrics,
+RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec,
+                   const std::optional<backend::sim::CpuOrderChoice>& order_choice, RunMetrics& metrics,
                    backend::launch::Rendezvous* rdv, const StopSignals* signals) {
   const int rank = ec.rank;
   const std::unique_ptr<cu::Engine> eng = cu::Engine::create(ec);
@@ -682,6 +702,8 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
   pt.speculation_bytes = eng->plan().config.speculation_bytes;
   pt.carry_tail = core::carries(eng->plan());
   pt.speculated_layers = core::speculated_layers(eng->split(), eng->plan().config).size();
+  pt.cpu_order = eng->plan().config.cpu_order;
+  pt.cpu_order_choice = order_choice;
   if (rank == 0)
     std::cerr << "ratio " << num(ec.ratio, 3) << " (actual " << num(pt.actual, 4) << "): GPU segment " << pt.gpu_elems
               << ", CPU segment " << pt.cpu_elems << " elements; GPU " << core::format_gb(pt.memory.gpu_used_by_process)
@@ -692,6 +714,8 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, RunMetrics& 
   if (rank == 0 && pt.speculated_layers > 0)
     std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "
               << core::format_gb(spare_bytes(pt.memory.plan)) << " of host memory for their second state slot\n";
+  if (rank == 0 && core::ordered_cpu_passes(eng->plan()) > 0)
+    std::cerr << cpu_order_text(pt.cpu_order, order_choice) << "\n";
   train(*eng, o, ec, metrics, pt, ck.get());
   pt.speculated_steps = eng->speculated_steps();
   pt.failed_speculations = eng->failed_speculations();
@@ -883,6 +907,7 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     jp["carry_tail"] = p.carry_tail;               // what `validate` simulates this point with
     jp["staging_slots"] = p.memory.staging.slots;  // the host staging it planned with (core::choose_staging)
     jp["speculated_layers"] = p.speculated_layers;
+    jp["cpu_order"] = cpu_order_json(p.cpu_order, p.cpu_order_choice);  // what `validate` simulates this point with
     jp["spare_slot_bytes"] = spare_bytes(p.memory.plan);
     jp["speculated_steps"] = p.speculated_steps;
     jp["failed_speculations"] = p.failed_speculations;
@@ -944,8 +969,14 @@ int cmd_run(const std::vector<std::string>& args) {
     cu::EngineConfig ec = base;
     ec.ratio = o.ratios[i];
     ec.nccl_id = ids[i];
+    // training.cpu_order auto, before the engine plans: the cost model's order at this ratio, as `simulate`
+    // chooses it. The engine resolves the staging and speculation against this machine's memory where the
+    // simulator takes the profile's: the order's counts then apply to the engine's speculated layers
+    // (clamped to them: core::CpuPassOrder).
+    const std::optional<backend::sim::CpuOrderChoice> order =
+        backend::sim::resolve_cpu_order(ec.settings, o.sc, ec.ratio, run_sim_options(o, env));
     metrics.set_ratio(ec.ratio);
-    points.push_back(run_ratio(o, ec, metrics, rdv.get(), signals ? &*signals : nullptr));
+    points.push_back(run_ratio(o, ec, order, metrics, rdv.get(), signals ? &*signals : nullptr));
     all_ok = all_ok && points.back().parity_ok;
   }
   if (env.rank == 0) print_summary(points);

@@ -15,6 +15,7 @@
 #include "apps/twinflow/checkpoint_cli.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/cpu_order_report.h"
 #include "apps/twinflow/run_decoder.h"
 #include "apps/twinflow/step_timeline_svg.h"
 #include "apps/twinflow/stop_signals.h"
@@ -179,6 +180,7 @@ CommandOptions simulate_options() {
   add_staging_slots_option(o.desc);
   add_speculation_option(o.desc);
   add_carry_tail_option(o.desc);
+  add_cpu_order_option(o.desc);
   add("previous-step-clipped", po::bool_switch(),
       "cost-only: simulate a step after a clipped or skipped one, which does not speculate (every speculated "
       "layer's commit redoes its update after the norm); without it the speculation is assumed to hold");
@@ -216,7 +218,10 @@ const char kSimulateEpilog[] =
     "during backward and the simulator assumes their speculation holds (each commit costs only its wait for\n"
     "the norm); --previous-step-clipped simulates the step after a clipped or skipped one instead. With\n"
     "staging rings of N slots only the first N CPU layers (backward order) speculate: a later one's D2H\n"
-    "waits for a commit. --staging-slots auto (the default) stages full-size where the host holds it.\n";
+    "waits for a commit. --staging-slots auto (the default) stages full-size where the host holds it.\n"
+    "With a carried tail at full-size staging, the speculated layers' CPU passes run in the order the cost\n"
+    "model predicts fastest (--cpu-order auto, the default: printed below the table); --cpu-order arrival\n"
+    "runs each as its gradient lands, every commit after them (the order before).\n";
 
 // --metrics-port and the options that need it.
 std::optional<ReplayOptions> replay_options(const po::variables_map& vm) {
@@ -258,6 +263,7 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
   if (const std::optional<int64_t> steps = optional_int_option(vm, kSteps)) o.steps = int(*steps);
   o.sim.overrides.speculation_bytes = read_speculation_option(vm);
   o.sim.overrides.carry_tail = read_carry_tail_option(vm);
+  o.sim.overrides.cpu_order = read_cpu_order_option(vm);
   if (vm["previous-step-clipped"].as<bool>()) o.sim.speculation = backend::sim::SpeculationCase::kNotSpeculating;
   if (o.replay) {
     o.sim.record_ops = o.sim.keep_plans = true;  // per-op timings give the phase durations
@@ -496,6 +502,9 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
   if (b.ratio > 0)
     std::cout << "at ratio " << fmt(b.ratio, 3) << ": " << host_bytes_line(b.host_per_cpu_param) << "; "
               << core::staging_choice_text(b.staging) << "\n";
+  for (const auto& p : w.pts)
+    if (p.cpu_order_choice && p.cpu_order_choice->passes > 0)
+      std::cout << "at ratio " << fmt(p.ratio, 3) << ": " << cpu_order_text(p.cpu_order, p.cpu_order_choice) << "\n";
   return {{"ratio", b.ratio},
           {"step_ms", ms(b.step_ns)},
           {"speedup_vs_ratio_1", speedup},
@@ -504,7 +513,8 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
             {"spare", b.host_per_cpu_param.spare},
             {"staging", b.host_per_cpu_param.staging},
             {"total", b.host_per_cpu_param.total()}}},
-          {"staging_slots", b.staging.slots}};
+          {"staging_slots", b.staging.slots},
+          {"cpu_order", cpu_order_json(b.cpu_order, b.cpu_order_choice)}};
 }
 
 void write_sweep_json(const core::Scenario& sc, const Sweep& w, const Table& t, const nlohmann::json& best,
@@ -516,6 +526,8 @@ void write_sweep_json(const core::Scenario& sc, const Sweep& w, const Table& t, 
   j["points"] = nlohmann::json::parse(t.to_json());
   j["best"] = best;
   j["step_ms_at_ratio_1"] = ms(w.full.step_ns);
+  j["cpu_orders"] = nlohmann::json::array();  // per point, as simulated (and as `run` would plan it)
+  for (const auto& p : w.pts) j["cpu_orders"].push_back(cpu_order_json(p.cpu_order, p.cpu_order_choice));
   if (auto_ratio) j["auto_ratio"] = auto_ratio_json(*auto_ratio);
   if (sc.reference)
     j["published"] = {{"speedup_vs_full_offload", sc.reference->speedup_vs_full_offload},

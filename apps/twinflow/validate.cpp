@@ -128,6 +128,11 @@ MeasuredPoint read_point(const json& j, const std::string& file, const std::stri
   if (j.contains("speculation_bytes")) p.speculation_bytes = int_field(j, file, at, "speculation_bytes", 0, INT64_MAX);
   if (j.contains("carry_tail")) p.carry_tail = bool_field(j, file, at, "carry_tail");
   if (j.contains("staging_slots")) p.staging_slots = int(int_field(j, file, at, "staging_slots", 0, 1024));
+  if (j.contains("cpu_order")) {
+    const json& o = field(j, file, at, "cpu_order");
+    p.cpu_order.arrival = int(int_field(o, file, at + ".cpu_order", "arrival", core::kAllPasses, kInt32Max));
+    p.cpu_order.before_norm = int(int_field(o, file, at + ".cpu_order", "before_norm", core::kAllPasses, kInt32Max));
+  }
   if (j.contains("memory_check"))
     p.gpu_measured_bytes =
         int_field(field(j, file, at, "memory_check"), file, at + ".memory_check", "gpu_measured", 0, INT64_MAX);
@@ -226,6 +231,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
     opt.overrides.speculation_bytes = p.speculation_bytes;
     opt.overrides.staging_slots = p.staging_slots;
     opt.overrides.carry_tail = p.carry_tail;
+    opt.overrides.cpu_order = core::CpuOrderSetting{false, p.cpu_order};  // as it ran, never the scenario's auto
     opt.speculation = speculation_case(p);
     const backend::sim::SimPoint sp = backend::sim::simulate_step(sc, p.ratio, opt);
     if (std::abs(sp.ratio - p.actual_ratio) > 1e-9)

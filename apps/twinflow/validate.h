@@ -32,6 +32,9 @@ struct MeasuredPoint {
   // The host staging the run planned with (core::StagingChoice::slots); none where the run predates
   // `staging_slots: auto` (validate then resolves auto against the profile's host memory).
   std::optional<int> staging_slots;
+  // The speculated CPU passes' order the run planned with (run --json's cpu_order); today's order (every
+  // pass in arrival order) where the run predates it.
+  core::CpuPassOrder cpu_order;
   // GPU bytes the process held after step 1 (cudaMemGetInfo: total - free; the run's
   // memory_check.gpu_measured); none where the run did not record it.
   std::optional<int64_t> gpu_measured_bytes;

@@ -184,6 +184,7 @@ core::StepConfig step_config(const FunctionalConfig& c) {
       core::make_step_config(policy(c), c.grad_dtype, 1, c.micro_shards / c.world, false, c.speculation_bytes);
   s.staging_slots = c.staging_slots;
   s.carry_tail = c.carry_tail;
+  s.cpu_order = c.cpu_order;
   return s;
 }
 
@@ -783,6 +784,7 @@ FunctionalConfig functional_config(const core::RunSettings& s, double ratio, int
   c.staging_slots = s.step.staging_slots;
   c.speculation_bytes = s.step.speculation_bytes;
   c.carry_tail = s.step.carry_tail;
+  c.cpu_order = s.step.cpu_order;
   if (s.workload == core::WorkloadType::kDecoder ||
       (s.workload == core::WorkloadType::kAuto && s.model.spec.type == core::ModelType::kDecoder)) {
     c.workload = core::WorkloadType::kDecoder;

@@ -57,6 +57,9 @@ struct FunctionalConfig {
   // as late as the plan allows (when a later op waits for them, or at a drain: a checkpoint, the end).
   // The bits do not depend on it.
   bool carry_tail = true;
+  // The speculated CPU passes' order (core::StepConfig::cpu_order; default: arrival order). The bits do
+  // not depend on it.
+  core::CpuPassOrder cpu_order;
   uint64_t seed = 1;
   // Where the per-micro-shard gradients come from:
   //   kSynthetic: workload_gradient below (initial weights core::synthetic_initial_weight);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backends/backend.h"
+#include "backends/sim/cpu_order.h"
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/local_kernels.h"
@@ -921,6 +922,14 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   if (!(ratio >= 0 && ratio <= 1)) throw core::InputError("ratio " + std::to_string(ratio) + " is outside [0, 1]");
   core::check_simulation_size(s, opt.overrides);  // every rank's plan is held: bounded, naming what set the size
   const core::RunSettings rs = core::resolve_settings(s, opt.overrides);
+  if (rs.cpu_order_auto) {  // the cost model's pass order, then the step with it
+    SimOptions chosen = opt;
+    const CpuOrderChoice choice = choose_cpu_order(s, ratio, opt);
+    chosen.overrides.cpu_order = core::CpuOrderSetting{false, choice.order};
+    SimPoint p = simulate_step(s, ratio, chosen);
+    p.cpu_order_choice = choice;
+    return p;
+  }
   core::MemoryOptions mo = rs.memory_options();
   mo.workload = core::WorkloadType::kAuto;  // the model trained for real: what the step's costs are of
   CostSetup cost = make_cost_setup(s, rs, opt.gemm_max_efficiency);
@@ -936,6 +945,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   RankPlans rp = plan_ranks(rs, part, ratio, mo);
   p.ratio = rp.largest.split.actual_ratio;
   p.pcie_bytes_each_way = rp.largest.step.pcie_d2h_bytes;
+  p.cpu_order = rs.step.cpu_order;
   p.memory = core::sum_by_kind(rp.largest.alloc);
   p.unnamed_gpu = core::unnamed_gpu_text(rp.largest.alloc);
   p.host_per_cpu_param = core::host_bytes_per_cpu_param(rp.largest.alloc, rp.largest.split.cpu_elems);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,15 @@ struct RankTiming {
   int64_t end_ns = 0;                                // when this rank's last op finished
 };
 
+// How `training.cpu_order: auto` chose the speculated CPU passes' order (backends/sim/cpu_order.h).
+struct CpuOrderChoice {
+  core::CpuPassOrder order;  // the chosen order (today's where nothing is faster or the order does not apply)
+  int passes = 0;            // n: the passes it orders (core::ordered_cpu_passes of rank 0's plan); 0: none
+  int64_t step_ns = 0;       // its predicted step, the speculation holding
+  int64_t arrival_ns = 0;    // the predicted step in today's order (every pass in arrival order)
+  int candidates = 0;        // orders simulated
+};
+
 struct SimPoint {
   double requested_ratio = 0;
   double ratio = 0;  // actual (element-granular split of the largest shard)
@@ -55,6 +65,8 @@ struct SimPoint {
   core::HostBytesPerParam host_per_cpu_param;  // of the largest shard's CPU segment (issue 16)
   core::StagingChoice staging;                 // of the largest shard (core::choose_staging)
   int64_t pcie_bytes_each_way = 0;
+  core::CpuPassOrder cpu_order;                    // the speculated CPU passes' order planned (StepConfig::cpu_order)
+  std::optional<CpuOrderChoice> cpu_order_choice;  // how it was chosen (training.cpu_order auto)
   std::vector<core::StepPlan> plans;  // per rank (only with SimOptions::keep_plans)
   std::vector<RankTiming> ranks;      // per rank
 };

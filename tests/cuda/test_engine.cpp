@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/engine.h"
 #include "backends/cuda/launch.h"
+#include "backends/sim/cpu_order.h"
 #include "backends/sim/functional.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
@@ -284,7 +285,8 @@ TEST(CudaEngine, AllocatesExactlyTheAllocationPlan) {
 }
 
 // The engine runs the simulator's plan and issues each queue's ops in the simulator's order, with the
-// optimizer tail carried into the next step and without.
+// optimizer tail carried into the next step and without, and with the CPU pass order the cost model
+// chooses (resolved before the engine plans, as `run` does) and today's.
 TEST(CudaEngine, IssuesTheSimulatorsOpsInItsOrderPerQueue) {
   SKIP_WITHOUT_GPU();
   core::Scenario sc = core::parse_scenario(
@@ -295,26 +297,31 @@ TEST(CudaEngine, IssuesTheSimulatorsOpsInItsOrderPerQueue) {
       "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.4}}\n",
       {}, "order.yaml");
   for (bool carry : {false, true})
-    for (core::WorkloadType w : {core::WorkloadType::kSynthetic, core::WorkloadType::kMlp}) {
-      SCOPED_TRACE(std::string(core::workload_type_name(w)) + (carry ? " carry on" : " carry off"));
-      sc.training.carry_tail = carry;
-      cu::EngineConfig e;
-      e.settings = core::resolve_settings(sc, {.workload = w});
-      e.ratio = 0.4;
-      e.cpu_threads = 4;
-      e.pin_threads = false;
-      auto eng = cu::Engine::create(e);
-      EXPECT_EQ(core::carries(eng->plan()), carry);
-      const std::vector<cu::StepReport> reps = test::run_steps(*eng, 2);  // the second begins after a tail
-      const cu::StepReport& r = reps.back();
-      backend::sim::SimOptions o;
-      o.record_ops = o.keep_plans = true;
-      const backend::sim::SimPoint p = backend::sim::simulate_step(sc, 0.4, o);
-      ASSERT_EQ(p.plans.size(), 1u);
-      EXPECT_EQ(eng->plan(), p.plans[0]);
-      EXPECT_EQ(r.issued, core::plan_queue_order(eng->plan()));
-      EXPECT_EQ(r.issued, backend::sim::executed_queue_order(p)[0]);
-    }
+    for (bool order_auto : {false, true})
+      for (core::WorkloadType w : {core::WorkloadType::kSynthetic, core::WorkloadType::kMlp}) {
+        SCOPED_TRACE(std::string(core::workload_type_name(w)) + (carry ? " carry on" : " carry off") +
+                     (order_auto ? " cpu order auto" : " arrival order"));
+        sc.training.carry_tail = carry;
+        sc.training.cpu_order_auto = order_auto;
+        backend::sim::SimOptions o;
+        o.overrides.workload = w;
+        cu::EngineConfig e;
+        e.settings = core::resolve_settings(sc, {.workload = w});
+        backend::sim::resolve_cpu_order(e.settings, sc, 0.4, o);
+        e.ratio = 0.4;
+        e.cpu_threads = 4;
+        e.pin_threads = false;
+        auto eng = cu::Engine::create(e);
+        EXPECT_EQ(core::carries(eng->plan()), carry);
+        const std::vector<cu::StepReport> reps = test::run_steps(*eng, 2);  // the second begins after a tail
+        const cu::StepReport& r = reps.back();
+        o.record_ops = o.keep_plans = true;
+        const backend::sim::SimPoint p = backend::sim::simulate_step(sc, 0.4, o);
+        ASSERT_EQ(p.plans.size(), 1u);
+        EXPECT_EQ(eng->plan(), p.plans[0]);
+        EXPECT_EQ(r.issued, core::plan_queue_order(eng->plan()));
+        EXPECT_EQ(r.issued, backend::sim::executed_queue_order(p)[0]);
+      }
 }
 
 // The kernels the engine launches for its norm and its reduce-scatter's sum are those

@@ -34,6 +34,7 @@ struct Case {
   int stage = 3;
   int64_t speculation_bytes = core::kSpeculationAuto;
   int staging_slots = core::kStagingAuto;
+  core::CpuPassOrder order;  // the speculated CPU passes' order (today's by default)
   std::string what() const {
     return "ratio " + std::to_string(ratio) + " clip " + std::to_string(clip) + (fp16 ? " fp16" : " bf16") + " stage " +
            std::to_string(stage) + " speculation " + (speculation_bytes == 0 ? "off" : "auto") + " slots " +
@@ -53,6 +54,7 @@ core::RunSettings settings(const core::ModelDesc& m, const Case& c, bool carry) 
   s.step = core::make_step_config(s.policy, grad, 1, 2, false, c.speculation_bytes);
   s.step.staging_slots = c.staging_slots;
   s.step.carry_tail = carry;
+  s.step.cpu_order = c.order;
   s.loss_scaler = {c.fp16 ? 1024.0 : 1.0, 0, 1.0, 0};
   s.workload = core::WorkloadType::kSynthetic;
   s.seed = 13;
@@ -96,11 +98,9 @@ int64_t bits_differ(const std::vector<std::pair<int64_t, float>>& a, const std::
   return n;
 }
 
-void expect_same_as_without_carry(const core::ModelDesc& m, const Case& c) {
-  SCOPED_TRACE(c.what());
-  const Run on = run(m, c, true), off = run(m, c, false);
-  EXPECT_TRUE(on.carried);
-  EXPECT_FALSE(off.carried);
+// Two runs of one training: the same fp32 master, last gradients and per-step reports; each issued its
+// queues in its own plan's order.
+void expect_same_bits(const Run& on, const Run& off) {
   EXPECT_EQ(bits_differ(on.master, off.master), 0) << "fp32 master";
   EXPECT_EQ(bits_differ(on.grads, off.grads), 0) << "the last step's gradients (the bf16 parameters before it)";
   ASSERT_EQ(on.steps.size(), off.steps.size());
@@ -116,7 +116,16 @@ void expect_same_as_without_carry(const core::ModelDesc& m, const Case& c) {
     EXPECT_EQ(a.d2h_bytes, b.d2h_bytes) << "step " << s + 1;
     EXPECT_EQ(a.h2d_bytes, b.h2d_bytes) << "step " << s + 1;
     EXPECT_EQ(a.issued, on.order) << "step " << s + 1;
+    EXPECT_EQ(b.issued, off.order) << "step " << s + 1;
   }
+}
+
+void expect_same_as_without_carry(const core::ModelDesc& m, const Case& c) {
+  SCOPED_TRACE(c.what());
+  const Run on = run(m, c, true), off = run(m, c, false);
+  EXPECT_TRUE(on.carried);
+  EXPECT_FALSE(off.carried);
+  expect_same_bits(on, off);
 }
 
 // A clip between the step norms of a run without clipping, so that some steps clip and some do not.
@@ -146,6 +155,34 @@ TEST(CudaEngineCarry, SameBitsAsWithoutCarryWhenSomeStepsClip) {
         c.speculation_bytes = spec;
         expect_same_as_without_carry(m, c);
       }
+}
+
+// The speculated CPU passes' order (core::CpuPassOrder; docs/ARCHITECTURE.md, "Order after the norm"): at
+// full-size staging with speculation, orders that move the passes (m arrival-order passes, k before the
+// commits) against today's order, bit for bit, with steps that clip (the passes after the commits run
+// twice: speculative and redo) and with none clipping (every speculation holds), ratios 0.3 and 1. Each
+// engine issues its queues in its plan's order, and the reordered plans' cpu queues differ from today's.
+TEST(CudaEngineCarry, EveryCpuPassOrderKeepsTheBits) {
+  SKIP_WITHOUT_GPU();
+  const core::ModelDesc m = small_model();
+  for (double clip : {mid_clip(m, Case{}), 1e30})
+    for (double ratio : {0.3, 1.0}) {
+      Case c;
+      c.ratio = ratio;
+      c.clip = clip;
+      c.staging_slots = core::kUnboundedStaging;
+      const tf::Run today = run(m, c, true);
+      for (core::CpuPassOrder o : {core::CpuPassOrder{0, 0}, core::CpuPassOrder{0, 2}, core::CpuPassOrder{1, 1},
+                                   core::CpuPassOrder{1, 3}, core::CpuPassOrder{2, 5}}) {
+        c.order = o;
+        SCOPED_TRACE(c.what() + " order " + std::to_string(o.arrival) + "," + std::to_string(o.before_norm));
+        const tf::Run r = run(m, c, true);
+        expect_same_bits(r, today);
+        if (ratio == 1.0) {
+          EXPECT_NE(r.order[size_t(core::Queue::kCpu)], today.order[size_t(core::Queue::kCpu)]);
+        }
+      }
+    }
 }
 
 // Rings of one slot (every D2H after the first waits for a pass: deferred D2Hs are carried) and no

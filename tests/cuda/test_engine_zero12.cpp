@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cuda/engine.h"
+#include "backends/sim/cpu_order.h"
 #include "backends/sim/functional.h"
 #include "backends/sim/sim_backend.h"
 #include "core/memory.h"
@@ -44,9 +45,11 @@ core::Scenario scenario(int stage, const std::string& model, const std::string& 
 const char* const kMlp = "{type: mlp, dims: [96, 160, 80, 48]}";
 const char* const kGptTiny = "{preset: gpt-tiny, heads: 1}";  // a decoder with the tied head (a shared layer)
 
+// The scenario's settings for workload `w` at `ratio`, its CPU pass order resolved as `run` resolves it.
 cu::EngineConfig config(const core::Scenario& sc, core::WorkloadType w, double ratio) {
   cu::EngineConfig e;
   e.settings = core::resolve_settings(sc, {.workload = w});
+  backend::sim::resolve_cpu_order(e.settings, sc, ratio, {.overrides = {.workload = w}});
   e.ratio = ratio;
   e.cpu_threads = 4;
   e.pin_threads = false;
@@ -169,6 +172,7 @@ TEST(CudaEngineZero12, MemoryAndPlanAgreeWithTheSimulator) {
         EXPECT_EQ(allocated, planned) << what;
         backend::sim::SimOptions o;
         o.keep_plans = true;
+        o.overrides.workload = core::WorkloadType::kMlp;  // as config() resolved the CPU pass order
         const backend::sim::SimPoint p = backend::sim::simulate_step(sc, ratio, o);
         ASSERT_EQ(p.plans.size(), 1u);
         EXPECT_EQ(eng->plan(), p.plans[0]) << what;

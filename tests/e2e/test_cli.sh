@@ -37,6 +37,26 @@ expect 2 "staging slots not a number" -- "$tf" simulate --staging-slots lots
 contains "$tmp/err" "expected an integer in \[0, 1024\], or auto" "staging slots error names auto"
 expect 2 "staging slots out of range" -- "$tf" simulate --staging-slots 2000
 contains "$tmp/err" "staging-slots" "staging slots error names the option"
+expect 0 "cpu order auto" -- "$tf" simulate "$src/scenarios/toy-zero3-ratio0.4.yaml" --cpu-order auto \
+  --json "$tmp/order.json"
+contains "$tmp/out" "CPU pass order.*the cost model's choice of [0-9]* orders over" "simulate prints the order chosen"
+python3 - "$tmp/order.json" <<'PY' && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: cpu order JSON"; }
+import json, sys
+s = json.load(open(sys.argv[1]))
+o = s["best"]["cpu_order"]
+assert {"arrival", "before_norm", "chosen"} <= set(o) and o["chosen"]["passes"] >= 1, o
+assert s["cpu_orders"] == [o], s["cpu_orders"]
+PY
+expect 0 "cpu order given" -- "$tf" simulate "$src/scenarios/toy-zero3-ratio0.4.yaml" --cpu-order 0,1 \
+  --json "$tmp/order.json"
+python3 - "$tmp/order.json" <<'PY' && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: cpu order given JSON"; }
+import json, sys
+assert json.load(open(sys.argv[1]))["best"]["cpu_order"] == {"arrival": 0, "before_norm": 1}
+PY
+expect 2 "cpu order neither auto, arrival nor M,K" -- "$tf" simulate --cpu-order sideways
+contains "$tmp/err" "--cpu-order 'sideways': expected auto, arrival or M,K" "cpu order error names the forms"
+expect 2 "cpu order negative" -- "$tf" simulate --cpu-order 1,-1
+contains "$tmp/err" "cpu-order" "cpu order error names the option"
 expect 2 "ratio out of range" -- "$tf" simulate --ratio 1.5
 contains "$tmp/err" "expected a number in \[0, 1\] or auto" "ratio error message"
 expect 2 "ratio neither a number nor auto" -- "$tf" simulate --ratio half

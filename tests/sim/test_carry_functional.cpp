@@ -3,7 +3,8 @@
 // the plan allows (when a later op waits for them, or at a drain) and ends with the same fp32 master
 // weights and states as the same run with carry_tail off and as the plain loop, at every ratio, world,
 // ZeRO stage and staging ring, with speculation on and off, through clipped steps and an fp16 overflow,
-// and across a checkpoint save and resume in the middle of the run.
+// and across a checkpoint save and resume in the middle of the run; and in every order of the speculated
+// CPU passes (core::CpuPassOrder).
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -12,7 +13,11 @@
 
 #include "backends/sim/functional.h"
 #include "core/checkpoint.h"
+#include "core/model.h"
+#include "core/partition.h"
+#include "core/speculation.h"
 #include "core/step.h"
+#include "core/twinflow.h"
 #include "tests/bit_diff.h"
 #include "tests/sim/functional_test_config.h"
 #include "tests/temp_dir.h"
@@ -144,4 +149,70 @@ TEST(FunctionalCarry, CheckpointDrainsTheTail) {
   EXPECT_GT(b.carried_ops_run_late, 0);
   ASSERT_EQ(first_diff(b.master, whole.master), -1);
   for (size_t s = 0; s < whole.states.size(); ++s) EXPECT_EQ(first_diff(b.states[s], whole.states[s]), -1);
+}
+
+// ---- the CPU pass order (core::CpuPassOrder; docs/ARCHITECTURE.md, "Order after the norm") ----
+
+namespace {
+
+// 6 layers: up to 5 speculated CPU layers to reorder.
+const core::ModelDesc& deep_mlp() {
+  static const core::ModelDesc m = core::describe_model(core::make_mlp({128, 256, 256, 256, 256, 256, 128}));
+  return m;
+}
+
+// The speculated layers of rank 0 under `c` (what the order counts).
+int speculated_of(const FunctionalConfig& c) {
+  const core::Partition part = core::make_partition(deep_mlp(), {c.stage, c.world, 2048});
+  core::StepConfig s;
+  s.clip_gradients = true;
+  s.staging_slots = c.staging_slots;
+  s.speculation_bytes = c.speculation_bytes;
+  return int(core::speculated_layers(core::split_shard(part.ranks[0], c.ratio, 2048), s).size());
+}
+
+}  // namespace
+
+// Every m and k against today's order, bit for bit (master, states, norms, the speculation's outcomes):
+// with steps that clip (their speculation fails: the passes issued after the commits run twice) and with
+// none clipping (every speculation holds), ratios 0.3 and 1, ZeRO-3 and stage 1 on two ranks. Each
+// reordered run's cpu queue really ran in another order for some m and k.
+TEST(FunctionalCarry, SameBitsInEveryCpuPassOrder) {
+  FunctionalConfig c = test::optimizer_config(core::OptimizerKind::kAdamW, 5);
+  c.staging_slots = core::kUnboundedStaging;
+  c.speculation_bytes = core::kSpeculationAuto;
+  c.carry_tail = true;
+  const std::vector<double> clips = test::clips_between_norms(deep_mlp(), c);
+  for (double clip : {clips.at(clips.size() / 2), 1e30})
+    for (double ratio : {0.3, 1.0})
+      for (int stage : {3, 1}) {
+        c.clip = clip;
+        c.ratio = ratio;
+        c.stage = stage;
+        c.world = 2;
+        c.cpu_order = {};
+        const FunctionalResult today = backend::sim::run_functional(deep_mlp(), c);
+        EXPECT_EQ(today.failed_speculations.empty(), clip == 1e30);
+        const int n = speculated_of(c);
+        ASSERT_GE(n, 1);
+        size_t moved = 0;
+        for (int m = 0; m < n; ++m)
+          for (int k = m; k <= n; ++k) {
+            c.cpu_order = {m, k};
+            const std::string at = "clip " + std::to_string(clip) + " ratio " + std::to_string(ratio) + " stage " +
+                                   std::to_string(stage) + " order " + std::to_string(m) + "," + std::to_string(k);
+            const FunctionalResult r = backend::sim::run_functional(deep_mlp(), c);
+            ASSERT_EQ(first_diff(r.master, today.master), -1) << at;
+            ASSERT_EQ(r.states.size(), today.states.size()) << at;
+            for (size_t a = 0; a < r.states.size(); ++a) EXPECT_EQ(first_diff(r.states[a], today.states[a]), -1) << at;
+            EXPECT_EQ(r.grad_norms, today.grad_norms) << at;
+            EXPECT_EQ(r.speculated_steps, today.speculated_steps) << at;
+            EXPECT_EQ(r.failed_speculations, today.failed_speculations) << at;
+            moved +=
+                r.queue_order.at(0)[size_t(core::Queue::kCpu)] != today.queue_order.at(0)[size_t(core::Queue::kCpu)];
+          }
+        if (n > 1) {
+          EXPECT_GT(moved, 0u) << "clip " << clip << " ratio " << ratio;
+        }
+      }
 }

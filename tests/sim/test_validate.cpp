@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -37,16 +38,18 @@ tf::core::Scenario scenario() {
 // `speculating`, a run from before speculation (no speculation fields: the validator plans none); with
 // it, a run whose speculation held in every step, with the budget the simulator's plan resolved.
 nlohmann::json sweep_json(const tf::core::Scenario& s, const std::vector<double>& ratios, double scale,
-                          bool speculating = false) {
+                          bool speculating = false, std::optional<tf::core::CpuOrderSetting> order = {}) {
   nlohmann::json doc = {{"scenario", "v"},   {"rank", 0},     {"world", 1},  {"gpu", "test GPU"},
                         {"workload", "mlp"}, {"threads", 16}, {"params", 1}, {"grad_accum", 1}};
   for (double r : ratios) {
     tf::backend::sim::SimOptions o;
     o.keep_plans = true;
     if (!speculating) o.overrides.speculation_bytes = 0;
+    o.overrides.cpu_order = order;
     const tf::backend::sim::SimPoint sp = tf::backend::sim::simulate_step(s, r, o);
     nlohmann::json p = {{"ratio", r}, {"actual_ratio", sp.ratio}, {"carry_tail", tf::core::carries(sp.plans[0])}};
     if (speculating) p["speculation_bytes"] = sp.plans[0].config.speculation_bytes;
+    if (order) p["cpu_order"] = {{"arrival", sp.cpu_order.arrival}, {"before_norm", sp.cpu_order.before_norm}};
     for (int step = 1; step <= 4; ++step) {
       const auto ns = int64_t(std::llround(double(sp.step_ns) * scale * (step == 1 ? 2.0 : 1.0)));
       p["steps"].push_back({{"step", step},
@@ -130,6 +133,36 @@ TEST(Validate, ASpeculatingRunIsSimulatedWithItsSpeculation) {
   for (auto& p : old["points"]) p.erase("speculation_bytes");
   const tf::app::Validation v = validate_sweep(s, parse_measured_sweep(old.dump(), "m.json"));
   EXPECT_GT(std::abs(v.rows[1].error_pct), 1e-6) << "speculation moved the CPU pass: the step differs";
+}
+
+// A run records the speculated CPU passes' order it planned (run --json's cpu_order) and is simulated with
+// it; a run without the record (the committed sweeps: before the order existed) is simulated in today's
+// order, whatever the scenario's training.cpu_order says.
+TEST(Validate, ARunIsSimulatedInTheCpuPassOrderItRan) {
+  tf::core::Scenario s = tf::core::parse_scenario(
+      "model: {type: mlp, dims: [256, 1024, 1024, 1024, 1024, 1024, 256]}\n"
+      "cluster: {profile: h100-80gb-16core, cpu_cores_per_gpu: 16}\n"
+      "training: {micro_batch: 8, gradient_clipping: 1.0, cpu_order: auto}\n"
+      "optimizer: {type: adamw}\n"
+      "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 1}}\n",
+      {}, "v.yaml");
+  ASSERT_TRUE(s.training.cpu_order_auto);
+  const tf::core::CpuPassOrder moved{0, 0};  // every pass in forward order, after the commits' norm
+  const nlohmann::json today = sweep_json(s, {1.0}, 1.0, true, tf::core::CpuOrderSetting{});
+  const nlohmann::json reordered = sweep_json(s, {1.0}, 1.0, true, tf::core::CpuOrderSetting{false, moved});
+  ASSERT_NE(today["points"][0]["steps"][2]["step_ns"], reordered["points"][0]["steps"][2]["step_ns"])
+      << "the order moves the simulated step";
+  const MeasuredSweep m = parse_measured_sweep(reordered.dump(), "m.json");
+  EXPECT_EQ(m.points[0].cpu_order, moved);
+  EXPECT_NEAR(validate_sweep(s, m).rows[0].error_pct, 0.0, 1e-9);
+  nlohmann::json old = today;
+  old["points"][0].erase("cpu_order");
+  const MeasuredSweep o = parse_measured_sweep(old.dump(), "m.json");
+  EXPECT_EQ(o.points[0].cpu_order, tf::core::CpuPassOrder{});
+  EXPECT_NEAR(validate_sweep(s, o).rows[0].error_pct, 0.0, 1e-9);
+  nlohmann::json bad = reordered;
+  bad["points"][0]["cpu_order"]["arrival"] = -2;
+  EXPECT_THROW(parse_measured_sweep(bad.dump(), "m.json"), tf::core::InputError);
 }
 
 TEST(Validate, ErrorIsSimulatedOverMeasuredAndMapeTheMeanOfItsSize) {

@@ -194,6 +194,34 @@ TEST(Settings, CarryTail) {
   EXPECT_TRUE(listed);
 }
 
+// training.cpu_order: auto by default (the cost model chooses before the plan: step.cpu_order is today's
+// until then), `arrival` today's order, or the command's order (--cpu-order); anything else names the key and
+// the forms, a negative count the setting; the report lists it.
+TEST(Settings, CpuOrder) {
+  const RunSettings def = resolve_settings(scenario("micro_batch: 1"));
+  EXPECT_TRUE(def.cpu_order_auto);
+  EXPECT_EQ(def.step.cpu_order, CpuPassOrder{});
+  EXPECT_FALSE(resolve_settings(scenario("micro_batch: 1, cpu_order: arrival")).cpu_order_auto);
+  EXPECT_TRUE(resolve_settings(scenario("micro_batch: 1, cpu_order: AUTO")).cpu_order_auto);
+  SettingsOverrides o;
+  o.cpu_order = CpuOrderSetting{false, {2, 5}};
+  const RunSettings given = resolve_settings(scenario("micro_batch: 1, cpu_order: auto"), o);
+  EXPECT_FALSE(given.cpu_order_auto);
+  EXPECT_EQ(given.step.cpu_order, (CpuPassOrder{2, 5}));
+  o.cpu_order = CpuOrderSetting{false, {-3, 5}};
+  EXPECT_THROW(resolve_settings(scenario("micro_batch: 1"), o), InputError);
+  try {
+    resolve_settings(scenario("micro_batch: 1, cpu_order: backward"));
+    ADD_FAILURE() << "cpu_order: backward was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected `auto`"), std::string::npos) << e.what();
+  }
+  bool listed = false;
+  for (const ReportedSetting& r : settings_report(scenario("micro_batch: 1, cpu_order: arrival")))
+    if (r.key == "training.cpu_order") listed = r.value == "arrival";
+  EXPECT_TRUE(listed);
+}
+
 // The host staging: auto by default (resolved per rank, core::resolve_staging_slots), or the command's
 // slots; out of range names the setting.
 TEST(Settings, StagingSlots) {

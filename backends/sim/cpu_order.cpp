@@ -1,0 +1,124 @@
+// The speculated CPU layers' pass order the cost model predicts fastest (see cpu_order.h).
+#include "backends/sim/cpu_order.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace tf::backend::sim {
+
+namespace {
+
+// A speculated layer's pass as the pilot ran it.
+struct PilotPass {
+  int layer = 0;
+  int64_t ready_ns = 0;  // its gradient landed (its D2H's end)
+  int64_t pass_ns = 0;   // its speculative pass took
+};
+
+// What the pilot's rank 0 timeline says of the passes: each in arrival order, and the norm's end.
+struct PilotTimes {
+  std::vector<PilotPass> passes;  // arrival order (the pilot's cpu queue order)
+  int64_t norm_end_ns = 0;
+};
+
+PilotTimes pilot_times(const SimPoint& pilot) {
+  const core::StepPlan& plan = pilot.plans.at(0);
+  const std::vector<OpTiming>& t = pilot.ranks.at(0).ops;
+  PilotTimes out;
+  std::map<int, int64_t> d2h_end;  // layer -> its D2H's end
+  for (const core::Op& op : plan.ops) {
+    const OpTiming& ot = t.at(op.id);
+    if (op.kind == core::OpKind::kD2HGrad) d2h_end[op.layer] = ot.end_ns;
+    if (op.kind == core::OpKind::kNormAllReduce) out.norm_end_ns = ot.end_ns;
+    if (op.kind == core::OpKind::kCpuOptimizer && op.state_slot == 1)
+      out.passes.push_back({op.layer, d2h_end.at(op.layer), ot.end_ns - ot.start_ns});
+  }
+  return out;
+}
+
+// The pass ends of the cpu queue in the order (m, all before the norm) sets, at the pilot's times: m in
+// arrival order, the rest in forward order, each starting when its gradient has landed and the one
+// before it ended, from the first gradient's landing. `waits`: whether the CPU sat idle before a pass
+// after the first m (its gradient had not landed while earlier ones had).
+std::vector<int64_t> replay(const PilotTimes& p, int m, bool& waits) {
+  std::vector<const PilotPass*> order;
+  for (int i = 0; i < m; ++i) order.push_back(&p.passes[size_t(i)]);
+  for (int i = int(p.passes.size()) - 1; i >= m; --i) order.push_back(&p.passes[size_t(i)]);  // forward order
+  std::vector<int64_t> ends;
+  int64_t t = p.passes.front().ready_ns;
+  waits = false;
+  for (size_t i = 0; i < order.size(); ++i) {
+    waits = waits || (int(i) >= m && order[i]->ready_ns > t);
+    t = std::max(t, order[i]->ready_ns) + order[i]->pass_ns;
+    ends.push_back(t);
+  }
+  return ends;
+}
+
+// The candidates around the pilot's suggestion (cpu_order.h), m then k ascending.
+std::vector<core::CpuPassOrder> window(const PilotTimes& p) {
+  if (p.passes.empty()) return {};  // rank 0 speculates nothing (another rank does)
+  const auto n = int(p.passes.size());
+  int m0 = n;
+  for (int m = 0; m < n && m0 == n; ++m) {
+    bool waits = false;
+    replay(p, m, waits);
+    if (!waits) m0 = m;
+  }
+  std::vector<core::CpuPassOrder> out;
+  for (int m = std::max(0, m0 - 1); m <= std::min(n - 1, m0 + 1); ++m) {
+    bool waits = false;
+    const std::vector<int64_t> ends = replay(p, m, waits);
+    const auto k0 = int(std::count_if(ends.begin(), ends.end(), [&](int64_t e) { return e <= p.norm_end_ns; }));
+    for (int k = std::max(m, k0 - 1); k <= std::min(n, k0 + 1); ++k) out.push_back({m, k});
+  }
+  return out;
+}
+
+std::vector<core::CpuPassOrder> every_order(int n) {
+  std::vector<core::CpuPassOrder> out;
+  for (int m = 0; m < n; ++m)
+    for (int k = m; k <= n; ++k) out.push_back({m, k});
+  return out;
+}
+
+}  // namespace
+
+CpuOrderChoice choose_cpu_order(const core::Scenario& s, double ratio, const SimOptions& opt, CpuOrderSearch search) {
+  SimOptions o = opt;
+  o.speculation = SpeculationCase::kHolds;
+  o.record_ops = o.keep_plans = true;  // the pilot's plans and timeline suggest the candidates
+  o.overrides.cpu_order = core::CpuOrderSetting{};
+  const SimPoint today = simulate_step(s, ratio, o);
+  CpuOrderChoice c;
+  for (const core::StepPlan& p : today.plans) c.passes = std::max(c.passes, core::ordered_cpu_passes(p));
+  c.step_ns = c.arrival_ns = today.step_ns;
+  c.candidates = 1;
+  if (c.passes == 0) return c;
+  const std::vector<core::CpuPassOrder> candidates =
+      search == CpuOrderSearch::kExhaustive ? every_order(c.passes) : window(pilot_times(today));
+  o.record_ops = o.keep_plans = false;
+  int64_t best_ns = today.step_ns;
+  core::CpuPassOrder best;
+  for (const core::CpuPassOrder& order : candidates) {
+    o.overrides.cpu_order = core::CpuOrderSetting{false, order};
+    const int64_t ns = simulate_step(s, ratio, o).step_ns;
+    ++c.candidates;
+    if (ns < best_ns) best_ns = ns, best = order;
+  }
+  if (double(best_ns) <= double(today.step_ns) * (1.0 - kCpuOrderMinGain)) c.step_ns = best_ns, c.order = best;
+  return c;
+}
+
+std::optional<CpuOrderChoice> resolve_cpu_order(core::RunSettings& settings, const core::Scenario& s, double ratio,
+                                                const SimOptions& opt) {
+  if (!settings.cpu_order_auto) return std::nullopt;
+  const CpuOrderChoice c = choose_cpu_order(s, ratio, opt);
+  settings.step.cpu_order = c.order;
+  settings.cpu_order_auto = false;
+  return c;
+}
+
+}  // namespace tf::backend::sim
