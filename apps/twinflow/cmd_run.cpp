@@ -94,6 +94,7 @@ struct RunOptions {
   std::string cpu_tuning = "default";       // --cpu-tuning: over backends/cpu/cpu_tuning.h's defaults
   OutputFiles out;                          // json, trace
   std::optional<std::string> timeline_svg;  // the last step's timeline (rank 0), an SVG
+  int trace_steps = 1;                      // --trace: the last this many steps on one time axis
   std::optional<std::string> loss_svg;      // the loss and lr per step (rank 0), an SVG
   bool verify = false, no_pin = false;
   std::optional<std::string> save_master;
@@ -101,11 +102,11 @@ struct RunOptions {
   int inject_inf_at = -1;
   int timeout_s = 120;
   MetricsOptions metrics;
-  std::optional<int64_t> speculation;           // --speculation: the scenario's training.speculation otherwise
-  std::optional<bool> carry_tail;               // --carry-tail: the scenario's training.carry_tail otherwise
+  std::optional<int64_t> speculation;              // --speculation: the scenario's training.speculation otherwise
+  std::optional<bool> carry_tail;                  // --carry-tail: the scenario's training.carry_tail otherwise
   std::optional<core::CpuOrderSetting> cpu_order;  // --cpu-order: the scenario's training.cpu_order otherwise
-  int ranks_per_host = 1;                       // LOCAL_WORLD_SIZE: the ranks sharing this host's memory bandwidth
-  std::optional<std::filesystem::path> resume;  // --resume's checkpoint
+  int ranks_per_host = 1;                          // LOCAL_WORLD_SIZE: the ranks sharing this host's memory bandwidth
+  std::optional<std::filesystem::path> resume;     // --resume's checkpoint
   bool checkpoints() const { return !sc.checkpoint.dir.empty() || resume; }
 };
 
@@ -146,6 +147,9 @@ CommandOptions run_options() {
   add_output_options(o.desc, {.json = "write every step's figures as JSON (ranks > 0 write FILE.rankN)",
                               .trace = "Chrome/Perfetto trace of the last step (rank 0; with --ratios one file per "
                                        "ratio, FILE's stem + -rRATIO)"});
+  add("trace-steps", po::value<int>()->default_value(1),
+      "--trace holds the last N steps on one time axis (1 to --steps; each op named sSTEP LABEL): with a carried "
+      "tail a step's last ops run into the next step, which only a window of steps shows");
   add("timeline-svg", po::value<std::string>(),
       "the last step's timeline as an SVG (rank 0: a lane per queue, a bar per op; with --ratios one file per ratio, "
       "FILE's stem + -rRATIO)");
@@ -252,6 +256,12 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   backend::cpu::apply_tuning_spec(checked, o.cpu_tuning, "--cpu-tuning");
   o.out = read_output_options(vm);
   if (vm.count("timeline-svg")) o.timeline_svg = vm["timeline-svg"].as<std::string>();
+  o.trace_steps = vm["trace-steps"].as<int>();
+  if (o.trace_steps < 1 || o.trace_steps > o.steps)
+    throw core::InputError("--trace-steps " + std::to_string(o.trace_steps) + ": must be in [1, " +
+                           std::to_string(o.steps) + "] (the run's --steps)");
+  if (!vm["trace-steps"].defaulted() && !o.out.trace)
+    throw core::InputError("--trace-steps: applies to --trace FILE, which is not given");
   if (vm.count("loss-svg")) o.loss_svg = vm["loss-svg"].as<std::string>();
   if (o.loss_svg && o.workload == core::WorkloadType::kSynthetic)
     throw core::InputError(
@@ -533,11 +543,31 @@ std::string per_ratio_path(std::filesystem::path path, double ratio, bool sweep)
   return path.string();
 }
 
-// The last step's Chrome trace (--trace) and timeline SVG (--timeline-svg), rank 0.
+// The last o.trace_steps steps of rank 0 on one time axis: each begins its predecessor's step_ns (a
+// carried step's period) after it.
+std::vector<backend::sim::TracedStep> traced_steps(const RunOptions& o, const RunPoint& pt) {
+  const size_t n = std::min(pt.steps.size(), static_cast<size_t>(o.trace_steps));
+  std::vector<backend::sim::TracedStep> out;
+  int64_t offset = 0;
+  for (size_t i = pt.steps.size() - n; i < pt.steps.size(); ++i) {
+    const cu::StepReport& r = pt.steps[i];
+    backend::sim::TracedStep s{r.step, offset, r.timeline.step_ns, {}};
+    for (const backend::OpInterval& op : r.timeline.ops) s.ops.push_back({op.op, op.start_ns, op.end_ns});
+    offset += r.timeline.step_ns;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The last step's Chrome trace (--trace; --trace-steps: the last N) and timeline SVG (--timeline-svg), rank 0.
 void write_step_files(const RunOptions& o, const RunPoint& pt, const cu::Engine& eng, int world) {
   const bool sweep = o.ratios.size() > 1;
   const backend::sim::SimPoint sp = last_step_point(pt, eng, world);
-  if (o.out.trace) backend::sim::write_chrome_trace(sp, per_ratio_path(*o.out.trace, pt.requested, sweep));
+  if (o.out.trace && o.trace_steps > 1)
+    backend::sim::write_chrome_trace(eng.plan(), traced_steps(o, pt),
+                                     per_ratio_path(*o.out.trace, pt.requested, sweep));
+  else if (o.out.trace)
+    backend::sim::write_chrome_trace(sp, per_ratio_path(*o.out.trace, pt.requested, sweep));
   if (o.timeline_svg)
     write_timeline_svg(step_timeline(sp, "measured", o.sc.name), per_ratio_path(*o.timeline_svg, pt.requested, sweep));
 }

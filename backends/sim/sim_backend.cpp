@@ -56,7 +56,7 @@ struct CostSetup {
   // One rank's CPU optimizer rate, before the DMA slowdown, while a = 1..ranks_per_node ranks of its
   // host run their passes ([a - 1]); without a measured rank curve every entry is the static share.
   std::vector<double> cpu_optimizer_gparam_s_by_active;
-  double cpu_stats_gparam_s = 0;  // memory-bound: host mem_gbps / gradient bytes
+  double cpu_stats_gparam_s = 0;      // memory-bound: host mem_gbps / gradient bytes
   tf::sim::DmaSlowdown dma_slowdown;  // a CPU pass's, while its rank's link carries copies
   // A copy's rate divides by these while a CPU optimizer pass of its link's host runs (the profile's
   // pcie.*_slowdown_under_cpu_pass; 1: not slowed)
@@ -990,57 +990,90 @@ std::vector<QueueOrder> executed_queue_order(const SimPoint& p) {
   return out;
 }
 
+namespace {
+// The metadata events that name process `pid` ("rank R") and its queues' threads.
+void append_rank_names(nlohmann::json& events, int pid) {
+  events.push_back(
+      {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "rank " + std::to_string(pid)}}}});
+  events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+  for (int q = 0; q < core::kQueueCount; ++q) {
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", pid},
+                      {"tid", q},
+                      {"args", {{"name", core::queue_name(static_cast<core::Queue>(q))}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", q}, {"args", {{"sort_index", q}}}});
+  }
+}
+
+// One complete event per op of `ops`, shifted by `offset_ns`; `step` > 0 prefixes the names with "sSTEP ".
+void append_op_events(nlohmann::json& events, const core::StepPlan& plan, const std::vector<OpTiming>& ops, int pid,
+                      int64_t offset_ns, int step) {
+  const std::string prefix = step > 0 ? "s" + std::to_string(step) + " " : "";
+  for (const OpTiming& t : ops) {
+    const core::Op& op = plan.ops.at(t.op);
+    nlohmann::json args = {{"op", op.id},
+                           {"label", op.label()},
+                           {"bytes", op.bytes},
+                           {"flops", op.flops},
+                           {"elems", op.elems},
+                           {"start_ns", t.start_ns + offset_ns},
+                           {"end_ns", t.end_ns + offset_ns}};
+    if (step > 0) args["step"] = step;
+    events.push_back({{"ph", "X"},
+                      {"name", prefix + op.label()},
+                      {"cat", core::op_kind_name(op.kind)},
+                      {"pid", pid},
+                      {"tid", queue_index(op.queue)},
+                      {"ts", static_cast<double>(t.start_ns + offset_ns) / 1e3},
+                      {"dur", static_cast<double>(t.end_ns - t.start_ns) / 1e3},
+                      {"args", std::move(args)}});
+  }
+}
+
+void write_trace_document(nlohmann::json events, nlohmann::json other, const std::string& path,
+                          const std::string& option) {
+  nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}, {"otherData", std::move(other)}};
+  core::write_output_file(path, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + '\n', option);
+}
+}  // namespace
+
 void write_chrome_trace(const SimPoint& p, const std::string& path, const std::string& option) {
   if (p.plans.size() != p.ranks.size())
     throw std::invalid_argument("write_chrome_trace: the SimPoint has no plans (simulate with keep_plans)");
   nlohmann::json events = nlohmann::json::array();
   for (size_t r = 0; r < p.ranks.size(); ++r) {
-    const core::StepPlan& plan = p.plans[r];
-    const RankTiming& rt = p.ranks[r];
-    if (rt.ops.size() != plan.ops.size())
+    if (p.ranks[r].ops.size() != p.plans[r].ops.size())
       throw std::invalid_argument("write_chrome_trace: rank " + std::to_string(r) +
                                   " has no op timings (simulate with record_ops)");
-    const int pid = static_cast<int>(r);
-    events.push_back(
-        {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "rank " + std::to_string(r)}}}});
-    events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
-    for (int q = 0; q < core::kQueueCount; ++q) {
-      events.push_back({{"ph", "M"},
-                        {"name", "thread_name"},
-                        {"pid", pid},
-                        {"tid", q},
-                        {"args", {{"name", core::queue_name(static_cast<core::Queue>(q))}}}});
-      events.push_back(
-          {{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", q}, {"args", {{"sort_index", q}}}});
-    }
-    for (const OpTiming& t : rt.ops) {
-      const core::Op& op = plan.ops.at(t.op);
-      events.push_back({{"ph", "X"},
-                        {"name", op.label()},
-                        {"cat", core::op_kind_name(op.kind)},
-                        {"pid", pid},
-                        {"tid", queue_index(op.queue)},
-                        {"ts", static_cast<double>(t.start_ns) / 1e3},
-                        {"dur", static_cast<double>(t.end_ns - t.start_ns) / 1e3},
-                        {"args",
-                         {{"op", op.id},
-                          {"label", op.label()},
-                          {"bytes", op.bytes},
-                          {"flops", op.flops},
-                          {"elems", op.elems},
-                          {"start_ns", t.start_ns},
-                          {"end_ns", t.end_ns}}}});
-    }
+    append_rank_names(events, static_cast<int>(r));
+    append_op_events(events, p.plans[r], p.ranks[r].ops, static_cast<int>(r), 0, 0);
   }
-  nlohmann::json doc = {{"traceEvents", std::move(events)},
-                        {"displayTimeUnit", "ns"},
-                        {"otherData",
-                         {{"step_ns", p.step_ns},
-                          {"ratio", p.ratio},
-                          {"requested_ratio", p.requested_ratio},
-                          {"world", p.world},
-                          {"oom", p.oom}}}};
-  core::write_output_file(path, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + '\n', option);
+  write_trace_document(std::move(events),
+                       {{"step_ns", p.step_ns},
+                        {"ratio", p.ratio},
+                        {"requested_ratio", p.requested_ratio},
+                        {"world", p.world},
+                        {"oom", p.oom}},
+                       path, option);
+}
+
+void write_chrome_trace(const core::StepPlan& plan, const std::vector<TracedStep>& steps, const std::string& path,
+                        const std::string& option) {
+  if (steps.empty()) throw std::invalid_argument("write_chrome_trace: no steps to trace");
+  nlohmann::json events = nlohmann::json::array();
+  append_rank_names(events, 0);
+  nlohmann::json list = nlohmann::json::array();
+  for (const TracedStep& s : steps) {
+    if (s.ops.size() != plan.ops.size())
+      throw std::invalid_argument("write_chrome_trace: step " + std::to_string(s.step) + " has " +
+                                  std::to_string(s.ops.size()) + " op timings, its plan " +
+                                  std::to_string(plan.ops.size()) + " ops");
+    append_op_events(events, plan, s.ops, 0, s.offset_ns, s.step);
+    list.push_back({{"step", s.step}, {"offset_ns", s.offset_ns}, {"step_ns", s.step_ns}});
+  }
+  write_trace_document(std::move(events), {{"steps", std::move(list)}}, path, option);
 }
 
 }  // namespace tf::backend::sim

@@ -67,8 +67,8 @@ struct SimPoint {
   int64_t pcie_bytes_each_way = 0;
   core::CpuPassOrder cpu_order;                    // the speculated CPU passes' order planned (StepConfig::cpu_order)
   std::optional<CpuOrderChoice> cpu_order_choice;  // how it was chosen (training.cpu_order auto)
-  std::vector<core::StepPlan> plans;  // per rank (only with SimOptions::keep_plans)
-  std::vector<RankTiming> ranks;      // per rank
+  std::vector<core::StepPlan> plans;               // per rank (only with SimOptions::keep_plans)
+  std::vector<RankTiming> ranks;                   // per rank
 };
 
 // What the plan's speculated CPU layers do in the simulated step (core/speculation.h).
@@ -157,6 +157,23 @@ double predict_host_cpu_seconds(const core::CpuProfile& cpu, int threads_per_ran
 // rank, one thread per queue, one complete event per op. Needs record_ops and keep_plans. The file is
 // written whole or not at all (core::write_output_file; `option` names the path's origin in errors).
 void write_chrome_trace(const SimPoint& p, const std::string& path, const std::string& option = "--trace");
+
+// One of several consecutive steps of one rank (a measured run), for the trace of a window of steps:
+// `ops` from the step's start (ops[i].op == i, one per plan op), the step beginning `offset_ns` after the
+// window's first. With a carried tail a step's ops run on past the next step's start: the window shows
+// which of step t's carried ops step t + 1's forward waited for.
+struct TracedStep {
+  int step = 0;  // 1-based, as the run numbers it
+  int64_t offset_ns = 0;
+  int64_t step_ns = 0;  // its time (a carried step's: its period)
+  std::vector<OpTiming> ops;
+};
+
+// The same trace over `steps` of one rank on one time axis: one thread per queue, one event per op named
+// "sSTEP LABEL" with its step in the args, the steps' periods in "otherData". Throws
+// std::invalid_argument when `steps` is empty or a step's ops do not match `plan`.
+void write_chrome_trace(const core::StepPlan& plan, const std::vector<TracedStep>& steps, const std::string& path,
+                        const std::string& option = "--trace");
 
 // Per rank, the op ids per queue in the order the simulation ran them (needs record_ops); equal to
 // core::plan_queue_order of its plan.

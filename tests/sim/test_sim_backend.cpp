@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -244,6 +245,39 @@ TEST(SimBackend, ChromeTraceHasOneEventPerOpPerRank) {
   EXPECT_EQ(complete, p.plans[0].ops.size() + p.plans[1].ops.size());
   EXPECT_EQ(thread_names, size_t(2 * tf::core::kQueueCount));
   std::filesystem::remove(path);
+}
+
+// run --trace-steps: several steps of one rank on one time axis, each shifted by the periods before it.
+TEST(SimBackend, ChromeTraceOfAWindowOfStepsShiftsEachStepByThePeriodsBeforeIt) {
+  const SimPoint p = simulate_step(decoder_scenario(1), 0.5, {.record_ops = true, .keep_plans = true});
+  const std::vector<tf::backend::sim::OpTiming>& ops = p.ranks[0].ops;
+  const int64_t period = p.step_ns - 1000;  // a carried step's period is shorter than its last op's end
+  const std::vector<tf::backend::sim::TracedStep> steps = {{4, 0, period, ops}, {5, period, p.step_ns, ops}};
+  const std::string path = (std::filesystem::path(testing::TempDir()) / "tf_sim_trace_steps.json").string();
+  tf::backend::sim::write_chrome_trace(p.plans[0], steps, path);
+  std::ifstream in(path);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  std::map<int, size_t> per_step;
+  for (const auto& e : doc.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const int step = e.at("args").at("step").get<int>();
+    const size_t i = per_step[step]++;
+    const int64_t shift = step == 5 ? period : 0;
+    EXPECT_EQ(e.at("args").at("start_ns").get<int64_t>(), ops[i].start_ns + shift);
+    EXPECT_DOUBLE_EQ(e.at("ts").get<double>(), double(ops[i].start_ns + shift) / 1e3);
+    EXPECT_EQ(e.at("name").get<std::string>(), "s" + std::to_string(step) + " " + p.plans[0].ops[i].label());
+  }
+  EXPECT_EQ(per_step[4], ops.size());
+  EXPECT_EQ(per_step[5], ops.size());
+  ASSERT_EQ(doc.at("otherData").at("steps").size(), 2u);
+  EXPECT_EQ(doc.at("otherData").at("steps")[1].at("offset_ns").get<int64_t>(), period);
+  std::filesystem::remove(path);
+  // nothing to trace, or a step whose timings are not its plan's
+  EXPECT_THROW(tf::backend::sim::write_chrome_trace(p.plans[0], {}, path), std::invalid_argument);
+  std::vector<tf::backend::sim::TracedStep> short_step = {{1, 0, period, ops}};
+  short_step[0].ops.pop_back();
+  EXPECT_THROW(tf::backend::sim::write_chrome_trace(p.plans[0], short_step, path), std::invalid_argument);
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 // ---- terms fed by `twinflow calibrate` ---------------------------------------------------------------
