@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2, RENAME_NOREPLACE (glibc >= 2.28)
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,13 +158,6 @@ void FsOps::remove_tree(const fs::path& p) const {
   std::error_code ec;
   fs::remove_all(p, ec);
   if (ec) throw_fs_error("cannot remove", p, ec.value(), advice_);
-}
-
-void lower_thread_priority(int by) {
-  const pid_t self = ::gettid();  // Linux: nice values are per thread
-  errno = 0;
-  const int now = ::getpriority(PRIO_PROCESS, id_t(self));
-  if (errno == 0) (void)::setpriority(PRIO_PROCESS, id_t(self), std::min(19, now + by));
 }
 
 size_t io_threads(size_t requested) {

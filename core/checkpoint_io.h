@@ -55,10 +55,6 @@ class FsOps {
   std::string advice_;
 };
 
-// Raises the calling thread's nice value by `by` (to at most 19), so a background save yields the CPU
-// to training; threads it starts inherit it. Best effort: a failure changes nothing.
-void lower_thread_priority(int by);
-
 // Threads for a save's or a load's I/O: `requested`, or min(4, CPUs) for 0.
 size_t io_threads(size_t requested);
 

@@ -13,6 +13,7 @@
 #include "core/checkpoint_io.h"
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/thread_priority.h"
 
 namespace tf::core {
 
@@ -161,7 +162,7 @@ void CheckpointWriter::save_async(const CheckpointMeta& meta) {
   error_ = nullptr;
   done_ = false;
   thread_ = std::thread([this, meta] {
-    ckpt::lower_thread_priority(10);  // training first: the writer takes idle CPU
+    lower_thread_priority(10);  // training first: the writer takes idle CPU
     try {
       run_save(meta);
     } catch (...) {

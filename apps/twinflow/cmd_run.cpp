@@ -92,6 +92,7 @@ struct RunOptions {
   std::optional<int> staging_slots;  // slots per host staging ring; 0: full-size; core::kStagingAuto
   std::optional<size_t> threads;
   std::string cpu_tuning = "default";       // --cpu-tuning: over backends/cpu/cpu_tuning.h's defaults
+  std::string cuda_sync = "auto";           // --cuda-sync: how the rank's threads wait for the GPU
   OutputFiles out;                          // json, trace
   std::optional<std::string> timeline_svg;  // the last step's timeline (rank 0), an SVG
   int trace_steps = 1;                      // --trace: the last this many steps on one time axis
@@ -144,6 +145,9 @@ CommandOptions run_options() {
   add("cpu-tuning", po::value<std::string>()->default_value("default"),
       "the CPU optimizer's tuning over backends/cpu/cpu_tuning.h's defaults, as `twinflow bench --tuning` takes it "
       "(e.g. nt=1,spin=50; huge= does not apply here)");
+  add("cuda-sync", po::value<std::string>()->default_value("auto"),
+      "how the rank's threads wait for the GPU: auto (CUDA's choice: spin on this host), spin, yield or block (sleep "
+      "until the GPU is done: the waiting threads leave their cores to the CPU optimizer's workers)");
   add_output_options(o.desc, {.json = "write every step's figures as JSON (ranks > 0 write FILE.rankN)",
                               .trace = "Chrome/Perfetto trace of the last step (rank 0; with --ratios one file per "
                                        "ratio, FILE's stem + -rRATIO)"});
@@ -252,7 +256,9 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
     o.threads = backend::cpu::checked_thread_count(vm["threads"].as<long long>(),
                                                    backend::cpu::host_topology().physical_cores(), "--threads");
   o.cpu_tuning = vm["cpu-tuning"].as<std::string>();
-  backend::cpu::CpuOptions checked;  // bad knobs fail before any GPU is touched
+  o.cuda_sync = vm["cuda-sync"].as<std::string>();
+  (void)cu::parse_cuda_sync(o.cuda_sync, "--cuda-sync");  // a bad value fails before any GPU is touched
+  backend::cpu::CpuOptions checked;                       // bad knobs fail before any GPU is touched
   backend::cpu::apply_tuning_spec(checked, o.cpu_tuning, "--cpu-tuning");
   o.out = read_output_options(vm);
   if (vm.count("timeline-svg")) o.timeline_svg = vm["timeline-svg"].as<std::string>();
@@ -384,6 +390,7 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
   base.cpu_threads = threads;
   base.cpu_cpus = share.worker_cpus;
   base.cpu_tuning = o.cpu_tuning;
+  base.cuda_sync = cu::parse_cuda_sync(o.cuda_sync, "--cuda-sync");
   base.pin_memory = !o.no_pin;
   base.overflow_at_step = o.inject_inf_at;
   // what this rank may pin of the machine: its memory less training.host_reserve, shared by the host's ranks
@@ -890,6 +897,7 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
   backend::cpu::CpuOptions tuned;  // every CPU tuning knob as the engine ran it
   backend::cpu::apply_tuning_spec(tuned, o.cpu_tuning, "--cpu-tuning");
   doc["cpu_tuning"] = backend::cpu::tuning_spec(tuned);
+  doc["cuda_sync"] = o.cuda_sync;
   doc["threads"] = threads;
   doc["grad_accum"] = base.settings.step.grad_accum;
   doc["micro_batch"] = base.settings.step.micro_batch;

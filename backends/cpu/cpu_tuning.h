@@ -34,6 +34,12 @@ struct CpuTuningDefaults {
   // once: a condition variable, the pool before these knobs). The caller never spins: it would take a
   // worker's core (backends/cpu/thread_pool.cpp). 50 with stream_copy: see stream_copy.
   uint32_t pool_spin_us = 50;
+  // The pool's workers run this many nice levels below their process (0-19; Linux nice values are per
+  // thread). The workers fill every core of a rank's share; the rank's issuing threads (the engine's, one
+  // per queue) then wait for a core behind them, and the GPU idles while its next kernels wait to be
+  // issued. A positive value lets the scheduler run an issuer that wakes at once; the workers keep
+  // every cycle the issuers leave. Set from bench/device/issuer-contention.sh (see there).
+  uint32_t pool_nice = 0;
   // madvise(MADV_HUGEPAGE) on the host regions (2 MiB pages where THP is "madvise").
   bool huge_pages = true;
 };

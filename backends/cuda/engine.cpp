@@ -146,6 +146,7 @@ class EngineImpl final : public Engine {
   explicit EngineImpl(EngineConfig cfg) : cfg_(std::move(cfg)), s_(cfg_.settings) {
     validate_config();
     DeviceGuard guard(cfg_.device);
+    set_sync_flag();
     plan_rank();
     check_memory();
     load_hf_weights();
@@ -213,6 +214,19 @@ class EngineImpl final : public Engine {
 
  private:
   // --- set-up -------------------------------------------------------------------------------------
+  // The device's scheduling flag (how this process's threads wait for it), its other flags kept. CUDA 12
+  // overwrites the flags of a device already initialized.
+  void set_sync_flag() {
+    if (cfg_.cuda_sync == CudaSync::kAuto) return;
+    unsigned flags = 0;
+    TF_CUDA_CHECK(cudaGetDeviceFlags(&flags));
+    flags &= ~unsigned(cudaDeviceScheduleMask);
+    const unsigned sched = cfg_.cuda_sync == CudaSync::kSpin    ? cudaDeviceScheduleSpin
+                           : cfg_.cuda_sync == CudaSync::kYield ? cudaDeviceScheduleYield
+                                                                : cudaDeviceScheduleBlockingSync;
+    TF_CUDA_CHECK(cudaSetDeviceFlags(flags | sched));
+  }
+
   void validate_config() {
     const EngineConfig& c = cfg_;
     if (s_.world < 1 || c.rank < 0 || c.rank >= s_.world)
@@ -1433,6 +1447,21 @@ void EngineImpl::restore_optimizer(std::span<const std::vector<float>> arrays, c
 }
 
 }  // namespace
+
+const char* cuda_sync_name(CudaSync s) {
+  switch (s) {
+    case CudaSync::kSpin: return "spin";
+    case CudaSync::kYield: return "yield";
+    case CudaSync::kBlock: return "block";
+    default: return "auto";
+  }
+}
+
+CudaSync parse_cuda_sync(const std::string& text, const std::string& option) {
+  for (CudaSync s : {CudaSync::kAuto, CudaSync::kSpin, CudaSync::kYield, CudaSync::kBlock})
+    if (text == cuda_sync_name(s)) return s;
+  throw core::InputError(option + " '" + text + "': expected auto, spin, yield or block");
+}
 
 core::HostAllocator pinned_host_allocator() {
   // cudaHostAlloc where it succeeds, else page-aligned heap: `heap` remembers which pointers are which.

@@ -37,6 +37,14 @@ NcclId make_nccl_id();
 // copies, nothing else changes).
 core::HostAllocator pinned_host_allocator();
 
+// How the rank's threads wait for the GPU (cudaEventSynchronize, cudaStreamSynchronize): the device's
+// scheduling flag. kAuto is CUDA's heuristic (one context per process on a host of more CPUs than
+// contexts: spin), which makes each waiting issuer take a core the CPU optimizer's workers run on.
+enum class CudaSync { kAuto, kSpin, kYield, kBlock };
+// "auto", "spin", "yield", "block"; parse_cuda_sync throws core::InputError naming `option` and the values.
+const char* cuda_sync_name(CudaSync s);
+CudaSync parse_cuda_sync(const std::string& text, const std::string& option);
+
 struct EngineConfig {
   // What to train, as core::resolve_settings maps a scenario: the model, world, partition (ZeRO stage),
   // step configuration and policy, loss scaler, workload (synthetic, mlp or decoder), seed, and a
@@ -51,9 +59,10 @@ struct EngineConfig {
   // The CPU optimizer's tuning over backends/cpu/cpu_tuning.h's defaults (cpu::apply_tuning_spec's spec;
   // its huge= key does not reach the engine's host buffers, which follow cpu_tuning.h).
   std::string cpu_tuning = "default";
-  std::vector<int> cpu_cpus;  // the rank's CPUs (cpu::rank_cpu_share's worker_cpus); empty: this process's
-  bool pin_memory = true;     // page-lock the CPU segment (else pageable, with a warning)
-  int overflow_at_step = -1;  // synthetic workload: element 0 of micro-shard 0 is +Inf at this step (tests)
+  CudaSync cuda_sync = CudaSync::kAuto;  // how its threads wait for the GPU (set on the device at start)
+  std::vector<int> cpu_cpus;             // the rank's CPUs (cpu::rank_cpu_share's worker_cpus); empty: this process's
+  bool pin_memory = true;                // page-lock the CPU segment (else pageable, with a warning)
+  int overflow_at_step = -1;             // synthetic workload: element 0 of micro-shard 0 is +Inf at this step (tests)
   // Memory the rank may use: the plan is checked against these before anything is allocated.
   int64_t gpu_bytes_limit = 0;                   // 0: the device's total memory
   int64_t host_bytes_limit = 0;                  // what this rank may pin; 0: the machine's memory less

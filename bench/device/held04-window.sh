@@ -8,7 +8,7 @@
 #     round's ratio-0.4 auto run also writes the last 4 steps' trace on one time axis (--trace-steps 4: what
 #     a step's forward waits for among the previous step's carried ops);
 #  2. gradient clipping 1.0 (every step clips), 12 steps: ratios 0, 0.4 and 1;
-#  3. the summary: per run the median tokens/s of the steady steps (apps/twinflow/steady_steps.h: neither
+#  3. the summary (bench/device/run_summary.py): per run the median tokens/s of the steady steps (neither
 #     the first two nor the drained last), x the same round's ratio 0, the CPU pass ms, and for the traced
 #     run the compute queue's idle gaps over 1 ms per steady step with the ops that ended just before each
 #     gap's end (what the GPU waited for), in $OUT/held04-window.txt.
@@ -55,62 +55,9 @@ for r in 0 0.4 1; do point "c1-r$r" $SC 12 $r; done
 
 step "3. summary"
 [ -n "${DRY:-}" ] && exit 0
-python3 - "$LOG" <<'PY' | tee "$LOG/held04-window.txt"
-import json, statistics, sys
-log = sys.argv[1]
-nan = float("nan")
-def load(name):
-    try:
-        return json.load(open(f"{log}/{name}.json"))["points"][0]
-    except Exception as e:
-        print(f"{name}: no run JSON ({e})")
-        return None
-def steady(p):
-    return [s for s in p["steps"] if s.get("steady")] or p["steps"]
-def tok(p):
-    return statistics.median(s["tokens_per_s"] for s in steady(p)) if p else nan
-print("OPT-1.3B, seq 1024, micro-batch 8, one H100; medians of the steady steps (a carried step's time is its period)")
-print(f"{'run':>24} {'tok/s':>7} {'x_r0':>6} {'step_ms':>8} {'cpu_pass_ms':>11} {'held':>6}  steady steps' ms")
-rows = [(f"c100-{k}-{v}", f"c100-{k}-r0") for k in (1, 2) for v in ("r0", "r0.4-auto", "r0.4-arrival")]
-rows += [(f"c1-r{r}", "c1-r0") for r in ("0", "0.4", "1")]
-ratios = {}
-for name, base in rows:
-    p, b = load(name), load(base)
-    if not p:
-        continue
-    t = tok(p)
-    ratios[name] = t / tok(b) if b else nan
-    st = steady(p)
-    held = sum(1 for s in p["steps"] if s.get("speculated") and s.get("speculation_held"))
-    print(f"{name:>24} {t:7.0f} {ratios[name]:6.3f} {statistics.median(s['step_ns'] for s in st) / 1e6:8.1f} "
-          f"{statistics.median(s['busy_ns']['cpu'] for s in st) / 1e6:11.1f} {held:>3}/{len(p['steps']):<2}  "
-          + " ".join(f"{s['step_ns'] / 1e6:.0f}" for s in st))
-for v in ("auto", "arrival"):
-    rs = [ratios.get(f"c100-{k}-r0.4-{v}", nan) for k in (1, 2)]
-    print(f"clip 100, ratio 0.4 {v}: x ratio 0 per round {rs[0]:.3f}, {rs[1]:.3f} (goal >= 0.9)")
-# The traced window: per steady step, the compute queue's idle gaps over 1 ms and what ended right before
-try:
-    tr = json.load(open(f"{log}/c100-r0.4-auto-trace4.json"))
-except Exception as e:
-    print(f"no window trace ({e})")
-    sys.exit(0)
-steps = tr["otherData"]["steps"]
-ev = sorted((e for e in tr["traceEvents"] if e.get("ph") == "X"), key=lambda e: e["ts"])
-compute = [e for e in ev if e["tid"] == 0]
-print("\ntrace of the last 4 steps of c100-2-r0.4-auto (ms from the window's start): compute idle gaps > 1 ms")
-for s in steps[:-1]:
-    lo, hi = s["offset_ns"] / 1e6, (s["offset_ns"] + s["step_ns"]) / 1e6
-    print(f" step {s['step']}: {lo:.1f} - {hi:.1f} ms (period {s['step_ns'] / 1e6:.1f})")
-    busy = [(e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3, e["name"]) for e in compute]
-    end_prev = lo
-    for a, b, name in busy:
-        if b <= lo or a >= hi:
-            continue
-        if a - end_prev > 1.0:
-            before = [e["name"] for e in ev if e["tid"] != 0 and abs((e["ts"] + e["dur"]) / 1e3 - a) < 0.3]
-            print(f"   idle {end_prev:.1f} - {a:.1f} ({a - end_prev:.1f} ms) before '{name}'; ended at its start: "
-                  f"{', '.join(before[:4]) or '-'}")
-        end_prev = max(end_prev, b)
-    cpu = [e for e in ev if e["tid"] == 4 and lo <= e["ts"] / 1e3 < hi and e["dur"] > 0]
-    print("   cpu queue: " + " ".join(f"{e['name']}@{e['ts'] / 1e3 - lo:.0f}+{e['dur'] / 1e3:.0f}" for e in cpu))
-PY
+rows=()
+for k in 1 2; do for v in r0 r0.4-auto r0.4-arrival; do rows+=(--row "c100-$k-$v=c100-$k-r0"); done; done
+for r in 0 0.4 1; do rows+=(--row "c1-r$r=c1-r0"); done
+python3 bench/device/run_summary.py "$LOG" "${rows[@]}" --trace "$LOG/c100-r0.4-auto-trace4.json" \
+  --title "OPT-1.3B, seq 1024, micro-batch 8, one H100; medians of the steady steps (a carried step's time is its period)" \
+  | tee "$LOG/held04-window.txt"

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "apps/twinflow/optim_harness.h"
+#include "core/error.h"
 #include "tests/backends_under_test.h"
 
 using namespace tf;
@@ -241,7 +242,7 @@ TEST(CpuTuning, BitsIndependentOfUnrollInterleaveAndSpin) {
         backend::cpu::CpuBackend base_be(plain);
         const auto base = harness::run_backend(base_be, p);
         for (const char* spec : {"unroll=2", "unroll=4", "interleave=2", "interleave=2,nt=1", "level=1",
-                                 "level=1,unroll=2,nt=1", "spin=20,block=1", "block=0,interleave=2"}) {
+                                 "level=1,unroll=2,nt=1", "spin=20,block=1", "block=0,interleave=2", "nice=5"}) {
           backend::cpu::CpuOptions o = plain;
           backend::cpu::apply_tuning_spec(o, spec, "test");
           backend::cpu::CpuBackend be(o);
@@ -250,6 +251,27 @@ TEST(CpuTuning, BitsIndependentOfUnrollInterleaveAndSpin) {
                                  << core::dtype_name(g) << " " << spec << ": " << rep.first;
         }
       }
+  }
+}
+
+// A spec names every knob; tuning_spec writes them back in a form apply_tuning_spec reads to the same
+// options; a value out of range names the pair and its range.
+TEST(CpuTuning, SpecRoundTripsAndNamesBadValues) {
+  backend::cpu::CpuOptions o;
+  backend::cpu::apply_tuning_spec(o, "nice=7,spin=20,block=3,nt=0", "test");
+  EXPECT_EQ(o.pool_nice, 7u);
+  const std::string spec = backend::cpu::tuning_spec(o);
+  EXPECT_NE(spec.find(",nice=7,"), std::string::npos) << spec;
+  backend::cpu::CpuOptions back;
+  backend::cpu::apply_tuning_spec(back, spec, "test");
+  EXPECT_EQ(backend::cpu::tuning_spec(back), spec);
+  try {
+    backend::cpu::apply_tuning_spec(o, "nice=20", "--cpu-tuning");
+    ADD_FAILURE() << "nice=20 accepted";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--cpu-tuning: 'nice=20': the value must be an integer in [0, 19]"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -1,7 +1,11 @@
 // The persistent pool: every part runs once, static split, exceptions propagate.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <stdexcept>
 #include <vector>
 
@@ -64,4 +68,20 @@ TEST(ThreadPool, SpinningWorkersRunEveryPartOnce) {
   std::atomic<int> n{0};
   pool.run(3, [&](size_t) { n++; });
   EXPECT_EQ(n.load(), 3);
+}
+
+// nice: every worker runs that many nice levels below the caller (the issuing threads keep their
+// priority); it never passes 19.
+TEST(ThreadPool, WorkersRaiseTheirNiceValue) {
+  errno = 0;
+  const int base = getpriority(PRIO_PROCESS, id_t(gettid()));
+  ASSERT_EQ(errno, 0);
+  for (uint32_t nice : {0u, 3u, 40u}) {
+    ThreadPool pool(3, false, {}, 0, nice);
+    EXPECT_EQ(pool.nice(), std::min(nice, 19u));
+    std::vector<int> seen(3, -100);
+    pool.run(3, [&](size_t w) { seen[w] = getpriority(PRIO_PROCESS, id_t(gettid())); });
+    for (int v : seen) EXPECT_EQ(v, std::min(19, base + int(std::min(nice, 19u)))) << "nice " << nice;
+  }
+  EXPECT_EQ(getpriority(PRIO_PROCESS, id_t(gettid())), base);  // the caller's own is untouched
 }
