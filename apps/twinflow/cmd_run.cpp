@@ -140,8 +140,9 @@ CommandOptions run_options() {
       "sizes");
   add_staging_slots_option(o.desc);
   add("threads", po::value<long long>(),
-      "CPU optimizer threads, 1 to 4 x the host's cores (default: the scenario's cpu_cores_per_gpu, capped by this "
-      "rank's share of the host's cores: LOCAL_RANK's part of LOCAL_WORLD_SIZE)");
+      "CPU optimizer threads, 1 to 4 x the host's cores (default: every core but one of the scenario's "
+      "cpu_cores_per_gpu, capped by this rank's share of the host's cores, LOCAL_RANK's part of LOCAL_WORLD_SIZE; "
+      "the rank's issuing threads keep the last core)");
   add("cpu-tuning", po::value<std::string>()->default_value("default"),
       "the CPU optimizer's tuning over backends/cpu/cpu_tuning.h's defaults, as `twinflow bench --tuning` takes it "
       "(e.g. nt=1,spin=50; huge= does not apply here)");
@@ -300,6 +301,7 @@ backend::sim::SimOptions run_sim_options(const RunOptions& o, const backend::lau
   so.overrides.speculation_bytes = o.speculation;  // the spare slots' host bytes change what fits
   so.overrides.carry_tail = o.carry_tail;
   so.overrides.cpu_order = o.cpu_order;
+  if (o.threads) so.overrides.cpu_threads = int(*o.threads);
   return so;
 }
 
@@ -363,10 +365,11 @@ backend::cpu::CpuShare take_cpu_share(const backend::launch::RankEnv& env) {
   return share;
 }
 
-// --threads when given; else the scenario's CPU threads per GPU, capped by the rank's share of cores.
+// --threads when given; else every core but one (core::cpu_optimizer_threads) of the scenario's cores per
+// GPU, capped by the rank's share of this host's cores.
 size_t cpu_threads(const RunOptions& o, const backend::cpu::CpuShare& share) {
   if (o.threads) return *o.threads;
-  return std::max<size_t>(1, std::min<size_t>(size_t(o.sc.cluster.cpu_cores_per_gpu), size_t(share.cores)));
+  return size_t(core::cpu_optimizer_threads(std::min(o.sc.cluster.cpu_cores_per_gpu, share.cores)));
 }
 
 // Every ratio's engine configuration but the ratio and its NCCL id: the scenario's settings as
@@ -383,6 +386,7 @@ cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv
   overrides.speculation_bytes = o.speculation;
   overrides.carry_tail = o.carry_tail;
   overrides.cpu_order = o.cpu_order;
+  overrides.cpu_threads = int(threads);
   cu::EngineConfig base;
   base.settings = core::resolve_settings(o.sc, overrides);
   base.rank = env.rank;

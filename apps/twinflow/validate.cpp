@@ -219,7 +219,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
     opt.overrides.world = m.world;
     opt.overrides.world_from = core::printable(m.file) + ": world";
   }
-  sc.cluster.cpu_cores_per_gpu = m.threads;
+  opt.overrides.cpu_threads = m.threads;
   if (m.grad_accum > 0) {
     opt.overrides.grad_accum = m.grad_accum;
     opt.overrides.grad_accum_from = core::printable(m.file) + ": grad_accum";

@@ -6,9 +6,11 @@
 # GPU optimizer, with no traced op ending at the gap's end) while the CPU optimizer's 16 workers fill the
 # 16 cores: the engine's issuing threads (one per queue) and CUDA's spinning waits compete with them. Runs
 # (OPT-1.3B, seq 1024, micro-batch 8, gradient clipping 100, 14 steps each), alternated:
-#   ratio 0 (the base), then at ratios 0.4 and 1: default; --cuda-sync block (the waiting threads sleep);
-#   --cpu-tuning nice=10 (the workers yield to a waking issuer); both; --threads 15 (one core left free);
-#   ratio 0 again. Ratio 0.4's default and both-variant runs write a 3-step window trace.
+#   ratio 0 (the base), then at ratios 0.4 and 1 each of VARIANTS (NAME=ARGS entries separated by ';'; by
+#   default: default=; block=--cuda-sync block (the waiting threads sleep); nice10=--cpu-tuning nice=10 (the
+#   workers yield to a waking issuer); both=both of them; threads15=--threads 15 (one core left free), the
+#   16-core host's defaults before core::cpu_optimizer_threads; run with VARIANTS to A/B others), then ratio 0
+#   again. Ratio 0.4's first and fourth variants write a 3-step window trace.
 # Summary (bench/device/run_summary.py): tokens/s, x ratio 0, step, forward, GPU-idle and CPU pass ms per run,
 # and the two windows' gaps, in $OUT/issuer-contention.txt. DRY=1 prints the commands (any machine).
 set -uo pipefail
@@ -35,18 +37,24 @@ point() {
   echo "$name rc $?"; grep -E "error" "$LOG/$name.log" | head -2
 }
 
+VARIANTS=${VARIANTS:-"default=;block=--cuda-sync block;nice10=--cpu-tuning nice=10;both=--cuda-sync block --cpu-tuning nice=10;threads15=--threads 15"}
+IFS=';' read -ra variants <<< "$VARIANTS"
+names=()
+for v in "${variants[@]}"; do names+=("${v%%=*}"); done
 sed -E "s/^(  gradient_clipping:) .*/\1 100/" $SC > "$CSC"
 step "runs [~250 s]"
 point r0-a 0
+traces=()
 for r in 0.4 1; do
-  win=()
-  [ "$r" = 0.4 ] && win=(--trace "$LOG/r$r-default-trace3.json" --trace-steps 3)
-  point "r$r-default" $r "${win[@]}"
-  point "r$r-block" $r --cuda-sync block
-  point "r$r-nice10" $r --cpu-tuning nice=10
-  [ "$r" = 0.4 ] && win=(--trace "$LOG/r$r-both-trace3.json" --trace-steps 3)
-  point "r$r-both" $r --cuda-sync block --cpu-tuning nice=10 "${win[@]}"
-  point "r$r-threads15" $r --threads 15
+  for i in "${!variants[@]}"; do
+    name=${names[$i]}
+    read -ra args <<< "${variants[$i]#*=}"
+    if [ "$r" = 0.4 ] && { [ "$i" = 0 ] || [ "$i" = 3 ]; }; then
+      args+=(--trace "$LOG/r$r-$name-trace3.json" --trace-steps 3)
+      traces+=(--trace "$LOG/r$r-$name-trace3.json")
+    fi
+    point "r$r-$name" $r "${args[@]}"
+  done
 done
 point r0-b 0
 rm -f "$CSC"
@@ -55,9 +63,8 @@ step "summary"
 [ -n "${DRY:-}" ] && exit 0
 rows=(--row r0-a --row r0-b=r0-a)
 for r in 0.4 1; do
-  for v in default block nice10 both threads15; do rows+=(--row "r$r-$v=r0-a"); done
+  for v in "${names[@]}"; do rows+=(--row "r$r-$v=r0-a"); done
 done
-python3 bench/device/run_summary.py "$LOG" "${rows[@]}" --trace "$LOG/r0.4-default-trace3.json" \
-  --trace "$LOG/r0.4-both-trace3.json" \
+python3 bench/device/run_summary.py "$LOG" "${rows[@]}" "${traces[@]}" \
   --title "OPT-1.3B, seq 1024, micro-batch 8, clip 100, one H100, 14 steps a run; medians of the steady steps" \
   | tee "$LOG/issuer-contention.txt"

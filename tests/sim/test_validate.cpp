@@ -16,6 +16,7 @@
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
 #include "core/scenario.h"
+#include "core/settings.h"
 #include "core/step.h"
 
 namespace {
@@ -39,8 +40,10 @@ tf::core::Scenario scenario() {
 // it, a run whose speculation held in every step, with the budget the simulator's plan resolved.
 nlohmann::json sweep_json(const tf::core::Scenario& s, const std::vector<double>& ratios, double scale,
                           bool speculating = false, std::optional<tf::core::CpuOrderSetting> order = {}) {
-  nlohmann::json doc = {{"scenario", "v"},   {"rank", 0},     {"world", 1},  {"gpu", "test GPU"},
-                        {"workload", "mlp"}, {"threads", 16}, {"params", 1}, {"grad_accum", 1}};
+  nlohmann::json doc = {{"scenario", "v"},   {"rank", 0},
+                        {"world", 1},        {"gpu", "test GPU"},
+                        {"workload", "mlp"}, {"threads", tf::core::cpu_optimizer_threads(s.cluster.cpu_cores_per_gpu)},
+                        {"params", 1},       {"grad_accum", 1}};
   for (double r : ratios) {
     tf::backend::sim::SimOptions o;
     o.keep_plans = true;

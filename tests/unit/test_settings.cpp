@@ -48,10 +48,23 @@ TEST(Settings, Bf16WithClipping) {
   EXPECT_EQ(s.loss_scaler.scale, 1);
   EXPECT_EQ(s.loss_scaler.window, 0);
   EXPECT_EQ(s.workload, WorkloadType::kMlp);  // auto, for an MLP
-  EXPECT_EQ(s.cpu_threads, 6);
+  EXPECT_EQ(s.cpu_threads, 5);                // the scenario's 6 cores per GPU but the issuing threads' one
   const MemoryOptions m = s.memory_options();
   EXPECT_EQ(m.step, s.step);
   EXPECT_EQ(m.workload, WorkloadType::kMlp);
+}
+
+// A rank's CPU optimizer threads: every core of its share but one (the issuing threads'), at least one;
+// an override (run --threads, a measured run's threads) wins; fewer than one is an error.
+TEST(Settings, CpuOptimizerThreadsLeaveTheIssuersACore) {
+  EXPECT_EQ(cpu_optimizer_threads(1), 1);
+  EXPECT_EQ(cpu_optimizer_threads(2), 1);
+  EXPECT_EQ(cpu_optimizer_threads(16), 15);
+  SettingsOverrides o;
+  o.cpu_threads = 16;
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 4"), o).cpu_threads, 16);
+  o.cpu_threads = 0;
+  EXPECT_THROW(resolve_settings(scenario("micro_batch: 4"), o), InputError);
 }
 
 TEST(Settings, Fp16DynamicAndStaticLossScaling) {
