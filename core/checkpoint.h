@@ -102,9 +102,8 @@ struct SaveStats {
 
 // One rank's checkpoint writer. It owns staging arrays (one per optimizer array, `elems` fp32 each)
 // that the caller fills at a step boundary (the engine: device-to-host copies of its GPU segment and
-// a memcpy of its CPU segment); a background thread (nice +10, with io_threads helpers) then writes
-// them while training goes on.
-// Save protocol (every rank, in the writer thread):
+// a memcpy of its CPU segment); a background thread (nice 19, below the CPU optimizer's workers; with io_threads
+// helpers) then writes them while training goes on. Save protocol (every rank, in the writer thread):
 //   1. rank 0 refuses an existing step-N/, removes stale *.tmp, creates step-N.tmp/ and fsyncs root;
 //      barrier;
 //   2. each rank writes rank-R.data (raw little-endian fp32) and rank-R.index.json into step-N.tmp/,

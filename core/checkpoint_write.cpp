@@ -162,7 +162,7 @@ void CheckpointWriter::save_async(const CheckpointMeta& meta) {
   error_ = nullptr;
   done_ = false;
   thread_ = std::thread([this, meta] {
-    lower_thread_priority(10);  // training first: the writer takes idle CPU
+    lower_thread_priority(19);  // training first: below the CPU optimizer's workers (nice 10, cpu_tuning.h)
     try {
       run_save(meta);
     } catch (...) {

@@ -73,15 +73,13 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   s.seed = sc.workload.seed;
   s.data_train = sc.data.train;
   s.init_from = sc.init.from;
-  s.cpu_threads = o.cpu_threads.value_or(cpu_optimizer_threads(sc.cluster.cpu_cores_per_gpu));
+  s.cpu_threads = o.cpu_threads.value_or(sc.cluster.cpu_cores_per_gpu);
   if (s.cpu_threads < 1) throw InputError("CPU optimizer threads must be >= 1, got " + std::to_string(s.cpu_threads));
   s.unnamed_gpu = unnamed_gpu_memory(sc.cluster.hardware.gpu, s.world);
   s.gpu_headroom = sc.training.gpu_headroom;
   s.host_reserve = sc.training.host_reserve;
   return s;
 }
-
-int cpu_optimizer_threads(int cores) { return std::max(1, cores - 1); }
 
 void check_simulation_size(const Scenario& sc, const SettingsOverrides& o) {
   const int64_t world = o.world.value_or(sc.cluster.world_size());

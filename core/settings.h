@@ -43,16 +43,10 @@ struct SettingsOverrides {
   std::optional<bool> carry_tail = {};
   // training.cpu_order (run/simulate --cpu-order): the cost model's choice (`auto`) or this order
   std::optional<CpuOrderSetting> cpu_order = {};
-  // CPU optimizer threads per rank (run --threads, a measured run's threads); default
-  // cpu_optimizer_threads(cluster.cpu_cores_per_gpu)
+  // CPU optimizer threads per rank (run --threads, a measured run's threads); default the scenario's
+  // cluster.cpu_cores_per_gpu
   std::optional<int> cpu_threads = {};
 };
-
-// The CPU optimizer's threads of a rank that may use `cores` physical cores: every core but one (at
-// least one thread). The rank's issuing threads (one per queue: kernel launches, CUDA's waits, the norm's
-// decision) need a core of their own: with a worker on every core they wait behind the pass and the GPU
-// idles (docs/ARCHITECTURE.md, "CPU path").
-int cpu_optimizer_threads(int cores);
 
 struct RunSettings {
   ModelDesc model;
@@ -70,7 +64,7 @@ struct RunSettings {
   uint64_t seed = 1;                                 // data, initial weights, synthetic gradients
   std::filesystem::path data_train;                  // the decoder's token file (validated); empty: the built-in stream
   std::filesystem::path init_from;  // the decoder's Hugging Face weights; empty: GPT-2's init from `seed`
-  int cpu_threads = 1;              // CPU optimizer threads per rank (cpu_optimizer_threads, or the override)
+  int cpu_threads = 1;              // CPU optimizer threads per rank (cpu_cores_per_gpu, or the override)
   // GPU memory no buffer names, from the scenario's profile at `world` ranks (core::unnamed_gpu_memory)
   UnnamedGpuMemory unnamed_gpu;
   MemoryMargin gpu_headroom = kDefaultGpuHeadroom;  // training.gpu_headroom

@@ -140,9 +140,8 @@ CommandOptions run_options() {
       "sizes");
   add_staging_slots_option(o.desc);
   add("threads", po::value<long long>(),
-      "CPU optimizer threads, 1 to 4 x the host's cores (default: every core but one of the scenario's "
-      "cpu_cores_per_gpu, capped by this rank's share of the host's cores, LOCAL_RANK's part of LOCAL_WORLD_SIZE; "
-      "the rank's issuing threads keep the last core)");
+      "CPU optimizer threads, 1 to 4 x the host's cores (default: the scenario's cpu_cores_per_gpu, capped by this "
+      "rank's share of the host's cores: LOCAL_RANK's part of LOCAL_WORLD_SIZE)");
   add("cpu-tuning", po::value<std::string>()->default_value("default"),
       "the CPU optimizer's tuning over backends/cpu/cpu_tuning.h's defaults, as `twinflow bench --tuning` takes it "
       "(e.g. nt=1,spin=50; huge= does not apply here)");
@@ -365,11 +364,10 @@ backend::cpu::CpuShare take_cpu_share(const backend::launch::RankEnv& env) {
   return share;
 }
 
-// --threads when given; else every core but one (core::cpu_optimizer_threads) of the scenario's cores per
-// GPU, capped by the rank's share of this host's cores.
+// --threads when given; else the scenario's CPU threads per GPU, capped by the rank's share of cores.
 size_t cpu_threads(const RunOptions& o, const backend::cpu::CpuShare& share) {
   if (o.threads) return *o.threads;
-  return size_t(core::cpu_optimizer_threads(std::min(o.sc.cluster.cpu_cores_per_gpu, share.cores)));
+  return std::max<size_t>(1, std::min<size_t>(size_t(o.sc.cluster.cpu_cores_per_gpu), size_t(share.cores)));
 }
 
 // Every ratio's engine configuration but the ratio and its NCCL id: the scenario's settings as

@@ -37,9 +37,11 @@ struct CpuTuningDefaults {
   // The pool's workers run this many nice levels below their process (0-19; Linux nice values are per
   // thread). The workers fill every core of a rank's share; the rank's issuing threads (the engine's, one
   // per queue) then wait for a core behind them, and the GPU idles while its next kernels wait to be
-  // issued. A positive value lets the scheduler run an issuer that wakes at once; the workers keep
-  // every cycle the issuers leave. Set from bench/device/issuer-contention.sh (see there).
-  uint32_t pool_nice = 0;
+  // issued. 10 lets the scheduler run an issuer as it wakes; the workers keep every cycle the issuers
+  // leave. H100 host, OPT-1.3B with every speculation holding, 3 interleaved rounds
+  // (bench/results/2026-11-25-threads-h100): ratio 0.4 0.887x -> 0.937x ratio 0, ratio 1 22.3k -> 23.2k
+  // tokens/s against 0; 15 workers without it: 0.940x and 22.1k.
+  uint32_t pool_nice = 10;
   // madvise(MADV_HUGEPAGE) on the host regions (2 MiB pages where THP is "madvise").
   bool huge_pages = true;
 };

@@ -33,12 +33,11 @@ constexpr size_t qi(Queue q) { return static_cast<size_t>(q); }
 
 // One linear layer 64 -> 64 with bias: 64*64 + 64 = 4160 params. World 1, align 2048: the layer pads
 // to ceil(4160/2048)*2048 = 6144 elements, all of them rank 0's shard. Clipping is on, so the
-// optimizers wait for the norm all-reduce. 5 cores per GPU: 4 CPU optimizer threads (the fifth is the
-// issuing threads', core::cpu_optimizer_threads), 2.89 Gparam/s (the profile's measured point).
+// optimizers wait for the norm all-reduce. 4 CPU threads: 2.89 Gparam/s (the profile's measured point).
 tf::core::Scenario mlp_scenario() {
   return tf::core::parse_scenario(
       "model: {type: mlp, dims: [64, 64]}\n"
-      "cluster: {profile: h100-80gb-16core, cpu_cores_per_gpu: 5}\n"
+      "cluster: {profile: h100-80gb-16core, cpu_cores_per_gpu: 4}\n"
       "training: {micro_batch: 2, gradient_clipping: 1.0}\n"
       "optimizer: {type: adamw}\n"
       "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}\n",
@@ -462,8 +461,8 @@ TEST(SimHost, BothRanksOfAHostRunAtTheTwoRankRate) {
   tf::core::Scenario s = decoder_scenario(2);
   tf::core::CpuProfile& cpu = s.cluster.hardware.cpu;
   cpu = shared_host_cpu();
-  cpu.dma_slowdown_factor = 1;      // no DMA term: the host's share alone
-  s.cluster.cpu_cores_per_gpu = 9;  // 8 optimizer threads a rank (core::cpu_optimizer_threads)
+  cpu.dma_slowdown_factor = 1;  // no DMA term: the host's share alone
+  s.cluster.cpu_cores_per_gpu = 8;
   SimOptions opt;
   opt.keep_plans = true;
   const SimPoint p = simulate_step(s, 0.5, opt);

@@ -40,9 +40,8 @@ tf::core::Scenario scenario() {
 // it, a run whose speculation held in every step, with the budget the simulator's plan resolved.
 nlohmann::json sweep_json(const tf::core::Scenario& s, const std::vector<double>& ratios, double scale,
                           bool speculating = false, std::optional<tf::core::CpuOrderSetting> order = {}) {
-  nlohmann::json doc = {{"scenario", "v"},   {"rank", 0},
-                        {"world", 1},        {"gpu", "test GPU"},
-                        {"workload", "mlp"}, {"threads", tf::core::cpu_optimizer_threads(s.cluster.cpu_cores_per_gpu)},
+  nlohmann::json doc = {{"scenario", "v"},   {"rank", 0},         {"world", 1},
+                        {"gpu", "test GPU"}, {"workload", "mlp"}, {"threads", s.cluster.cpu_cores_per_gpu},
                         {"params", 1},       {"grad_accum", 1}};
   for (double r : ratios) {
     tf::backend::sim::SimOptions o;

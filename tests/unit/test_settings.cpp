@@ -48,18 +48,16 @@ TEST(Settings, Bf16WithClipping) {
   EXPECT_EQ(s.loss_scaler.scale, 1);
   EXPECT_EQ(s.loss_scaler.window, 0);
   EXPECT_EQ(s.workload, WorkloadType::kMlp);  // auto, for an MLP
-  EXPECT_EQ(s.cpu_threads, 5);                // the scenario's 6 cores per GPU but the issuing threads' one
+  EXPECT_EQ(s.cpu_threads, 6);
   const MemoryOptions m = s.memory_options();
   EXPECT_EQ(m.step, s.step);
   EXPECT_EQ(m.workload, WorkloadType::kMlp);
 }
 
-// A rank's CPU optimizer threads: every core of its share but one (the issuing threads'), at least one;
-// an override (run --threads, a measured run's threads) wins; fewer than one is an error.
-TEST(Settings, CpuOptimizerThreadsLeaveTheIssuersACore) {
-  EXPECT_EQ(cpu_optimizer_threads(1), 1);
-  EXPECT_EQ(cpu_optimizer_threads(2), 1);
-  EXPECT_EQ(cpu_optimizer_threads(16), 15);
+// A rank's CPU optimizer threads: the scenario's cores per GPU, or an override (run --threads, a measured
+// run's threads, so the simulator plans what runs); fewer than one is an error.
+TEST(Settings, CpuOptimizerThreadsTakeTheOverride) {
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 4")).cpu_threads, 6);
   SettingsOverrides o;
   o.cpu_threads = 16;
   EXPECT_EQ(resolve_settings(scenario("micro_batch: 4"), o).cpu_threads, 16);
