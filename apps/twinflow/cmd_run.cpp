@@ -92,7 +92,7 @@ struct RunOptions {
   std::optional<int> staging_slots;  // slots per host staging ring; 0: full-size; core::kStagingAuto
   std::optional<size_t> threads;
   std::string cpu_tuning = "default";       // --cpu-tuning: over backends/cpu/cpu_tuning.h's defaults
-  std::string cuda_sync = "auto";           // --cuda-sync: how the rank's threads wait for the GPU
+  std::string cuda_sync = "block";          // --cuda-sync: how the rank's threads wait for the GPU
   OutputFiles out;                          // json, trace
   std::optional<std::string> timeline_svg;  // the last step's timeline (rank 0), an SVG
   int trace_steps = 1;                      // --trace: the last this many steps on one time axis
@@ -145,9 +145,10 @@ CommandOptions run_options() {
   add("cpu-tuning", po::value<std::string>()->default_value("default"),
       "the CPU optimizer's tuning over backends/cpu/cpu_tuning.h's defaults, as `twinflow bench --tuning` takes it "
       "(e.g. nt=1,spin=50; huge= does not apply here)");
-  add("cuda-sync", po::value<std::string>()->default_value("auto"),
-      "how the rank's threads wait for the GPU: auto (CUDA's choice: spin on this host), spin, yield or block (sleep "
-      "until the GPU is done: the waiting threads leave their cores to the CPU optimizer's workers)");
+  add("cuda-sync", po::value<std::string>()->default_value("block"),
+      "how the rank's threads wait for the GPU: block (sleep until it is done: a waiting thread never takes a core "
+      "from the CPU optimizer's workers, which run below the issuing threads' priority), spin, yield, or auto "
+      "(CUDA's choice: spin on a host with more CPUs than GPUs)");
   add_output_options(o.desc, {.json = "write every step's figures as JSON (ranks > 0 write FILE.rankN)",
                               .trace = "Chrome/Perfetto trace of the last step (rank 0; with --ratios one file per "
                                        "ratio, FILE's stem + -rRATIO)"});

@@ -39,7 +39,9 @@ core::HostAllocator pinned_host_allocator();
 
 // How the rank's threads wait for the GPU (cudaEventSynchronize, cudaStreamSynchronize): the device's
 // scheduling flag. kAuto is CUDA's heuristic (one context per process on a host of more CPUs than
-// contexts: spin), which makes each waiting issuer take a core the CPU optimizer's workers run on.
+// contexts: spin), which makes each waiting thread take a whole core from the CPU optimizer's workers:
+// they run below the issuing threads' priority (backends/cpu/cpu_tuning.h pool_nice), so a spinning
+// waiter is never preempted. kBlock, the default, sleeps (docs/ARCHITECTURE.md, "CPU path").
 enum class CudaSync { kAuto, kSpin, kYield, kBlock };
 // "auto", "spin", "yield", "block"; parse_cuda_sync throws core::InputError naming `option` and the values.
 const char* cuda_sync_name(CudaSync s);
@@ -59,7 +61,7 @@ struct EngineConfig {
   // The CPU optimizer's tuning over backends/cpu/cpu_tuning.h's defaults (cpu::apply_tuning_spec's spec;
   // its huge= key does not reach the engine's host buffers, which follow cpu_tuning.h).
   std::string cpu_tuning = "default";
-  CudaSync cuda_sync = CudaSync::kAuto;  // how its threads wait for the GPU (set on the device at start)
+  CudaSync cuda_sync = CudaSync::kBlock;  // how its threads wait for the GPU (set on the device at start)
   std::vector<int> cpu_cpus;             // the rank's CPUs (cpu::rank_cpu_share's worker_cpus); empty: this process's
   bool pin_memory = true;                // page-lock the CPU segment (else pageable, with a warning)
   int overflow_at_step = -1;             // synthetic workload: element 0 of micro-shard 0 is +Inf at this step (tests)

@@ -7,7 +7,8 @@
 # call is a fresh host, and one host's memory rate moved 17% between two runs 20 s apart), so a single
 # run per variant decides nothing. ROUNDS rounds (default 3), each: ratio 0, then at ratios 0.4 and 1 every
 # variant of VARIANTS (NAME=ARGS separated by ';'; default t16, t15, t16 nice10, t15 nice10), OPT-1.3B
-# (seq 1024, micro-batch 8, gradient clipping 100: every speculation holds), STEPS steps (default 12) a run.
+# (seq 1024, micro-batch 8, gradient clipping CLIP: default 100, every speculation holds; 1.0 clips every
+# step), STEPS steps (default 12) a run.
 # Summary: per variant and ratio the median over the rounds of each run's steady-step median tokens/s,
 # x the rounds' ratio 0, and each round's figure; then every run's row (bench/device/run_summary.py), in
 # $OUT/threads-ab.txt. DRY=1 prints the commands (any machine).
@@ -33,7 +34,7 @@ step "machine"
 IFS=';' read -ra variants <<< "$VARIANTS"
 names=()
 for v in "${variants[@]}"; do names+=("${v%%=*}"); done
-sed -E "s/^(  gradient_clipping:) .*/\1 100/" $SC > "$CSC"
+sed -E "s/^(  gradient_clipping:) .*/\1 ${CLIP:-100}/" $SC > "$CSC"
 for k in $(seq 1 "$ROUNDS"); do
   step "round $k of $ROUNDS"
   x timeout 120 $TF run "$CSC" --ratio 0 --steps "$STEPS" --json "$LOG/k$k-r0.json" > "$LOG/k$k-r0.log" 2>&1
@@ -54,11 +55,11 @@ step "summary"
 [ -n "${DRY:-}" ] && exit 0
 {
   python3 - "$LOG" "$ROUNDS" "${names[@]}" <<'PY'
-import statistics, sys
+import os, statistics, sys
 sys.path.insert(0, "bench/device")
 from run_summary import load, tokens
 log, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print("OPT-1.3B, seq 1024, micro-batch 8, clip 100, one H100: per variant the median over the rounds "
+print(f"OPT-1.3B, seq 1024, micro-batch 8, clip {os.environ.get('CLIP', '100')}, one H100: per variant the median over the rounds "
       "(each round's figure: its run's steady-step median)")
 print(f"{'ratio':>5} {'variant':>8} {'tok/s':>7} {'x_r0':>6}  per round tok/s (x that round's ratio 0)")
 for r in ("0.4", "1"):
