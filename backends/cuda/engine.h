@@ -62,9 +62,9 @@ struct EngineConfig {
   // its huge= key does not reach the engine's host buffers, which follow cpu_tuning.h).
   std::string cpu_tuning = "default";
   CudaSync cuda_sync = CudaSync::kBlock;  // how its threads wait for the GPU (set on the device at start)
-  std::vector<int> cpu_cpus;             // the rank's CPUs (cpu::rank_cpu_share's worker_cpus); empty: this process's
-  bool pin_memory = true;                // page-lock the CPU segment (else pageable, with a warning)
-  int overflow_at_step = -1;             // synthetic workload: element 0 of micro-shard 0 is +Inf at this step (tests)
+  std::vector<int> cpu_cpus;              // the rank's CPUs (cpu::rank_cpu_share's worker_cpus); empty: this process's
+  bool pin_memory = true;                 // page-lock the CPU segment (else pageable, with a warning)
+  int overflow_at_step = -1;              // synthetic workload: element 0 of micro-shard 0 is +Inf at this step (tests)
   // Memory the rank may use: the plan is checked against these before anything is allocated.
   int64_t gpu_bytes_limit = 0;                   // 0: the device's total memory
   int64_t host_bytes_limit = 0;                  // what this rank may pin; 0: the machine's memory less

@@ -25,11 +25,8 @@ TF=$B/twinflow
 PROFILE=${PROFILE:-bench/results/2026-11-24-hostmodel-h100/call2/h100-hostmodel.yaml}
 SC=scenarios/real/opt-1.3b-h100.yaml
 CSC=${SC%.yaml}.cpuorder.yaml  # beside it: the scenario names its token file relative to itself
-x() { if [ -n "${DRY:-}" ]; then echo "+ $*"; else "$@"; fi; }
 
-step "machine"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2; } \
-  | tee "$LOG/machine.txt"
+machine_info
 
 step "1. GPU tests of the CPU pass order [~40 s]"
 x timeout 240 $B/tf_cuda_tests \

@@ -5,6 +5,14 @@ mkdir -p "$OUT" "$W"
 export LD_LIBRARY_PATH=$PWD/.devbin:${LD_LIBRARY_PATH:-}
 B=.devbin
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+# x CMD...: runs it, or prints it with DRY=1 (the scripts' dry run on any machine)
+x() { if [ -n "${DRY:-}" ]; then echo "+ $*"; else "$@"; fi; }
+# machine_info: the GPU, CPUs, memory, CPU model and kernel into $LOG/machine.txt (after archive_logs)
+machine_info() {
+  step "machine"
+  { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2
+    lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node\(s\))"; uname -r; } 2>&1 | tee "$LOG/machine.txt"
+}
 # archive_logs NAME [SUMMARY]: logs go to $LOG (/tmp/tf-NAME-logs, emptied) and, at exit, into one archive
 # $OUT/NAME-logs.tar.gz (a device call returns only a few files), with $LOG/SUMMARY copied beside it.
 archive_logs() {

@@ -23,11 +23,8 @@ export TWINFLOW_SOURCE_DIR=$PWD
 TF=$B/twinflow
 SC=scenarios/real/opt-1.3b-h100.yaml
 CSC=${SC%.yaml}.held04w.yaml  # beside it: the scenario names its token file relative to itself
-x() { if [ -n "${DRY:-}" ]; then echo "+ $*"; else "$@"; fi; }
 
-step "machine"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2; } \
-  | tee "$LOG/machine.txt"
+machine_info
 
 # point NAME SCENARIO STEPS RATIO [ARGS...]: one run, its JSON in $LOG/NAME.json
 point() {

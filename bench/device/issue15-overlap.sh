@@ -27,12 +27,8 @@ archive_logs issue15 overlap.txt
 export TWINFLOW_SOURCE_DIR=$PWD
 TF=$B/twinflow
 SC=scenarios/real/opt-1.3b-h100.yaml
-# x CMD...: runs it, or prints it with DRY=1
-x() { if [ -n "${DRY:-}" ]; then echo "+ $*"; else "$@"; fi; }
 
-step "machine"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2; } \
-  | tee "$LOG/machine.txt"
+machine_info
 
 step "1. GPU tests: carrying vs not, the simulator's plan with carry on and off [~30 s]"
 x timeout 200 $B/tf_cuda_tests \

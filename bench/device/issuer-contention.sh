@@ -23,11 +23,8 @@ export TWINFLOW_SOURCE_DIR=$PWD
 TF=$B/twinflow
 SC=scenarios/real/opt-1.3b-h100.yaml
 CSC=${SC%.yaml}.contention.yaml  # beside it: the scenario names its token file relative to itself
-x() { if [ -n "${DRY:-}" ]; then echo "+ $*"; else "$@"; fi; }
 
-step "machine"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2;
-  lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node\(s\))"; uname -r; } | tee "$LOG/machine.txt"
+machine_info
 
 # point NAME RATIO [ARGS...]: one 14-step run, its JSON in $LOG/NAME.json
 point() {

@@ -25,11 +25,8 @@ CSC=${SC%.yaml}.threads-ab.yaml  # beside it: the scenario names its token file 
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-12}
 VARIANTS=${VARIANTS:-"t16=--threads 16;t15=--threads 15;t16n10=--threads 16 --cpu-tuning nice=10;t15n10=--threads 15 --cpu-tuning nice=10"}
-x() { if [ -n "${DRY:-}" ]; then echo "+ $*"; else "$@"; fi; }
 
-step "machine"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2; } \
-  | tee "$LOG/machine.txt"
+machine_info
 
 IFS=';' read -ra variants <<< "$VARIANTS"
 names=()
