@@ -290,18 +290,27 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
 
 // ---- set-up: ranks, settings, engine configuration ------------------------------------------------------
 
-// What the run's choices made by the cost model simulate (ratio auto, cpu_order auto): the launched world,
-// the run's workload and accumulation, and the plan options the engine gets (base_config).
+// The run's options over the scenario's settings, in one place for the engine (base_config) and the cost
+// model's choices (ratio auto, cpu_order auto): the launched world, the workload and accumulation, the
+// plan options, and the CPU threads when --threads gives them (base_config sets the ones it resolved).
+core::SettingsOverrides run_overrides(const RunOptions& o, const backend::launch::RankEnv& env) {
+  core::SettingsOverrides s;
+  s.world = env.world_size;
+  s.world_from = "the launched world (WORLD_SIZE)";
+  s.grad_accum = o.grad_accum;
+  s.grad_accum_from = "--grad-accum";
+  s.workload = o.workload;
+  s.staging_slots = o.staging_slots;
+  s.speculation_bytes = o.speculation;  // the spare slots' host bytes change what fits
+  s.carry_tail = o.carry_tail;
+  s.cpu_order = o.cpu_order;
+  if (o.threads) s.cpu_threads = int(*o.threads);
+  return s;
+}
+
 backend::sim::SimOptions run_sim_options(const RunOptions& o, const backend::launch::RankEnv& env) {
   backend::sim::SimOptions so;
-  so.overrides.world = env.world_size;
-  so.overrides.grad_accum = o.grad_accum;
-  so.overrides.workload = o.workload;
-  so.overrides.staging_slots = o.staging_slots;
-  so.overrides.speculation_bytes = o.speculation;  // the spare slots' host bytes change what fits
-  so.overrides.carry_tail = o.carry_tail;
-  so.overrides.cpu_order = o.cpu_order;
-  if (o.threads) so.overrides.cpu_threads = int(*o.threads);
+  so.overrides = run_overrides(o, env);
   return so;
 }
 
@@ -375,16 +384,7 @@ size_t cpu_threads(const RunOptions& o, const backend::cpu::CpuShare& share) {
 // core::resolve_settings maps them, at the launched world.
 cu::EngineConfig base_config(const RunOptions& o, const backend::launch::RankEnv& env, size_t threads,
                              const backend::cpu::CpuShare& share) {
-  core::SettingsOverrides overrides;
-  overrides.world = env.world_size;
-  overrides.world_from = "the launched world (WORLD_SIZE)";
-  overrides.grad_accum = o.grad_accum;
-  overrides.grad_accum_from = "--grad-accum";
-  overrides.workload = o.workload;
-  overrides.staging_slots = o.staging_slots;
-  overrides.speculation_bytes = o.speculation;
-  overrides.carry_tail = o.carry_tail;
-  overrides.cpu_order = o.cpu_order;
+  core::SettingsOverrides overrides = run_overrides(o, env);
   overrides.cpu_threads = int(threads);
   cu::EngineConfig base;
   base.settings = core::resolve_settings(o.sc, overrides);

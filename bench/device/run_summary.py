@@ -12,7 +12,6 @@ and the cpu queue's ops (name@start+ms from the step's start).
 import argparse
 import json
 import statistics
-import sys
 
 NAN = float("nan")
 
