@@ -192,7 +192,10 @@ const char kRunEpilog[] =
     "spec = the CPU optimizer's speculation (held: its updates during backward stood; failed: the step\n"
     "clipped or was skipped, so they were redone; off: the step after such a step does not speculate;\n"
     "-: none planned); cpu_hid = share of the CPU optimizer's busy time during which the compute stream\n"
-    "was busy too; bound = max(compute stream busy, the CPU pass at the profile's host memory bandwidth).\n";
+    "was busy too; bound = the step time no schedule beats: max(compute stream busy, the CPU pass at the\n"
+    "profile's host memory bandwidth), and at least bwd + the pass of the CPU elements whose update waited\n"
+    "for the gradient norm (clipping or loss scaling without a holding speculation: the next backward needs\n"
+    "their new parameters).\n";
 
 core::WorkloadType workload_option(const po::variables_map& vm, const core::Scenario& sc) {
   if (!vm.count("workload")) return sc.workload.resolved(sc.model.type);
@@ -481,6 +484,7 @@ struct RunPoint {
   int64_t speculation_bytes = 0;        // the budget the plan resolved to (core::resolve_speculation_bytes)
   bool carry_tail = false;              // the plan carried its tail into the next step (core::carries)
   size_t speculated_layers = 0;         // the CPU layers that speculate (core::speculated_layers)
+  int64_t speculated_elems = 0;         // their CPU elements (core::spare_range)
   core::CpuPassOrder cpu_order;         // the speculated passes' order the plan ran (StepConfig::cpu_order)
   std::optional<backend::sim::CpuOrderChoice> cpu_order_choice;  // how the cost model chose it (auto)
   int64_t speculated_steps = 0, failed_speculations = 0;
@@ -643,8 +647,10 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
   // tail into the next step") step t's comes from step t + 1's step() or from the drain after the loop.
   const auto take = [&](cu::StepReport r) {
     const backend::StepTimeline& tl = r.timeline;
+    const int64_t waited = norm_waited_elems(ec.settings.step, pt.cpu_elems, pt.speculated_elems, r.speculated,
+                                             r.speculation_held, r.skipped);
     const OverlapFigures ov =
-        overlap_figures(tl, ec.settings.step, pt.cpu_elems, o.sc.cluster.hardware.cpu, o.ranks_per_host);
+        overlap_figures(tl, ec.settings.step, pt.cpu_elems, waited, o.sc.cluster.hardware.cpu, o.ranks_per_host);
     pt.overlap.push_back(ov);
     std::vector<std::string> row = {std::to_string(r.step) + (r.skipped ? " skip" : ""),
                                     num(r.loss, 5),
@@ -741,7 +747,9 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec,
   pt.cpu_elems = eng->split().cpu_elems;
   pt.speculation_bytes = eng->plan().config.speculation_bytes;
   pt.carry_tail = core::carries(eng->plan());
-  pt.speculated_layers = core::speculated_layers(eng->split(), eng->plan().config).size();
+  const std::vector<int32_t> speculated = core::speculated_layers(eng->split(), eng->plan().config);
+  pt.speculated_layers = speculated.size();
+  pt.speculated_elems = core::spare_range(eng->split(), speculated).elems;
   pt.cpu_order = eng->plan().config.cpu_order;
   pt.cpu_order_choice = order_choice;
   if (rank == 0)
@@ -957,10 +965,10 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
       nlohmann::json js = step_json(p.steps[i]);
       js["steady"] = bool(steady[i]);  // what the summary's medians count (steady_steps.h)
       if (i < p.overlap.size())
-        js["overlap"] = {{"cpu_overlap_fraction", p.overlap[i].overlap_fraction},
-                         {"gpu_work_ms", p.overlap[i].gpu_work_ms},
-                         {"cpu_pass_bound_ms", p.overlap[i].cpu_pass_bound_ms},
-                         {"bound_ms", p.overlap[i].bound_ms}};
+        js["overlap"] = {
+            {"cpu_overlap_fraction", p.overlap[i].overlap_fraction},     {"gpu_work_ms", p.overlap[i].gpu_work_ms},
+            {"cpu_pass_bound_ms", p.overlap[i].cpu_pass_bound_ms},       {"free_bound_ms", p.overlap[i].free_bound_ms},
+            {"waited_pass_bound_ms", p.overlap[i].waited_pass_bound_ms}, {"bound_ms", p.overlap[i].bound_ms}};
       if (i < p.throughput.size()) {
         js["tokens_per_s"] = p.throughput[i].tokens_per_s;
         js["model_tflops"] = p.throughput[i].tflops;

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Run ON THE GPU MACHINE nvidia-h200-x2 from the repo root with .devbin/ carried
-# (bench/device/build-for-device.sh makes it). Issue 6 on two H200s, ZeRO-3: calibrate (with the
-# workloads' GEMM shapes), `twinflow validate` (measures the ratio sweep with the real backend over
-# both GPUs, simulates the same points) on a 2.15B and an 8.05B MLP, then calibrate again for the
-# stability check. Everything lands in $OUT/issue6-h200x2.tar.gz; the tables print here.
+# (bench/device/build-for-device.sh makes it). Issues 6 and 20 on two H200s, ZeRO-3: for each of a 2.15B
+# and an 8.05B MLP, calibrate (with both workloads' GEMM shapes) right before `twinflow validate` (measures
+# the ratio sweep with the real backend over both GPUs, simulates the same points with the profile just
+# measured). The host's CPU rate moved by 13-32% within the 2026-11-24 call
+# (bench/results/2026-11-24-h200x2-validate/README.md), so one profile for both sweeps would mix hosts;
+# the two profiles side by side are the stability check. Everything lands in $OUT/issue6-h200x2.tar.gz;
+# the tables print here. About 7 minutes.
 set -uo pipefail
 OUT=${OUT:-out/device}
 W=/tmp/issue6-h200x2
@@ -18,20 +21,33 @@ step "machine"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2;
   lscpu | grep -E "Model name|NUMA|Socket|Thread"; nvidia-smi topo -m | head -4; } | tee "$W/machine.txt"
 
-step "calibrate (A)"
-timeout 200 $B/twinflow calibrate --out "$W/h200x2-cal-a.yaml" $CAL > "$W/calibrate-a.log" 2> "$W/calibrate-a.err"
-echo "rc $?"; tail -4 "$W/calibrate-a.err"; pack
-
 for m in 2b 8b; do
+  step "calibrate before the ${m} sweep"
+  timeout 150 $B/twinflow calibrate --out "$W/h200x2-cal-${m}.yaml" $CAL > "$W/calibrate-${m}.log" 2> "$W/calibrate-${m}.err"
+  echo "rc $?"; tail -n 4 "$W/calibrate-${m}.err"; pack
+
   step "validate: ${m} MLP on 2 GPUs"
-  timeout 270 $B/twinflow validate scenarios/real/mlp-${m}-h200x2.yaml --profile "$W/h200x2-cal-a.yaml" \
+  timeout 200 $B/twinflow validate scenarios/real/mlp-${m}-h200x2.yaml --profile "$W/h200x2-cal-${m}.yaml" \
     --run-json "$W/sweep-${m}.json" --trace "$W/trace-${m}.json" --json "$W/validate-${m}.json" \
     --svg "$W/validate-${m}.svg" > "$W/validate-${m}.log" 2>&1
   echo "rc $?"; sed -n '/^validate: mlp/,$p' "$W/validate-${m}.log"; grep -E "summary" -A14 "$W/validate-${m}.log" | head -16
   pack
 done
 
-step "calibrate (B), for the stability check"
-timeout 120 $B/twinflow calibrate --out "$W/h200x2-cal-b.yaml" $CAL > "$W/calibrate-b.log" 2> "$W/calibrate-b.err"
-echo "rc $?"; tail -2 "$W/calibrate-b.err"; pack
+step "the two profiles' figures side by side (the host's stability within the call)"
+python3 - "$W/h200x2-cal-2b.yaml" "$W/h200x2-cal-8b.yaml" <<'PY' | tee "$W/profiles-side-by-side.txt"
+import sys, yaml
+def leaves(d, path=""):
+    for k, v in d.items():
+        if isinstance(v, dict) and "value" in v and not isinstance(v["value"], (list, dict)):
+            yield path + k, v["value"]
+        elif isinstance(v, dict):
+            yield from leaves(v, path + k + ".")
+a, b = (dict(leaves(yaml.safe_load(open(f)))) for f in sys.argv[1:])
+print(f"{'figure':52} {'before 2b':>14} {'before 8b':>14} {'8b/2b':>7}")
+for k in a:
+    if k in b and isinstance(a[k], (int, float)) and a[k]:
+        print(f"{k:52} {a[k]:14.4g} {b[k]:14.4g} {b[k] / a[k]:7.3f}")
+PY
+pack
 ls -la "$OUT"
