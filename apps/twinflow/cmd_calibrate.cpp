@@ -353,6 +353,7 @@ class Calibrator {
   int run() {
     announce();
     measure_gpu_memory();  // first: the probe's baseline is this process with nothing allocated
+    cal::wait_by_sleeping(gpus_);
     measure_gemms();
     measure_decoder_kernels();
     measure_gemm_dtypes();
@@ -975,10 +976,14 @@ class Calibrator {
   // How much slower pinned copies of the engine's size (engine_op_: one CPU layer's parameter copy) run
   // while the CPU optimizer pass streams host memory on all cores, pinned as the engine runs it (the DMA
   // and the pass share the host's DRAM: the OPT-1.3B H2D copies took 1.5x their prediction at every
-  // ratio, bench/results/2026-11-24-decval-h100). Per direction: alone, under the pass, alone again; the
-  // factor is the mean alone rate over the rate under the pass, written as 1 where the copy ran faster
-  // (pcie.h2d_slowdown_under_cpu_pass, pcie.d2h_slowdown_under_cpu_pass). A pass of 2^26 elements at most
-  // (1 GiB of master weights: past the caches; its set-up is what costs here, well under 5 s).
+  // ratio, bench/results/2026-11-24-decval-h100). Per direction: device 0's copy alone, under the pass,
+  // alone again, while every other GPU copies the same way at once throughout (as the node's other ranks'
+  // copies run beside it: on 2 x H200 a copy beside the pass and the other rank's copy ran 1.5-1.9x its
+  // alone time); the factor is the mean alone rate over the rate under the pass, written as 1 where the
+  // copy ran faster (pcie.h2d_slowdown_under_cpu_pass, pcie.d2h_slowdown_under_cpu_pass). A pass of 2^26
+  // elements at most (1 GiB of master weights: past the caches; its set-up is what costs here, well under
+  // 5 s). Every wait of this process sleeps (cal::wait_by_sleeping), so the timing thread takes no core
+  // from the pass's workers.
   void measure_copies_under_cpu_pass() {
     const size_t bytes = size_t(engine_op_.copy_bytes);
     BackgroundCpuPass pass(cores_, o_.pin, std::min(cpu_n_, size_t(1) << 26));
@@ -986,12 +991,15 @@ class Calibrator {
     const cal::BackgroundLoad load{[&] { pass.start(); }, [&] { return cpu_gbps = pass.stop(); }};
     for (const auto& [dir, name, key] : {std::tuple{cal::Direction::kH2D, "H2D", "h2d_slowdown_under_cpu_pass"},
                                          std::tuple{cal::Direction::kD2H, "D2H", "d2h_slowdown_under_cpu_pass"}}) {
+      OtherGpusCopying others(gpus_, bytes, dir);
       const cal::Stat before = cal::pinned_copy_gbps(0, dir, bytes, R_);
       const cal::Stat under = cal::pinned_copy_gbps(0, dir, bytes, R_, &load);
       const cal::Stat after = cal::pinned_copy_gbps(0, dir, bytes, R_);
+      const double others_gbps = others.stop();
       const std::string what = std::string("pcie pinned ") + name + " " + with_units(double(bytes));
-      c_.done(what + " while the CPU optimizer pass runs (" + std::to_string(cores_) + " threads)", under.median,
-              "GB/s", under);
+      c_.done(what + " while the CPU optimizer pass runs (" + std::to_string(cores_) + " threads" +
+                  others.text(name) + ")",
+              under.median, "GB/s", under);
       const double factor = 0.5 * (before.median + after.median) / under.median;
       cal::Stat fs = under;
       fs.spread = std::max({before.spread, under.spread, after.spread});
@@ -1001,15 +1009,43 @@ class Calibrator {
           std::max(1.0, sig4(factor));
       src()[pkey] =
           c_.source("pinned cudaMemcpyAsync " + std::string(name) + " of " + std::to_string(bytes) + " B (" +
-                        engine_op_.what + ", its parameter copy), " + gpu_label_ + ": " + fmt(before.median, 2) +
-                        " then " + fmt(after.median, 2) + " GB/s alone, " + fmt(under.median, 2) + " while " +
-                        cpu_what_of(pass.elems()) + " ran back to back on " + std::to_string(cores_) + " threads (" +
-                        fmt(cpu_gbps, 1) + " GB/s of optimizer traffic meanwhile); the mean alone over under" +
+                        engine_op_.what + ", its parameter copy), " + gpu_label_ + others.text(name) +
+                        (gpus_ > 1 ? " (" + fmt(others_gbps, 1) + " GB/s)" : std::string()) + ": " +
+                        fmt(before.median, 2) + " then " + fmt(after.median, 2) + " GB/s alone, " +
+                        fmt(under.median, 2) + " while " + cpu_what_of(pass.elems()) + " ran back to back on " +
+                        std::to_string(cores_) + " threads (" + fmt(cpu_gbps, 1) +
+                        " GB/s of optimizer traffic meanwhile); the mean alone over under" +
                         (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
                         "; spread the largest of the three",
                     fs);
     }
   }
+
+  // Every GPU but device 0 keeps pinned copies of `bytes` in flight one way (cal::BackgroundDma, on
+  // threads that sleep on their events) from construction to stop() or destruction.
+  class OtherGpusCopying {
+   public:
+    OtherGpusCopying(int gpus, size_t bytes, cal::Direction dir) : n_(gpus - 1) {
+      const cal::DmaCopies way = dir == cal::Direction::kH2D ? cal::DmaCopies::kH2D : cal::DmaCopies::kD2H;
+      for (int d = 1; d < gpus; ++d) dma_.push_back(std::make_unique<cal::BackgroundDma>(d, bytes, way));
+      for (auto& x : dma_) x->start();
+    }
+    // Stops them; the GB/s they moved together.
+    double stop() {
+      double gbps = 0;
+      for (auto& x : dma_) gbps += x->stop();
+      dma_.clear();
+      return gbps;
+    }
+    // ", with the other N GPU(s) copying NAME at once", or nothing with one GPU.
+    std::string text(const std::string& name) const {
+      return n_ > 0 ? ", with the other " + std::to_string(n_) + " GPU(s) copying " + name + " at once" : "";
+    }
+
+   private:
+    int n_;
+    std::vector<std::unique_ptr<cal::BackgroundDma>> dma_;
+  };
 
   // ---- NCCL ---------------------------------------------------------------------------------------
   void measure_collectives() {

@@ -81,19 +81,49 @@ double median(std::vector<double> v) {
 
 double ms(int64_t ns) { return double(ns) / 1e6; }
 
-// f(step) of the point's steady steps (steady_steps.h: the run's own rule).
-template <class F>
-std::vector<double> steady_values(const MeasuredPoint& p, F f) {
+using SpecCase = backend::sim::SpeculationCase;
+
+// The case one measured step ran in, as the simulator names them.
+SpecCase step_case(const MeasuredPoint::Step& s) {
+  if (!s.speculated) return SpecCase::kNotSpeculating;
+  return s.speculation_held ? SpecCase::kHolds : SpecCase::kFails;
+}
+
+// The steady steps (steady_steps.h: the run's own rule) of the case `c`, like with like: where the run
+// carried its tail, a step's period also holds the previous step's tail, so a step whose previous step
+// ran in another case (the first held step after one that could not speculate) is a mix of two cases the
+// simulator never runs, and is left out. Where that leaves nothing, the steady steps of case `c`; where
+// none is of case `c`, every steady step.
+std::vector<bool> compared_steps(const MeasuredPoint& p, SpecCase c) {
   const std::vector<bool> steady = steady_steps(p.steps.size(), p.carry_tail);
+  const auto pick = [&](bool need_previous) {
+    std::vector<bool> sel(p.steps.size(), false);
+    bool any = false;
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      const bool prev_ok = !need_previous || !p.carry_tail || i == 0 || step_case(p.steps[i - 1]) == c;
+      sel[i] = steady[i] && step_case(p.steps[i]) == c && prev_ok;
+      any = any || sel[i];
+    }
+    return std::pair{sel, any};
+  };
+  if (auto [sel, any] = pick(true); any) return sel;
+  if (auto [sel, any] = pick(false); any) return sel;
+  return steady;
+}
+
+// f(step) of the point's compared steps: those of the case the point is simulated in (compared_steps).
+template <class F>
+std::vector<double> compared_values(const MeasuredPoint& p, F f) {
+  const std::vector<bool> sel = compared_steps(p, speculation_case(p));
   std::vector<double> v;
   for (size_t i = 0; i < p.steps.size(); ++i)
-    if (steady[i]) v.push_back(f(p.steps[i]));
+    if (sel[i]) v.push_back(f(p.steps[i]));
   return v;
 }
 
 template <class F>
-double steady_median(const MeasuredPoint& p, F f) {
-  std::vector<double> v = steady_values(p, f);
+double compared_median(const MeasuredPoint& p, F f) {
+  std::vector<double> v = compared_values(p, f);
   return v.empty() ? 0.0 : median(std::move(v));
 }
 
@@ -186,21 +216,19 @@ MeasuredSweep load_measured_sweep(const std::string& file) {
 }
 
 backend::sim::SpeculationCase speculation_case(const MeasuredPoint& p) {
-  using C = backend::sim::SpeculationCase;
-  const std::vector<double> held =
-      steady_values(p, [](const MeasuredPoint::Step& s) { return s.speculated && s.speculation_held ? 1.0 : 0.0; });
-  const std::vector<double> failed =
-      steady_values(p, [](const MeasuredPoint::Step& s) { return s.speculated && !s.speculation_held ? 1.0 : 0.0; });
-  double h = 0, f = 0;
-  for (double x : held) h += x;
-  for (double x : failed) f += x;
-  const double off = double(held.size()) - h - f;
-  if (h >= f && h >= off) return C::kHolds;
-  return f >= off ? C::kFails : C::kNotSpeculating;
+  const std::vector<bool> steady = steady_steps(p.steps.size(), p.carry_tail);
+  int held = 0, failed = 0, off = 0;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (!steady[i]) continue;
+    const SpecCase c = step_case(p.steps[i]);
+    ++(c == SpecCase::kHolds ? held : c == SpecCase::kFails ? failed : off);
+  }
+  if (held >= failed && held >= off) return SpecCase::kHolds;
+  return failed >= off ? SpecCase::kFails : SpecCase::kNotSpeculating;
 }
 
 SteadyStat steady_step_ms(const MeasuredPoint& p) {
-  const std::vector<double> v = steady_values(p, [](const MeasuredPoint::Step& s) { return ms(s.step_ns); });
+  const std::vector<double> v = compared_values(p, [](const MeasuredPoint::Step& s) { return ms(s.step_ns); });
   SteadyStat st;
   if (v.empty()) return st;
   st.steps = int(v.size());
@@ -245,21 +273,21 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
     r.simulated_ms = ms(sp.step_ns);
     r.error_pct = (r.simulated_ms - r.measured.median_ms) / r.measured.median_ms * 100.0;
     using K = core::OpKind;
-    r.meas_compute_ms = steady_median(p, [](const MeasuredPoint::Step& s) {
+    r.meas_compute_ms = compared_median(p, [](const MeasuredPoint::Step& s) {
       return ms(kind(s.kind_ns, K::kForward) + kind(s.kind_ns, K::kBackward));
     });
     r.sim_compute_ms = ms(kind(sp.kind_ns, K::kForward) + kind(sp.kind_ns, K::kBackward));
-    r.meas_opt_phase_ms = steady_median(p, [](const MeasuredPoint::Step& s) { return ms(s.optimizer_phase_ns); });
+    r.meas_opt_phase_ms = compared_median(p, [](const MeasuredPoint::Step& s) { return ms(s.optimizer_phase_ns); });
     r.sim_opt_phase_ms = ms(sp.optimizer_phase_ns);
     // the CPU queue's optimizer work: its passes and, for speculated layers, the commits (which redo the
     // update when the speculation did not hold)
-    r.meas_cpu_opt_ms = steady_median(p, [](const MeasuredPoint::Step& s) {
+    r.meas_cpu_opt_ms = compared_median(p, [](const MeasuredPoint::Step& s) {
       return ms(kind(s.kind_ns, K::kCpuOptimizer) + kind(s.kind_ns, K::kCpuCommit));
     });
     r.sim_cpu_opt_ms = ms(kind(sp.kind_ns, K::kCpuOptimizer) + kind(sp.kind_ns, K::kCpuCommit));
-    r.meas_d2h_ms = steady_median(p, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kD2HGrad)); });
+    r.meas_d2h_ms = compared_median(p, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kD2HGrad)); });
     r.sim_d2h_ms = ms(kind(sp.kind_ns, K::kD2HGrad));
-    r.meas_h2d_ms = steady_median(p, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kH2DParam)); });
+    r.meas_h2d_ms = compared_median(p, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kH2DParam)); });
     r.sim_h2d_ms = ms(kind(sp.kind_ns, K::kH2DParam));
     if (p.gpu_measured_bytes && *p.gpu_measured_bytes > 0) {
       r.has_memory = true;

@@ -59,8 +59,11 @@ MeasuredSweep parse_measured_sweep(const std::string& json_text, const std::stri
 inline constexpr size_t kMaxMeasuredBytes = size_t(64) << 20;
 MeasuredSweep load_measured_sweep(const std::string& file);
 
-// Median of a point's steady steps (all but the first, which pays for first-touch and cuBLAS/NCCL
-// set-up; the only one if there is one), and their spread (max - min) / median.
+// Median of a point's compared steps and their spread (max - min) / median: its steady steps
+// (steady_steps.h: not the first, which pays for first-touch and cuBLAS/NCCL set-up, nor a carried run's
+// second and drained last) in the case it is simulated in (speculation_case), and, where the run carried
+// its tail, after a step of that case too (a period holds the previous step's tail: docs/ARCHITECTURE.md,
+// "Validation").
 struct SteadyStat {
   double median_ms = 0;
   double spread = 0;

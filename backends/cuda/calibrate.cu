@@ -539,6 +539,16 @@ Stat concurrent_h2d_gbps(const std::vector<int>& devices, size_t bytes, int reps
   return make_stat(std::move(slowest));
 }
 
+void wait_by_sleeping(int devices) {
+  for (int d = 0; d < devices; ++d) {
+    check_device(d);
+    DeviceGuard guard(d);
+    unsigned flags = 0;
+    TF_CUDA_CHECK(cudaGetDeviceFlags(&flags));  // CUDA 12 overwrites the flags of a device already initialized
+    TF_CUDA_CHECK(cudaSetDeviceFlags((flags & ~unsigned(cudaDeviceScheduleMask)) | cudaDeviceScheduleBlockingSync));
+  }
+}
+
 // ---- background DMA ----------------------------------------------------------------------------------
 
 struct BackgroundDma::Impl {

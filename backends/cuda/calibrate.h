@@ -138,6 +138,14 @@ Stat pageable_h2d_gbps(int device, size_t bytes, int reps);
 // slowest device's GB/s.
 Stat concurrent_h2d_gbps(const std::vector<int>& devices, size_t bytes, int reps);
 
+// Makes this process's threads sleep while they wait for devices 0 .. devices-1
+// (cudaDeviceScheduleBlockingSync, the other flags kept), as `twinflow run --cuda-sync block`, the
+// default, has the engine's: a thread that spins while it waits takes a core from the CPU optimizer's
+// workers, which run below it (backends/cpu/cpu_tuning.h, pool_nice), so a CPU pass measured beside a
+// spinning wait is slowed by the wait (2 x H200, 2026-11-28: 37.7 GB/s of optimizer traffic against 174
+// alone), not by what the measurement is of.
+void wait_by_sleeping(int devices);
+
 // Which copies a BackgroundDma keeps in flight.
 enum class DmaCopies { kBoth, kH2D, kD2H };
 // Keeps an H2D and a D2H (or only one of them) of `bytes` in flight on `device` from a host thread that

@@ -4,7 +4,7 @@
 # real step, on the same threads", judged on repeats: this host's single measurements spread up to 27%
 # (bench/results/2026-11-24-cpukern-h100), so one pair of runs is not proof. ROUNDS rounds (default 3),
 # each: the engine's real step (`twinflow run` mlp-2b at ratio 0.05: 0.107 B CPU parameters, every CPU of
-# the host, the engine's defaults, 6 steps, steps 2.. counted) and then torch's fused CPU AdamW on the same
+# the host (--threads: the thread count torch gets), the engine's defaults otherwise, 6 steps, steps 2.. counted) and then torch's fused CPU AdamW on the same
 # element count and thread count (bench/peer/torch_adamw.py --cpu-only). Alternating puts host drift on both.
 # Summary in $OUT/adamw-repeat.txt: per round the engine's median Gparam/s, torch's, their ratio; then the
 # median ratio and the spread of the ratios. Logs in $OUT/adamw-repeat-logs.tar.gz.
@@ -21,7 +21,7 @@ step "machine"
   tee "$LOG/machine.txt"
 for r in $(seq 1 "$ROUNDS"); do
   step "round $r: the engine's real step"
-  timeout 60 $B/twinflow run $SC --ratio 0.05 --steps 6 --json "$LOG/engine-$r.json" > "$LOG/engine-$r.log" 2>&1
+  timeout 60 $B/twinflow run $SC --ratio 0.05 --steps 6 --threads "$THREADS" --json "$LOG/engine-$r.json" > "$LOG/engine-$r.log" 2>&1
   echo "rc $?"; grep -E "^run:|error" "$LOG/engine-$r.log" | head -2
   N=$(python3 -c "import json; print(json.load(open('$LOG/engine-$r.json'))['points'][0]['cpu_elems'])" 2> /dev/null)
   step "round $r: torch fused CPU AdamW, ${N:-?} elements, $THREADS threads"

@@ -20,7 +20,15 @@ CAL="--scenario scenarios/real/mlp-2b-h200x2.yaml --scenario scenarios/real/mlp-
 
 step "machine"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2;
-  lscpu | grep -E "Model name|NUMA|Socket|Thread"; nvidia-smi topo -m | head -4; } | tee "$W/machine.txt"
+  lscpu | grep -E "Model name|NUMA|Socket|Thread"; nvidia-smi topo -m | head -4
+  echo "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled) defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag)"
+  } | tee "$W/machine.txt"
+# meminfo_every S FILE: the host's huge-page coverage and free memory every S seconds (background; killed at exit)
+meminfo_every() {
+  while sleep "$1"; do
+    echo "$(date -u +%T) $(grep -E '^(MemTotal|MemFree|AnonHugePages|Mlocked):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
+  done >> "$2"
+}
 
 for m in 2b 8b; do
   step "calibrate before the ${m} sweep"
@@ -28,11 +36,12 @@ for m in 2b 8b; do
   echo "rc $?"; tail -n 4 "$W/calibrate-${m}.err"; pack
 
   step "validate: ${m} MLP on 2 GPUs"
+  meminfo_every 2 "$W/meminfo-${m}.log" & MEMINFO=$!
   timeout 200 $B/twinflow validate scenarios/real/mlp-${m}-h200x2.yaml --profile "$W/h200x2-cal-${m}.yaml" \
     --steps "${STEPS:-6}" \
     --run-json "$W/sweep-${m}.json" --trace "$W/trace-${m}.json" --json "$W/validate-${m}.json" \
     --svg "$W/validate-${m}.svg" > "$W/validate-${m}.log" 2>&1
-  echo "rc $?"; sed -n '/^validate: mlp/,$p' "$W/validate-${m}.log"; grep -E "summary" -A14 "$W/validate-${m}.log" | head -16
+  echo "rc $?"; kill "$MEMINFO" 2> /dev/null; sed -n '/^validate: mlp/,$p' "$W/validate-${m}.log"; grep -E "summary" -A14 "$W/validate-${m}.log" | head -16
   pack
 done
 
