@@ -116,6 +116,44 @@ TEST(Validate, ACarriedPointsMedianLeavesOutStepTwoAndTheDrainedStep) {
   EXPECT_NEAR(v.rows[0].error_pct, 0.0, 1e-9);
 }
 
+// Like with like: a carried point is compared in the case most of its steady steps ran in, over the steps
+// of that case whose previous step ran in it too (a carried period holds the previous step's tail). Steps:
+// 1 failed, 2-3 not speculating (after a clipped step), 4-8 held, 8 drained; step 3 (off) and step 4 (held
+// after off) are steady but of another case or a mix: the median is of steps 5-7 alone.
+TEST(Validate, ACarriedPointIsComparedOverTheStepsOfItsCaseOnly) {
+  const tf::core::Scenario s = scenario();
+  nlohmann::json doc = sweep_json(s, {0.5}, 1.0, true);
+  nlohmann::json& p = doc["points"][0];
+  ASSERT_TRUE(p["carry_tail"].get<bool>());
+  const nlohmann::json step = p["steps"][2];
+  const int64_t base = step["step_ns"].get<int64_t>();
+  p["steps"] = nlohmann::json::array();
+  const struct {
+    bool speculated, held;
+    int64_t ns;
+  } steps[] = {{true, false, 4 * base}, {false, false, 3 * base}, {false, false, 2 * base}, {true, true, 2 * base},
+               {true, true, base},      {true, true, base},       {true, true, base + 2},  {true, true, 5 * base}};
+  for (int i = 0; i < 8; ++i) {
+    nlohmann::json x = step;
+    x["step"] = i + 1;
+    x["step_ns"] = steps[i].ns;
+    x["speculated"] = steps[i].speculated;
+    x["speculation_held"] = steps[i].held;
+    p["steps"].push_back(x);
+  }
+  const MeasuredSweep m = parse_measured_sweep(doc.dump(), "m.json");
+  EXPECT_EQ(tf::app::speculation_case(m.points[0]), tf::backend::sim::SpeculationCase::kHolds);
+  const tf::app::Validation v = validate_sweep(s, m);
+  ASSERT_EQ(v.rows.size(), 1u);
+  EXPECT_EQ(v.rows[0].measured.steps, 3);  // steps 5, 6, 7
+  EXPECT_DOUBLE_EQ(v.rows[0].measured.median_ms, double(base) / 1e6);
+  EXPECT_NEAR(v.rows[0].error_pct, 0.0, 1e-9);
+  // not carried: a step's time is its own, so step 4 (held) counts too: steps 4-7 (8 is steady then)
+  p["carry_tail"] = false;
+  const tf::app::Validation u = validate_sweep(s, parse_measured_sweep(doc.dump(), "m.json"));
+  EXPECT_EQ(u.rows[0].measured.steps, 5);  // steps 4..8 of the held case
+}
+
 // A run that speculated is simulated with its budget in the case its steps were in (here: held); the
 // same run read as one from before speculation is not the same point.
 TEST(Validate, ASpeculatingRunIsSimulatedWithItsSpeculation) {
@@ -223,36 +261,46 @@ TEST(Validate, CommittedH100SweepsMeetTheGoals) {
   }
 }
 
-// Issue 20's last goal: the 2 x H200 sweeps of bench/results/2026-11-24-h200x2-validate re-simulated with the
-// profile calibrated before them in the same device call (h200x2-cal-a.yaml), carry off as they ran. Printed:
-// the MAPE, the worst point and every ratio's error. The goals (MAPE <= 5%, worst <= 10%) are NOT met
-// honestly: 2.15B 5.50% / 9.51% at 1, 8.05B 5.51% / 9.07% at 0.3 (before the comm kernels waited for the
-// running compute kernel: 8.04% / 14.71% and 6.43% / 13.48%). So this test asserts no regression from those
-// numbers (each + 0.05 points of slack for rounding), not the goals. What remains (README of that directory):
-// the host's CPU rate rose during the call (cal-a's 3.0 Gparam/s per rank matches the 2.15B sweep's ratios
-// <= 0.5, which ran at 2.85-3.14; its later points and the whole 8.05B sweep ran at 3.5-3.7, and the second
-// calibrate of the call, cal-b, measured 13-32% more), and cal-a predates the copies' slowdown under the CPU
-// pass (the D2H ran 1.5-1.7x its alone time beside the passes).
+// Issue 20's last goal: the 2 x H200 sweeps re-simulated with the profile calibrated before them in the same
+// device call. The goals (MAPE <= 5%, worst <= 10%) are NOT met honestly, so this test holds the numbers
+// reached (each + 0.05 points of slack for rounding) and prints every ratio's error, not the goals:
+// - 2026-11-24 (h200x2-cal-a, carry off as they ran): 2.15B 4.60% / 8.79% at 0.8, 8.05B 5.30% / 11.50% at 0.2
+//   (5.50 / 9.51 and 5.51 / 9.07 when each point's median mixed its steps without speculation with the held
+//   ones: validate now compares like with like, which moved the mixed points' error the other way);
+// - 2026-11-28 call 2 (each sweep with the calibrate run right before it: copies under the CPU pass timed
+//   with every GPU copying and every wait sleeping): 2.15B 5.22% / 13.02% at 0.2, 8.05B 8.64% / 26.10% at 1
+//   (its sweep recovered from the validate log: the run was stopped while it wrote its JSON).
+// What remains (bench/results/2026-11-28-h200x2-revalidate/README.md): the host's CPU rate moves by up to a
+// third between two calibrations minutes apart in one call, and at 8.05B ratio 1 (224 of the host's 256 GB
+// pinned) the pass ran 12-15% below its rate at every smaller footprint in both calls of 2026-11-28.
 TEST(Validate, Committed2xH200SweepsReSimulatedWithTheCallsProfile) {
-  const std::string dir = std::string(TWINFLOW_SOURCE_DIR) + "/bench/results/2026-11-24-h200x2-validate/";
+  const std::string res = std::string(TWINFLOW_SOURCE_DIR) + "/bench/results/";
   struct Case {
     const char* model;
+    const char* sweep;    // under bench/results
+    const char* profile;  // under bench/results
     double mape_pct, worst_pct;  // reached (see above): the test holds them, not the goals
   };
-  for (const Case& c : {Case{"2b", 5.50, 9.51}, Case{"8b", 5.51, 9.07}}) {
+  const Case cases[] = {
+      {"2b", "2026-11-24-h200x2-validate/sweep-2b.json", "2026-11-24-h200x2-validate/h200x2-cal-a.yaml", 4.60, 8.79},
+      {"8b", "2026-11-24-h200x2-validate/sweep-8b.json", "2026-11-24-h200x2-validate/h200x2-cal-a.yaml", 5.30, 11.50},
+      {"2b", "2026-11-28-h200x2-revalidate/call2/sweep-2b.json",
+       "2026-11-28-h200x2-revalidate/call2/h200x2-cal-2b.yaml", 5.22, 13.02},
+      {"8b", "2026-11-28-h200x2-revalidate/call2/sweep-8b-recovered.json",
+       "2026-11-28-h200x2-revalidate/call2/h200x2-cal-8b.yaml", 8.64, 26.10}};
+  for (const Case& c : cases) {
     tf::core::Scenario s =
         tf::core::load_scenario(std::string(TWINFLOW_SOURCE_DIR) + "/scenarios/real/mlp-" + c.model + "-h200x2.yaml");
-    s.cluster.hardware = tf::core::find_hardware_profile(dir + "h200x2-cal-a.yaml");
-    const tf::app::Validation v =
-        validate_sweep(s, tf::app::load_measured_sweep(dir + "sweep-" + std::string(c.model) + ".json"));
+    s.cluster.hardware = tf::core::find_hardware_profile(res + c.profile);
+    const tf::app::Validation v = validate_sweep(s, tf::app::load_measured_sweep(res + c.sweep));
     std::ostringstream out;
-    out << std::fixed << std::setprecision(2) << "mlp-" << c.model << "-h200x2 re-simulated with h200x2-cal-a: MAPE "
-        << v.mape_pct << "%, worst " << v.worst_pct << "% at ratio " << v.worst_ratio << "; error % by ratio:";
+    out << std::fixed << std::setprecision(2) << c.sweep << " re-simulated: MAPE " << v.mape_pct << "%, worst "
+        << v.worst_pct << "% at ratio " << v.worst_ratio << "; error % by ratio:";
     for (const tf::app::ValidationRow& r : v.rows) out << " " << r.ratio << ": " << r.error_pct;
     std::cout << out.str() << "\n";
-    EXPECT_EQ(v.rows.size(), 10u) << c.model;
-    EXPECT_LE(v.mape_pct, c.mape_pct + 0.05) << c.model;
-    EXPECT_LE(v.worst_pct, c.worst_pct + 0.05) << c.model;
+    EXPECT_EQ(v.rows.size(), 10u) << c.sweep;
+    EXPECT_LE(v.mape_pct, c.mape_pct + 0.05) << c.sweep;
+    EXPECT_LE(v.worst_pct, c.worst_pct + 0.05) << c.sweep;
   }
 }
 
