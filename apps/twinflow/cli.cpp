@@ -2,6 +2,7 @@
 #include "apps/twinflow/cli.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -321,6 +322,59 @@ std::string self_executable(const std::string& who) {
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) throw core::RuntimeFailure(who + ": cannot find this executable (/proc/self/exe)");
   return std::string(self, size_t(len));
+}
+
+namespace {
+volatile sig_atomic_t g_child_stop_signal = 0;
+void record_stop_signal(int sig) { g_child_stop_signal = sig; }
+}  // namespace
+
+ChildExit run_passing_stop_signals(const std::string& who, std::vector<std::string> args) {
+  if (args.empty()) throw std::logic_error(who + ": run_passing_stop_signals: no command");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = record_stop_signal;
+  sigemptyset(&sa.sa_mask);  // no SA_RESTART: waitpid returns EINTR, and the signal is passed on
+  struct sigaction old_int {
+  }, old_term{};
+  g_child_stop_signal = 0;
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  const auto restore = [&] {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+  };
+  std::cout.flush();
+  std::cerr.flush();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    restore();
+    throw core::RuntimeFailure(who + ": fork failed: " + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    restore();
+    ::execv(argv[0], argv.data());
+    std::_Exit(127);
+  }
+  ::setpgid(pid, pid);  // also from the parent, so the group exists before a signal is passed on
+  ChildExit e;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      restore();
+      throw core::RuntimeFailure(who + ": waitpid: " + std::strerror(errno));
+    }
+    if (g_child_stop_signal && !e.stop_signal) {
+      e.stop_signal = g_child_stop_signal;
+      ::kill(-pid, e.stop_signal);
+    }
+  }
+  restore();
+  e.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return e;
 }
 
 std::string run_self_capture(const std::string& who, const std::vector<std::string>& args,

@@ -157,6 +157,19 @@ std::string self_executable(const std::string& who);
 std::string run_self_capture(const std::string& who, const std::vector<std::string>& args,
                              const std::vector<std::string>& env = {});
 
+// How a child run by run_passing_stop_signals ended: its exit code (128 + the signal that ended it), and
+// the stop signal that reached this process meanwhile and was passed on to it (0: none).
+struct ChildExit {
+  int code = 0;
+  int stop_signal = 0;
+};
+// Runs argv[0] (a path) with argv in a process group of its own and waits for it. A SIGINT or SIGTERM that
+// reaches this process meanwhile is passed to that group once (a twinflow run stops after its current step;
+// `launch` passes it to its ranks) and the wait goes on until the child has ended, so that a command stopped
+// by a scheduler or `timeout` leaves nothing behind holding GPUs or pinned memory. The previous handlers
+// are back on return. core::RuntimeFailure naming `who` when fork or waitpid fails.
+ChildExit run_passing_stop_signals(const std::string& who, std::vector<std::string> argv);
+
 // ---- messages for people and exit codes ---------------------------------------------------------------
 // The one place text reaches the terminal as a diagnostic: "PREFIX: MESSAGE\n" with control characters
 // escaped (core::printable; newlines kept, so a message may span lines).

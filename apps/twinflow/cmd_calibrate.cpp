@@ -997,9 +997,9 @@ class Calibrator {
       const cal::Stat after = cal::pinned_copy_gbps(0, dir, bytes, R_);
       const double others_gbps = others.stop();
       const std::string what = std::string("pcie pinned ") + name + " " + with_units(double(bytes));
-      c_.done(what + " while the CPU optimizer pass runs (" + std::to_string(cores_) + " threads" +
-                  others.text(name) + ")",
-              under.median, "GB/s", under);
+      c_.done(
+          what + " while the CPU optimizer pass runs (" + std::to_string(cores_) + " threads" + others.text(name) + ")",
+          under.median, "GB/s", under);
       const double factor = 0.5 * (before.median + after.median) / under.median;
       cal::Stat fs = under;
       fs.spread = std::max({before.spread, under.spread, after.spread});
@@ -1007,17 +1007,16 @@ class Calibrator {
       c_.done(std::string(name) + " slowdown under the CPU pass (alone / under)", factor, "x", fs, pkey);
       (dir == cal::Direction::kH2D ? p_.pcie.h2d_slowdown_under_cpu_pass : p_.pcie.d2h_slowdown_under_cpu_pass) =
           std::max(1.0, sig4(factor));
-      src()[pkey] =
-          c_.source("pinned cudaMemcpyAsync " + std::string(name) + " of " + std::to_string(bytes) + " B (" +
-                        engine_op_.what + ", its parameter copy), " + gpu_label_ + others.text(name) +
-                        (gpus_ > 1 ? " (" + fmt(others_gbps, 1) + " GB/s)" : std::string()) + ": " +
-                        fmt(before.median, 2) + " then " + fmt(after.median, 2) + " GB/s alone, " +
-                        fmt(under.median, 2) + " while " + cpu_what_of(pass.elems()) + " ran back to back on " +
-                        std::to_string(cores_) + " threads (" + fmt(cpu_gbps, 1) +
-                        " GB/s of optimizer traffic meanwhile); the mean alone over under" +
-                        (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
-                        "; spread the largest of the three",
-                    fs);
+      src()[pkey] = c_.source("pinned cudaMemcpyAsync " + std::string(name) + " of " + std::to_string(bytes) + " B (" +
+                                  engine_op_.what + ", its parameter copy), " + gpu_label_ + others.text(name) +
+                                  (gpus_ > 1 ? " (" + fmt(others_gbps, 1) + " GB/s)" : std::string()) + ": " +
+                                  fmt(before.median, 2) + " then " + fmt(after.median, 2) + " GB/s alone, " +
+                                  fmt(under.median, 2) + " while " + cpu_what_of(pass.elems()) +
+                                  " ran back to back on " + std::to_string(cores_) + " threads (" + fmt(cpu_gbps, 1) +
+                                  " GB/s of optimizer traffic meanwhile); the mean alone over under" +
+                                  (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
+                                  "; spread the largest of the three",
+                              fs);
     }
   }
 

@@ -37,27 +37,20 @@ std::string ratio_text(double r) {
   return os.str();
 }
 
-// Runs this executable with `args` (a twinflow subcommand) and returns its exit code.
+// Runs this executable with `args` (a twinflow subcommand) and returns its exit code; a SIGINT or SIGTERM
+// that reaches validate meanwhile stops the measuring run too (run_passing_stop_signals).
 int run_self(const std::vector<std::string>& args) {
   std::vector<std::string> all = {self_executable("validate")};
   all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
   std::cout << "validate: measuring:";
   for (size_t i = 1; i < all.size(); ++i) std::cout << " " << all[i];
   std::cout << "\n" << std::flush;
-  const pid_t pid = ::fork();
-  if (pid < 0) throw core::RuntimeFailure(std::string("validate: fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::execv(argv[0], argv.data());
-    std::_Exit(127);
+  const ChildExit e = run_passing_stop_signals("validate", all);
+  if (e.stop_signal) {
+    std::cerr << "twinflow validate: stopped by signal " << e.stop_signal << "; the measuring run was stopped too\n";
+    return 128 + e.stop_signal;
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) throw core::RuntimeFailure(std::string("validate: waitpid: ") + std::strerror(errno));
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return e.code;
 }
 
 // ---- the command line ---------------------------------------------------------------------------------
@@ -123,7 +116,8 @@ const char kValidateEpilog[] =
     "cpu = CPU optimizer op time (passes and commits), d2h/h2d = copy op time. gpu_GB m/s: peak GPU memory after step "
     "1\n"
     "(cudaMemGetInfo) against the memory model's; its MAPE and worst point are held to the same goals.\n"
-    "Exit codes: 0 every goal met, 1 a goal missed, 2 bad input, 3 the measuring run failed, 4 internal error.\n";
+    "Exit codes: 0 every goal met, 1 a goal missed, 2 bad input, 3 the measuring run failed, 4 internal error,\n"
+    "128 + N a signal N stopped validate while it measured (passed on to the measuring run, which stops too).\n";
 
 std::optional<ValidateOptions> parse_validate_options(const std::vector<std::string>& args) {
   const std::optional<po::variables_map> parsed = parse_command(args, validate_options(), kValidateEpilog);
@@ -209,6 +203,7 @@ std::optional<int> measure(const ValidateOptions& o) {
   if (o.timeline_svg) cmd.insert(cmd.end(), {"--timeline-svg", *o.timeline_svg});
   const int rc = run_self(cmd);
   if (rc == 0) return std::nullopt;
+  if (rc > 128) return rc;  // validate was stopped by a signal (run_self said so and stopped the run)
   std::cerr << "twinflow validate: the measuring run exited with " << rc
             << "; validate measures on a GPU machine (pass --measured FILE to compare an earlier "
                "`twinflow run --json` sweep without one)\n";

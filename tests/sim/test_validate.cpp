@@ -132,7 +132,7 @@ TEST(Validate, ACarriedPointIsComparedOverTheStepsOfItsCaseOnly) {
     bool speculated, held;
     int64_t ns;
   } steps[] = {{true, false, 4 * base}, {false, false, 3 * base}, {false, false, 2 * base}, {true, true, 2 * base},
-               {true, true, base},      {true, true, base},       {true, true, base + 2},  {true, true, 5 * base}};
+               {true, true, base},      {true, true, base},       {true, true, base + 2},   {true, true, 5 * base}};
   for (int i = 0; i < 8; ++i) {
     nlohmann::json x = step;
     x["step"] = i + 1;
@@ -277,8 +277,8 @@ TEST(Validate, Committed2xH200SweepsReSimulatedWithTheCallsProfile) {
   const std::string res = std::string(TWINFLOW_SOURCE_DIR) + "/bench/results/";
   struct Case {
     const char* model;
-    const char* sweep;    // under bench/results
-    const char* profile;  // under bench/results
+    const char* sweep;           // under bench/results
+    const char* profile;         // under bench/results
     double mape_pct, worst_pct;  // reached (see above): the test holds them, not the goals
   };
   const Case cases[] = {

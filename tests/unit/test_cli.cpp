@@ -2,9 +2,12 @@
 // the metrics options' ranges, the exit code of each kind of failure, escaped messages, the scenario
 // record of --json, and --save-master's file written by several ranks.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -235,4 +238,34 @@ TEST(MasterWeights, RanksWriteOneFileInModelOrder) {
   write_master_weights(p.string(), 4, {{1, 2.0f}}, 0, 1, {});
   EXPECT_EQ(fs::file_size(p), 16u);
   EXPECT_THROW(write_master_weights(p.string(), 4, {{4, 1.0f}}, 0, 1, {}), std::logic_error);
+}
+
+// run_passing_stop_signals (validate's measuring run): the child's exit code; a SIGTERM that reaches the
+// waiting thread goes to the child's whole group, so a child that would wait 30 s for its own child ends at
+// once, both of them; the previous handler is back afterwards.
+TEST(ChildRun, ExitCodesAndAStopSignalPassedOnToTheChildsGroup) {
+  using namespace std::chrono_literals;
+  using tf::app::run_passing_stop_signals;
+  EXPECT_EQ(run_passing_stop_signals("t", {"/bin/sh", "-c", "exit 7"}).code, 7);
+  const tf::app::ChildExit ok = run_passing_stop_signals("t", {"/bin/sh", "-c", "exit 0"});
+  EXPECT_EQ(ok.code, 0);
+  EXPECT_EQ(ok.stop_signal, 0);
+  EXPECT_EQ(run_passing_stop_signals("t", {"/nonexistent/twinflow"}).code, 127);
+  EXPECT_THROW((void)run_passing_stop_signals("t", {}), std::logic_error);
+
+  const pthread_t waiter = pthread_self();
+  std::thread sender([waiter] {
+    std::this_thread::sleep_for(300ms);
+    pthread_kill(waiter, SIGTERM);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const tf::app::ChildExit e = run_passing_stop_signals("t", {"/bin/sh", "-c", "sleep 30 & wait"});
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  sender.join();
+  EXPECT_EQ(e.stop_signal, SIGTERM);
+  EXPECT_EQ(e.code, 128 + SIGTERM);  // the shell ended by the signal passed on
+  EXPECT_LT(waited, 10s);
+  struct sigaction now {};
+  ::sigaction(SIGTERM, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
