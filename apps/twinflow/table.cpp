@@ -2,6 +2,7 @@
 #include "apps/twinflow/table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
@@ -22,6 +23,13 @@ std::string fmt(double v, int precision) {
 std::string fmt_lr(double lr) {
   std::ostringstream os;
   os << std::setprecision(4) << lr;
+  return os.str();
+}
+
+std::string fmt_rate(double v) {
+  if (v == 0 || !(std::abs(v) < 1)) return fmt(v, 1);
+  std::ostringstream os;
+  os << std::setprecision(3) << v;
   return os.str();
 }
 

@@ -28,5 +28,8 @@ class Table {
 std::string fmt(double v, int precision = 2);
 // A learning rate: 4 significant digits ("1e-05", "0.0003"), as `run` and `simulate --functional` print it.
 std::string fmt_lr(double lr);
+// A rate with one decimal, or with 3 significant digits where one decimal would print a nonzero rate below 1
+// as "0.0" (a small bench under a sanitizer moves a few MB/s): "173.9", "0.0563".
+std::string fmt_rate(double v);
 
 }  // namespace tf::app
