@@ -69,6 +69,7 @@ struct ValidateOptions {
   std::optional<std::string> memory_svg;    // measured and predicted peak GPU memory against the ratio
   std::optional<std::string> speculation;   // when measuring: run's --speculation, as given
   std::optional<std::string> timeline_svg;  // when measuring: run's --timeline-svg (one file per ratio)
+  std::optional<int> trace_steps;           // when measuring: run's --trace-steps (with --trace)
   double mape_goal = 5, max_goal = 10;
   std::vector<std::string> breakdown;  // Chrome traces of measured steps: per-layer time against the costs
 };
@@ -97,6 +98,9 @@ CommandOptions validate_options() {
                               .trace = "when measuring: a Chrome trace per ratio (passed to `twinflow run --trace`)"});
   add("memory-svg", po::value<std::string>(), "plot measured and predicted peak GPU memory against the ratio");
   add_speculation_option(o.desc);
+  add("trace-steps", po::value<int>(),
+      "when measuring, with --trace: each ratio's last N steps on one time axis (passed to `twinflow run "
+      "--trace-steps`; 1 to --steps): the held steps validate compares, not only the drained last one");
   add("timeline-svg", po::value<std::string>(),
       "when measuring: each ratio's last step as an SVG timeline (passed to `twinflow run --timeline-svg`: FILE's "
       "stem + -rRATIO)");
@@ -144,10 +148,11 @@ std::optional<ValidateOptions> parse_validate_options(const std::vector<std::str
   if (vm.count("breakdown")) o.breakdown = vm["breakdown"].as<std::vector<std::string>>();
   if (vm.count("memory-svg")) o.memory_svg = vm["memory-svg"].as<std::string>();
   if (vm.count("measured")) {
-    if (vm.count("ratios") || vm.count("nproc") || o.out.trace || vm.count("speculation") || vm.count("timeline-svg"))
+    if (vm.count("ratios") || vm.count("nproc") || o.out.trace || vm.count("trace-steps") || vm.count("speculation") ||
+        vm.count("timeline-svg"))
       throw core::InputError(
-          "--measured compares an existing sweep: --ratios, --nproc, --trace, --speculation and --timeline-svg apply "
-          "only to measuring");
+          "--measured compares an existing sweep: --ratios, --nproc, --trace, --trace-steps, --speculation and "
+          "--timeline-svg apply only to measuring");
     o.measured = vm["measured"].as<std::string>();
     return o;
   }
@@ -159,6 +164,13 @@ std::optional<ValidateOptions> parse_validate_options(const std::vector<std::str
     o.speculation = vm["speculation"].as<std::string>();
   }
   if (vm.count("timeline-svg")) o.timeline_svg = vm["timeline-svg"].as<std::string>();
+  if (vm.count("trace-steps")) {
+    o.trace_steps = vm["trace-steps"].as<int>();
+    if (!o.out.trace) throw core::InputError("--trace-steps: applies to --trace FILE, which is not given");
+    if (*o.trace_steps < 1 || *o.trace_steps > o.steps)
+      throw core::InputError("--trace-steps " + std::to_string(*o.trace_steps) + ": must be in [1, " +
+                             std::to_string(o.steps) + "] (--steps)");
+  }
   o.run_json = vm["run-json"].as<std::string>();
   return o;
 }
@@ -203,6 +215,7 @@ std::optional<int> measure(const ValidateOptions& o) {
                                std::string("--steps"), std::to_string(o.steps), std::string("--json"), o.run_json})
     cmd.push_back(a);
   if (o.out.trace) cmd.insert(cmd.end(), {"--trace", *o.out.trace});
+  if (o.trace_steps) cmd.insert(cmd.end(), {"--trace-steps", std::to_string(*o.trace_steps)});
   if (o.speculation) cmd.insert(cmd.end(), {"--speculation", *o.speculation});
   if (o.timeline_svg) cmd.insert(cmd.end(), {"--timeline-svg", *o.timeline_svg});
   const int rc = run_self(cmd);

@@ -8,6 +8,7 @@
 # the two profiles side by side are the stability check. Everything lands in $OUT/issue6-h200x2.tar.gz;
 # the tables print here. About 8 minutes (STEPS=8). STEPS (default 6) sets each ratio's step count: with the tail carried,
 # steps 3..STEPS-1 are steady, so 8 gives five steady steps, most of them with the speculation holding.
+# TRACE_STEPS (default 4) sets how many of each ratio's last steps its trace holds (validate --trace-steps).
 set -uo pipefail
 OUT=${OUT:-out/device}
 W=/tmp/issue6-h200x2
@@ -39,7 +40,7 @@ for m in 2b 8b; do
   meminfo_every 2 "$W/meminfo-${m}.log" & MEMINFO=$!
   timeout 300 $B/twinflow validate scenarios/real/mlp-${m}-h200x2.yaml --profile "$W/h200x2-cal-${m}.yaml" \
     --steps "${STEPS:-6}" \
-    --run-json "$W/sweep-${m}.json" --trace "$W/trace-${m}.json" --json "$W/validate-${m}.json" \
+    --run-json "$W/sweep-${m}.json" --trace "$W/trace-${m}.json" --trace-steps "${TRACE_STEPS:-4}" --json "$W/validate-${m}.json" \
     --svg "$W/validate-${m}.svg" > "$W/validate-${m}.log" 2>&1
   echo "rc $?"; kill "$MEMINFO" 2> /dev/null; sed -n '/^validate: mlp/,$p' "$W/validate-${m}.log"; grep -E "summary" -A14 "$W/validate-${m}.log" | head -16
   pack

@@ -212,6 +212,14 @@ expect 0 "validate --measured records the resolved settings" -- "$tf" validate "
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["settings"]["zero.stage"] == 3 and "defaults" in d and "warnings" in d, d' \
   "$tmp/val.json" && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: validate --json record"; }
 
+contains "$tmp/out" "measured_ms  spread_%  steps" "validate prints each point's compared steps"
+v2b=("$src/scenarios/real/mlp-2b.yaml" --profile "$src/bench/results/2026-11-23-validate-h100/h100-cal-a.yaml")
+expect 2 "validate --trace-steps without --trace" -- "$tf" validate "${v2b[@]}" --trace-steps 2
+contains "$tmp/err" "--trace-steps: applies to --trace FILE" "validate --trace-steps names what it needs"
+expect 2 "validate --trace-steps beyond --steps" -- "$tf" validate "${v2b[@]}" --trace "$tmp/t.json" --trace-steps 9
+contains "$tmp/err" "--trace-steps 9: must be in \[1, 6\]" "validate --trace-steps names the range"
+expect 2 "validate --measured with --trace-steps" -- "$tf" validate "${v2b[@]}" --trace-steps 2 \
+  --measured "$src/bench/results/2026-11-23-validate-h100/sweep-mlp-2b.json"
 # ---- issue 19: bad input gets a clear error (2), a failed write a runtime failure (3) ----
 expect 2 "verify --n -1 is a range error" -- "$tf" verify --n -1
 contains "$tmp/err" "--n '-1': expected an integer in \[1, 2147483648\]" "verify --n names its range"
