@@ -325,8 +325,35 @@ std::string self_executable(const std::string& who) {
 }
 
 namespace {
+
 volatile sig_atomic_t g_child_stop_signal = 0;
 void record_stop_signal(int sig) { g_child_stop_signal = sig; }
+
+// SIGINT and SIGTERM recorded in g_child_stop_signal for the scope, without SA_RESTART (a blocking waitpid
+// returns EINTR, so the signal can be passed on); the previous handlers back at its end.
+class RecordStopSignals {
+ public:
+  RecordStopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = record_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    g_child_stop_signal = 0;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~RecordStopSignals() { restore(); }
+  RecordStopSignals(const RecordStopSignals&) = delete;
+  RecordStopSignals& operator=(const RecordStopSignals&) = delete;
+  void restore() const {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
 }  // namespace
 
 ChildExit run_passing_stop_signals(const std::string& who, std::vector<std::string> args) {
@@ -334,28 +361,14 @@ ChildExit run_passing_stop_signals(const std::string& who, std::vector<std::stri
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  struct sigaction sa {};
-  sa.sa_handler = record_stop_signal;
-  sigemptyset(&sa.sa_mask);  // no SA_RESTART: waitpid returns EINTR, and the signal is passed on
-  struct sigaction old_int {
-  }, old_term{};
-  g_child_stop_signal = 0;
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
-  const auto restore = [&] {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGTERM, &old_term, nullptr);
-  };
+  const RecordStopSignals handlers;
   std::cout.flush();
   std::cerr.flush();
   const pid_t pid = ::fork();
-  if (pid < 0) {
-    restore();
-    throw core::RuntimeFailure(who + ": fork failed: " + std::strerror(errno));
-  }
+  if (pid < 0) throw core::RuntimeFailure(who + ": fork failed: " + std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
-    restore();
+    handlers.restore();
     ::execv(argv[0], argv.data());
     std::_Exit(127);
   }
@@ -363,16 +376,12 @@ ChildExit run_passing_stop_signals(const std::string& who, std::vector<std::stri
   ChildExit e;
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      restore();
-      throw core::RuntimeFailure(who + ": waitpid: " + std::strerror(errno));
-    }
+    if (errno != EINTR) throw core::RuntimeFailure(who + ": waitpid: " + std::strerror(errno));
     if (g_child_stop_signal && !e.stop_signal) {
       e.stop_signal = g_child_stop_signal;
       ::kill(-pid, e.stop_signal);
     }
   }
-  restore();
   e.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   return e;
 }

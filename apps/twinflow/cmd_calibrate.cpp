@@ -318,6 +318,27 @@ class BackgroundCpuPass {
   std::chrono::steady_clock::time_point t0_;
 };
 
+// GPUs first .. gpus-1 each keep pinned copies of `bytes` in flight (`way`: cal::BackgroundDma, on threads
+// that sleep on their events) from construction to stop() or destruction (which stops them, never throwing).
+class GpusCopying {
+ public:
+  GpusCopying(int first, int gpus, size_t bytes, cal::DmaCopies way) {
+    for (int d = first; d < gpus; ++d) dma_.push_back(std::make_unique<cal::BackgroundDma>(d, bytes, way));
+    for (auto& x : dma_) x->start();
+  }
+  size_t count() const { return dma_.size(); }
+  // Stops them; the GB/s they moved together (rethrows a copy thread's failure).
+  double stop() {
+    double gbps = 0;
+    for (auto& x : dma_) gbps += x->stop();
+    dma_.clear();
+    return gbps;
+  }
+
+ private:
+  std::vector<std::unique_ptr<cal::BackgroundDma>> dma_;
+};
+
 // One calibration run: the machine, the sizes, the figures measured so far (the profile and their
 // sources) and the table; one method per group of measurements, in the order they run.
 class Calibrator {
@@ -939,22 +960,9 @@ class Calibrator {
     const bool d2h = copies == cal::DmaCopies::kD2H;
     const std::string name = d2h ? "D2H" : "H2D";
     const std::string key = d2h ? "cpu.dma_slowdown_factor_d2h" : "cpu.dma_slowdown_factor_h2d";
-    std::vector<std::unique_ptr<cal::BackgroundDma>> dma;
-    for (int d = 0; d < gpus_; ++d) dma.push_back(std::make_unique<cal::BackgroundDma>(d, dma_chunk_, copies));
-    const auto stop_all = [&dma] {
-      double gbps = 0;
-      for (auto& x : dma) gbps += x->stop();
-      return gbps;
-    };
-    for (auto& x : dma) x->start();
-    cal::Stat under;
-    try {
-      under = cpu_rate(cores_);
-    } catch (...) {
-      for (auto& x : dma) (void)x->stop();
-      throw;
-    }
-    const double dma_gbps = stop_all();
+    GpusCopying dma(0, gpus_, dma_chunk_, copies);
+    const cal::Stat under = cpu_rate(cores_);
+    const double dma_gbps = dma.stop();
     const std::string all = std::to_string(gpus_) + " GPU(s)";
     c_.done("cpu adamw bf16, " + std::to_string(cores_) + " threads, while " + name + " runs on " + all, under.median,
             "Gparam/s", under);
@@ -991,15 +999,18 @@ class Calibrator {
     const cal::BackgroundLoad load{[&] { pass.start(); }, [&] { return cpu_gbps = pass.stop(); }};
     for (const auto& [dir, name, key] : {std::tuple{cal::Direction::kH2D, "H2D", "h2d_slowdown_under_cpu_pass"},
                                          std::tuple{cal::Direction::kD2H, "D2H", "d2h_slowdown_under_cpu_pass"}}) {
-      OtherGpusCopying others(gpus_, bytes, dir);
+      // every other GPU copies the same way throughout, as the node's other ranks do
+      GpusCopying others(1, gpus_, bytes, dir == cal::Direction::kH2D ? cal::DmaCopies::kH2D : cal::DmaCopies::kD2H);
+      const std::string with_others = others.count() > 0 ? ", with the other " + std::to_string(others.count()) +
+                                                               " GPU(s) copying " + name + " at once"
+                                                         : std::string();
       const cal::Stat before = cal::pinned_copy_gbps(0, dir, bytes, R_);
       const cal::Stat under = cal::pinned_copy_gbps(0, dir, bytes, R_, &load);
       const cal::Stat after = cal::pinned_copy_gbps(0, dir, bytes, R_);
       const double others_gbps = others.stop();
       const std::string what = std::string("pcie pinned ") + name + " " + with_units(double(bytes));
-      c_.done(
-          what + " while the CPU optimizer pass runs (" + std::to_string(cores_) + " threads" + others.text(name) + ")",
-          under.median, "GB/s", under);
+      c_.done(what + " while the CPU optimizer pass runs (" + std::to_string(cores_) + " threads" + with_others + ")",
+              under.median, "GB/s", under);
       const double factor = 0.5 * (before.median + after.median) / under.median;
       cal::Stat fs = under;
       fs.spread = std::max({before.spread, under.spread, after.spread});
@@ -1008,7 +1019,7 @@ class Calibrator {
       (dir == cal::Direction::kH2D ? p_.pcie.h2d_slowdown_under_cpu_pass : p_.pcie.d2h_slowdown_under_cpu_pass) =
           std::max(1.0, sig4(factor));
       src()[pkey] = c_.source("pinned cudaMemcpyAsync " + std::string(name) + " of " + std::to_string(bytes) + " B (" +
-                                  engine_op_.what + ", its parameter copy), " + gpu_label_ + others.text(name) +
+                                  engine_op_.what + ", its parameter copy), " + gpu_label_ + with_others +
                                   (gpus_ > 1 ? " (" + fmt(others_gbps, 1) + " GB/s)" : std::string()) + ": " +
                                   fmt(before.median, 2) + " then " + fmt(after.median, 2) + " GB/s alone, " +
                                   fmt(under.median, 2) + " while " + cpu_what_of(pass.elems()) +
@@ -1019,32 +1030,6 @@ class Calibrator {
                               fs);
     }
   }
-
-  // Every GPU but device 0 keeps pinned copies of `bytes` in flight one way (cal::BackgroundDma, on
-  // threads that sleep on their events) from construction to stop() or destruction.
-  class OtherGpusCopying {
-   public:
-    OtherGpusCopying(int gpus, size_t bytes, cal::Direction dir) : n_(gpus - 1) {
-      const cal::DmaCopies way = dir == cal::Direction::kH2D ? cal::DmaCopies::kH2D : cal::DmaCopies::kD2H;
-      for (int d = 1; d < gpus; ++d) dma_.push_back(std::make_unique<cal::BackgroundDma>(d, bytes, way));
-      for (auto& x : dma_) x->start();
-    }
-    // Stops them; the GB/s they moved together.
-    double stop() {
-      double gbps = 0;
-      for (auto& x : dma_) gbps += x->stop();
-      dma_.clear();
-      return gbps;
-    }
-    // ", with the other N GPU(s) copying NAME at once", or nothing with one GPU.
-    std::string text(const std::string& name) const {
-      return n_ > 0 ? ", with the other " + std::to_string(n_) + " GPU(s) copying " + name + " at once" : "";
-    }
-
-   private:
-    int n_;
-    std::vector<std::unique_ptr<cal::BackgroundDma>> dma_;
-  };
 
   // ---- NCCL ---------------------------------------------------------------------------------------
   void measure_collectives() {

@@ -39,20 +39,15 @@ std::string ratio_text(double r) {
   return os.str();
 }
 
-// Runs this executable with `args` (a twinflow subcommand) and returns its exit code; a SIGINT or SIGTERM
-// that reaches validate meanwhile stops the measuring run too (run_passing_stop_signals).
-int run_self(const std::vector<std::string>& args) {
+// Runs this executable with `args` (a twinflow subcommand); a SIGINT or SIGTERM that reaches validate
+// meanwhile stops the measuring run too (run_passing_stop_signals).
+ChildExit run_self(const std::vector<std::string>& args) {
   std::vector<std::string> all = {self_executable("validate")};
   all.insert(all.end(), args.begin(), args.end());
   std::cout << "validate: measuring:";
   for (size_t i = 1; i < all.size(); ++i) std::cout << " " << all[i];
   std::cout << "\n" << std::flush;
-  const ChildExit e = run_passing_stop_signals("validate", all);
-  if (e.stop_signal) {
-    std::cerr << "twinflow validate: stopped by signal " << e.stop_signal << "; the measuring run was stopped too\n";
-    return 128 + e.stop_signal;
-  }
-  return e.code;
+  return run_passing_stop_signals("validate", all);
 }
 
 // ---- the command line ---------------------------------------------------------------------------------
@@ -218,9 +213,13 @@ std::optional<int> measure(const ValidateOptions& o) {
   if (o.trace_steps) cmd.insert(cmd.end(), {"--trace-steps", std::to_string(*o.trace_steps)});
   if (o.speculation) cmd.insert(cmd.end(), {"--speculation", *o.speculation});
   if (o.timeline_svg) cmd.insert(cmd.end(), {"--timeline-svg", *o.timeline_svg});
-  const int rc = run_self(cmd);
+  const ChildExit e = run_self(cmd);
+  if (e.stop_signal) {
+    std::cerr << "twinflow validate: stopped by signal " << e.stop_signal << "; the measuring run was stopped too\n";
+    return 128 + e.stop_signal;
+  }
+  const int rc = e.code;
   if (rc == 0) return std::nullopt;
-  if (rc > 128) return rc;  // validate was stopped by a signal (run_self said so and stopped the run)
   std::cerr << "twinflow validate: the measuring run exited with " << rc
             << "; validate measures on a GPU machine (pass --measured FILE to compare an earlier "
                "`twinflow run --json` sweep without one)\n";

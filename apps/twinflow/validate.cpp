@@ -111,10 +111,9 @@ std::vector<bool> compared_steps(const MeasuredPoint& p, SpecCase c) {
   return steady;
 }
 
-// f(step) of the point's compared steps: those of the case the point is simulated in (compared_steps).
+// f(step) of the steps `sel` picks (compared_steps, computed once per point).
 template <class F>
-std::vector<double> compared_values(const MeasuredPoint& p, F f) {
-  const std::vector<bool> sel = compared_steps(p, speculation_case(p));
+std::vector<double> values(const MeasuredPoint& p, const std::vector<bool>& sel, F f) {
   std::vector<double> v;
   for (size_t i = 0; i < p.steps.size(); ++i)
     if (sel[i]) v.push_back(f(p.steps[i]));
@@ -122,8 +121,8 @@ std::vector<double> compared_values(const MeasuredPoint& p, F f) {
 }
 
 template <class F>
-double compared_median(const MeasuredPoint& p, F f) {
-  std::vector<double> v = compared_values(p, f);
+double median_of(const MeasuredPoint& p, const std::vector<bool>& sel, F f) {
+  std::vector<double> v = values(p, sel, f);
   return v.empty() ? 0.0 : median(std::move(v));
 }
 
@@ -227,8 +226,10 @@ backend::sim::SpeculationCase speculation_case(const MeasuredPoint& p) {
   return failed >= off ? SpecCase::kFails : SpecCase::kNotSpeculating;
 }
 
-SteadyStat steady_step_ms(const MeasuredPoint& p) {
-  const std::vector<double> v = compared_values(p, [](const MeasuredPoint::Step& s) { return ms(s.step_ns); });
+namespace {
+
+SteadyStat step_stat(const MeasuredPoint& p, const std::vector<bool>& sel) {
+  const std::vector<double> v = values(p, sel, [](const MeasuredPoint::Step& s) { return ms(s.step_ns); });
   SteadyStat st;
   if (v.empty()) return st;
   st.steps = int(v.size());
@@ -236,6 +237,10 @@ SteadyStat steady_step_ms(const MeasuredPoint& p) {
   st.spread = (*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end())) / st.median_ms;
   return st;
 }
+
+}  // namespace
+
+SteadyStat steady_step_ms(const MeasuredPoint& p) { return step_stat(p, compared_steps(p, speculation_case(p))); }
 
 Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
   if (m.points.empty()) throw core::InputError(m.file + ": the measured sweep has no points");
@@ -261,6 +266,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
     opt.overrides.carry_tail = p.carry_tail;
     opt.overrides.cpu_order = core::CpuOrderSetting{false, p.cpu_order};  // as it ran, never the scenario's auto
     opt.speculation = speculation_case(p);
+    const std::vector<bool> sel = compared_steps(p, opt.speculation);
     const backend::sim::SimPoint sp = backend::sim::simulate_step(sc, p.ratio, opt);
     if (std::abs(sp.ratio - p.actual_ratio) > 1e-9)
       throw core::InputError(m.file + ": ratio " + std::to_string(p.ratio) + ": the engine split it to " +
@@ -269,25 +275,25 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
     ValidationRow r;
     r.ratio = p.ratio;
     r.actual_ratio = p.actual_ratio;
-    r.measured = steady_step_ms(p);
+    r.measured = step_stat(p, sel);
     r.simulated_ms = ms(sp.step_ns);
     r.error_pct = (r.simulated_ms - r.measured.median_ms) / r.measured.median_ms * 100.0;
     using K = core::OpKind;
-    r.meas_compute_ms = compared_median(p, [](const MeasuredPoint::Step& s) {
+    r.meas_compute_ms = median_of(p, sel, [](const MeasuredPoint::Step& s) {
       return ms(kind(s.kind_ns, K::kForward) + kind(s.kind_ns, K::kBackward));
     });
     r.sim_compute_ms = ms(kind(sp.kind_ns, K::kForward) + kind(sp.kind_ns, K::kBackward));
-    r.meas_opt_phase_ms = compared_median(p, [](const MeasuredPoint::Step& s) { return ms(s.optimizer_phase_ns); });
+    r.meas_opt_phase_ms = median_of(p, sel, [](const MeasuredPoint::Step& s) { return ms(s.optimizer_phase_ns); });
     r.sim_opt_phase_ms = ms(sp.optimizer_phase_ns);
     // the CPU queue's optimizer work: its passes and, for speculated layers, the commits (which redo the
     // update when the speculation did not hold)
-    r.meas_cpu_opt_ms = compared_median(p, [](const MeasuredPoint::Step& s) {
+    r.meas_cpu_opt_ms = median_of(p, sel, [](const MeasuredPoint::Step& s) {
       return ms(kind(s.kind_ns, K::kCpuOptimizer) + kind(s.kind_ns, K::kCpuCommit));
     });
     r.sim_cpu_opt_ms = ms(kind(sp.kind_ns, K::kCpuOptimizer) + kind(sp.kind_ns, K::kCpuCommit));
-    r.meas_d2h_ms = compared_median(p, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kD2HGrad)); });
+    r.meas_d2h_ms = median_of(p, sel, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kD2HGrad)); });
     r.sim_d2h_ms = ms(kind(sp.kind_ns, K::kD2HGrad));
-    r.meas_h2d_ms = compared_median(p, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kH2DParam)); });
+    r.meas_h2d_ms = median_of(p, sel, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kH2DParam)); });
     r.sim_h2d_ms = ms(kind(sp.kind_ns, K::kH2DParam));
     if (p.gpu_measured_bytes && *p.gpu_measured_bytes > 0) {
       r.has_memory = true;

@@ -543,9 +543,7 @@ void wait_by_sleeping(int devices) {
   for (int d = 0; d < devices; ++d) {
     check_device(d);
     DeviceGuard guard(d);
-    unsigned flags = 0;
-    TF_CUDA_CHECK(cudaGetDeviceFlags(&flags));  // CUDA 12 overwrites the flags of a device already initialized
-    TF_CUDA_CHECK(cudaSetDeviceFlags((flags & ~unsigned(cudaDeviceScheduleMask)) | cudaDeviceScheduleBlockingSync));
+    set_device_schedule(cudaDeviceScheduleBlockingSync);  // as the engine's --cuda-sync block
   }
 }
 

@@ -161,6 +161,14 @@ class DeviceGuard {
 };
 
 // Milliseconds between two recorded events.
+// Sets how this process's threads wait for the current device (`sched`: cudaDeviceScheduleSpin, _Yield or
+// _BlockingSync), its other flags kept. CUDA 12 overwrites the flags of a device already initialized.
+inline void set_device_schedule(unsigned sched) {
+  unsigned flags = 0;
+  TF_CUDA_CHECK(cudaGetDeviceFlags(&flags));
+  TF_CUDA_CHECK(cudaSetDeviceFlags((flags & ~unsigned(cudaDeviceScheduleMask)) | sched));
+}
+
 inline float elapsed_ms(const Event& a, const Event& b) {
   float ms = 0;
   TF_CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));

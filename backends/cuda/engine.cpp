@@ -214,17 +214,12 @@ class EngineImpl final : public Engine {
 
  private:
   // --- set-up -------------------------------------------------------------------------------------
-  // The device's scheduling flag (how this process's threads wait for it), its other flags kept. CUDA 12
-  // overwrites the flags of a device already initialized.
+  // The device's scheduling flag: how this process's threads wait for it (auto: CUDA's choice, untouched).
   void set_sync_flag() {
     if (cfg_.cuda_sync == CudaSync::kAuto) return;
-    unsigned flags = 0;
-    TF_CUDA_CHECK(cudaGetDeviceFlags(&flags));
-    flags &= ~unsigned(cudaDeviceScheduleMask);
-    const unsigned sched = cfg_.cuda_sync == CudaSync::kSpin    ? cudaDeviceScheduleSpin
-                           : cfg_.cuda_sync == CudaSync::kYield ? cudaDeviceScheduleYield
-                                                                : cudaDeviceScheduleBlockingSync;
-    TF_CUDA_CHECK(cudaSetDeviceFlags(flags | sched));
+    set_device_schedule(cfg_.cuda_sync == CudaSync::kSpin    ? cudaDeviceScheduleSpin
+                        : cfg_.cuda_sync == CudaSync::kYield ? cudaDeviceScheduleYield
+                                                             : cudaDeviceScheduleBlockingSync);
   }
 
   void validate_config() {
