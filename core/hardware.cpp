@@ -63,6 +63,26 @@ std::vector<std::pair<int, double>> count_rate_pairs(MapReader& c, std::string_v
   return m;
 }
 
+// An optional footprint curve [[node_bytes, factor], ...], bytes ascending.
+std::vector<FootprintPoint> footprint_points(MapReader& c, std::string_view key, HardwareProfile& p) {
+  std::vector<FootprintPoint> m;
+  if (!c.has(key)) return m;
+  const Node& v = figure(c, key, p);
+  if (!v.is_seq() || v.children.empty())
+    config::fail(v, "expected a list of [node_bytes, factor] pairs, got " + v.describe());
+  for (const Node& e : v.children) {
+    if (!e.is_seq() || e.children.size() != 2)
+      config::fail(e, "expected a pair [node_bytes, factor], got " + e.describe());
+    const FootprintPoint pt{config::read_int(e.children[0], 1, int64_t(1) << 60),
+                            config::read_number(e.children[1], 0, 10, true)};
+    if (!m.empty() && pt.node_bytes <= m.back().node_bytes)
+      config::fail(e.children[0], "node_bytes must ascend; " + std::to_string(pt.node_bytes) + " follows " +
+                                      std::to_string(m.back().node_bytes));
+    m.push_back(pt);
+  }
+  return m;
+}
+
 std::vector<GemmPoint> read_gemm_points(const Node& v) {
   if (!v.is_seq() || v.children.empty())
     config::fail(v, "expected a list of [m, n, k, tflops] or [m, n, k, tflops, pass] entries, got " + v.describe());
@@ -225,6 +245,18 @@ double CpuProfile::optimizer_node_gparam_s(int ranks) const {
   return m.back().second;
 }
 
+double CpuProfile::optimizer_footprint_factor(int64_t node_bytes) const {
+  const auto& m = optimizer_rate_factor_by_node_bytes;
+  if (m.empty()) return 1;
+  if (node_bytes <= m.front().node_bytes) return m.front().factor;
+  for (size_t i = 1; i < m.size(); ++i)
+    if (node_bytes <= m[i].node_bytes) {
+      const double f = double(node_bytes - m[i - 1].node_bytes) / double(m[i].node_bytes - m[i - 1].node_bytes);
+      return m[i - 1].factor + f * (m[i].factor - m[i - 1].factor);
+    }
+  return m.back().factor;
+}
+
 HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::string& display_name) {
   const Node root = config::parse_yaml(yaml_text, display_name);
   HardwareProfile p;
@@ -331,6 +363,7 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
     p.cpu.optimizer_gparam_s_by_threads = count_rate_pairs(c, "optimizer_gparam_s_by_threads", "threads", "thread", p);
     p.cpu.optimizer_node_gparam_s_by_ranks =
         count_rate_pairs(c, "optimizer_node_gparam_s_by_ranks", "ranks", "rank", p);
+    p.cpu.optimizer_rate_factor_by_node_bytes = footprint_points(c, "optimizer_rate_factor_by_node_bytes", p);
     c.warn_unknown();
   }
   {
@@ -559,6 +592,12 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
     for (const auto& [ranks, rate] : c.optimizer_node_gparam_s_by_ranks)
       rows.push_back(std::to_string(ranks) + ", " + num(rate));
     w.list_figure(2, "optimizer_node_gparam_s_by_ranks", rows);
+  }
+  if (!c.optimizer_rate_factor_by_node_bytes.empty()) {
+    std::vector<std::string> rows;
+    for (const FootprintPoint& f : c.optimizer_rate_factor_by_node_bytes)
+      rows.push_back(std::to_string(f.node_bytes) + ", " + num(f.factor));
+    w.list_figure(2, "optimizer_rate_factor_by_node_bytes", rows);
   }
   w.figure(2, "dma_slowdown_factor", num(c.dma_slowdown_factor));
   if (measured(c.dma_slowdown_factor_d2h, "cpu.dma_slowdown_factor_d2h"))

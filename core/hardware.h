@@ -121,6 +121,13 @@ struct LinkProfile {
   bool operator==(const LinkProfile&) const = default;
 };
 
+// The CPU optimizer's rate at one host footprint, relative to calibrate's small segments.
+struct FootprintPoint {
+  int64_t node_bytes = 0;
+  double factor = 1;
+  bool operator==(const FootprintPoint&) const = default;
+};
+
 struct CpuProfile {
   std::string name;
   int cores = 0;  // physical cores in the node
@@ -138,6 +145,12 @@ struct CpuProfile {
   // together): k processes at once, each on its k-th share of the cores, through the engine's CPU
   // path (twinflow calibrate). The simulator shares the host by it (docs/ARCHITECTURE.md).
   std::vector<std::pair<int, double>> optimizer_node_gparam_s_by_ranks;
+  // Optional measured factors on the CPU optimizer's rate by the host memory the node's ranks hold
+  // (bytes of the whole node, ascending): the node rate of k rank processes with segments of that size
+  // (and the rest of each rank's planned host bytes resident) over their rate on calibrate's small
+  // segments, the two measured alternately (twinflow calibrate --scenario; docs/ARCHITECTURE.md, "The
+  // simulator: the host is shared"). The first point is that reference, at factor 1.
+  std::vector<FootprintPoint> optimizer_rate_factor_by_node_bytes;
   // With measurements: interpolated linearly between measured thread counts (below the first,
   // proportional to threads; above the last, that rate), capped by the all-core rate. Without:
   // min(threads x per-core rate, all-core rate).
@@ -145,6 +158,9 @@ struct CpuProfile {
   // The node rate with `ranks` concurrent ranks: interpolated linearly between measured rank counts,
   // the first measured rate below them and the last above; 0 without measurements.
   double optimizer_node_gparam_s(int ranks) const;
+  // The factor at `node_bytes` of pinned host memory on the node: interpolated linearly in bytes between
+  // measured points, the first point's factor below them and the last's above; 1 without measurements.
+  double optimizer_footprint_factor(int64_t node_bytes) const;
   bool operator==(const CpuProfile&) const = default;
 };
 

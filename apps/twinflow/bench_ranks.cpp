@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include "apps/twinflow/cpu_footprint.h"
 #include "apps/twinflow/cpu_ranks.h"
 #include "apps/twinflow/table.h"
 #include "backends/cpu/cpu_backend.h"
@@ -257,8 +258,49 @@ class RanksBench {
   std::optional<core::CpuProfile> cpu_profile_;
 };
 
+// `bench --footprints --scenario S`: the scenario's footprints (scenario_footprints) measured as calibrate
+// measures them, against small segments of --n elements over the same ranks; with --profile its curve's
+// factor at each footprint beside the measured one.
+int bench_footprints(const RanksBenchOptions& o) {
+  const core::Scenario sc = core::load_scenario(*o.scenario);
+  std::optional<core::CpuProfile> cpu;
+  if (o.profile) cpu = core::find_hardware_profile(*o.profile).cpu;
+  Table t({"footprint", "ranks", "planned GB", "held GB", "small GB", "small Gparam/s", "Gparam/s", "factor",
+           "spread %", "profile factor", "error %"});
+  for (const HostFootprint& fp : scenario_footprints({sc}, false)) {
+    const int k = int(fp.layouts.size());
+    std::string why;
+    const auto m = measure_footprint(
+        fp, flat_layouts(o.n, k, o.layers), o.iters, o.pin,
+        [](const std::string& s) { std::cerr << s << "\n"
+                                             << std::flush; }, &why);
+    if (!m) {
+      std::cerr << "skipped " << why << "\n";
+      continue;
+    }
+    const double f = median(m->factors);
+    const auto [lo, hi] = std::minmax_element(m->factors.begin(), m->factors.end());
+    std::string profile_factor = "-", error = "-";
+    if (cpu) {
+      const double pf = cpu->optimizer_footprint_factor(m->held.node_bytes);
+      profile_factor = fmt(pf, 3);
+      error = fmt((pf - f) / f * 100, 1);
+    }
+    t.add({fp.what, std::to_string(k), fmt(double(fp.node_bytes) / 1e9, 2), fmt(double(m->held.node_bytes) / 1e9, 2),
+           fmt_rate(double(m->small_node_bytes) / 1e9), fmt(median(m->small_gparam_s), 3), fmt(median(m->gparam_s), 3),
+           fmt(f, 3), fmt((*hi - *lo) / f * 100, 1), profile_factor, error});
+  }
+  std::cout << "\n";
+  t.print(std::cout);
+  std::cout << "\nfactor: the node rate holding the footprint over the rate on the small segments, the two groups' "
+            << "passes alternating (median of " << o.iters << " pairs); held: what fit the free memory\n";
+  if (o.out.csv) t.write_csv(*o.out.csv);
+  if (o.out.json) t.write_json(*o.out.json);
+  return 0;
+}
+
 }  // namespace
 
-int bench_cpu_ranks(const RanksBenchOptions& o) { return RanksBench(o).run(); }
+int bench_cpu_ranks(const RanksBenchOptions& o) { return o.footprints ? bench_footprints(o) : RanksBench(o).run(); }
 
 }  // namespace tf::app

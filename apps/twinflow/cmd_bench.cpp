@@ -97,6 +97,10 @@ po::options_description bench_description() {
       "node mode: comma list of rank counts k; for each, k processes run the engine's CPU path at once, each on its "
       "share of the cores (the elements are --n over all ranks, or --scenario's CPU segments at world k)");
   add("scenario", po::value<std::string>(), "with --cpu-ranks: each rank's CPU layers from this scenario");
+  add("footprints", po::bool_switch(),
+      "with --scenario, in place of --cpu-ranks: the node rate of the scenario's ranks at the host memory it pins at "
+      "ratios 0.5 and 1 (its CPU segments and the rest of its planned pinned bytes) against small segments (--n over "
+      "those ranks, --layers ops each), --iters alternating pairs: calibrate's footprint curve, without a GPU");
   add("ratio", po::value<double>(), "with --scenario: the CPU share (default: the scenario's)");
   add_int_option(desc, kLayers);
   add("tuning", po::value<std::string>()->default_value("default"),
@@ -152,7 +156,12 @@ std::vector<T> int_list(const po::variables_map& vm, const char* option, int64_t
 RanksBenchOptions ranks_options(const po::variables_map& vm, const BenchOptions& b) {
   RanksBenchOptions r;
   const int cores = backend::cpu::host_topology().physical_cores();
-  r.ranks = int_list<int>(vm, "cpu-ranks", 1, cores);
+  r.footprints = vm["footprints"].as<bool>();
+  if (r.footprints && vm.count("cpu-ranks"))
+    throw core::InputError("--footprints measures the scenario's own ranks per node: give it or --cpu-ranks, not both");
+  if (r.footprints && !vm.count("scenario"))
+    throw core::InputError("--footprints needs --scenario: the scenario whose host memory to hold");
+  if (!r.footprints) r.ranks = int_list<int>(vm, "cpu-ranks", 1, cores);
   if (vm.count("n") && !vm["n"].defaulted()) r.n = int64_t(b.n);
   if (vm.count("scenario")) r.scenario = vm["scenario"].as<std::string>();
   if (vm.count("ratio")) {
@@ -228,7 +237,7 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   backend::cpu::apply_tuning_spec(o.cpu, vm["tuning"].as<std::string>(), "--tuning");
   o.cpu_variants = vm["cpu-variants"].as<bool>();
   o.out = read_output_options(vm);
-  if (vm.count("cpu-ranks")) o.ranks = ranks_options(vm, o);
+  if (vm.count("cpu-ranks") || vm["footprints"].as<bool>()) o.ranks = ranks_options(vm, o);
   return o;
 }
 

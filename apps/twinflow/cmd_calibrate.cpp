@@ -27,6 +27,7 @@
 
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/cpu_footprint.h"
 #include "apps/twinflow/cpu_ranks.h"
 #include "apps/twinflow/measure.h"
 #include "apps/twinflow/table.h"
@@ -35,6 +36,7 @@
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/hardware.h"
+#include "core/memory.h"
 #include "core/model.h"
 #include "core/optim/grad_stats.h"
 #include "core/output_file.h"
@@ -365,6 +367,7 @@ class Calibrator {
         builtin_cases_(gemm_cases(o.quick, {}).size()),  // the rest are the scenarios' shapes
         threads_(thread_counts(cores_)),
         cpu_ranks_(rank_counts(cores_, gpus_)),
+        footprints_(scenario_footprints(scenarios_, o.quick)),
         sizes_(nccl_sizes(o.quick)),
         c_(o, planned_steps()),
         gpu_label_(dev_.name + " (device 0)") {
@@ -386,6 +389,7 @@ class Calibrator {
     measure_cpu_optimizer();
     measure_cpu_memory();
     measure_cpu_ranks();
+    measure_cpu_footprints();
     measure_dma_slowdown();
     measure_copies_under_cpu_pass();
     measure_collectives();  // and, with >= 2 GPUs, the compute slowdown under collectives and copies
@@ -417,7 +421,8 @@ class Calibrator {
     for (const core::Scenario& sc : scenarios_)
       if (decoder_kernel_shape(sc)) decoder_rows += core::kKernelClassCount - 3 + 2;
     return memory + int(gemms_.size()) + random_rows + decoder_rows + 2 + 3 + 8 + 5 + int(threads_.size()) +
-           int(cpu_ranks_.size()) + 3 + 2 + 4 + (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
+           int(cpu_ranks_.size()) + int(footprints_.size()) + 3 + 2 + 4 +
+           (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
   }
 
   void announce() const {
@@ -877,11 +882,20 @@ class Calibrator {
   // fell 6% from k = 1 to 4 while the bench, minutes later, rose 3%: 8-12% error at k = 2, 4. The ops
   // are the engine's (engine_op_: a layer's CPU piece at one rank, split k ways at k ranks as ZeRO-3
   // shards it), --quick too: on 131 k-element ops per-op overhead halved the rate (largest-h200).
-  void measure_cpu_ranks() {
-    const int warm = 3;
+  // The rank curve's segments: `ops` engine-sized ops of `op` elements over all k ranks.
+  struct RankCurveOps {
+    int64_t op = 0;
+    int ops = 0;
+  };
+  RankCurveOps rank_curve_ops() const {
     const int64_t budget = int64_t(1) << (o_.quick ? 27 : 28);  // elements over all ranks, at most
     const int64_t op = std::clamp(engine_op_.elems, int64_t(core::kStatsTile) * cpu_ranks_.back(), budget);
-    const int ops = int(std::clamp<int64_t>(budget / op, 1, 32));
+    return {op, int(std::clamp<int64_t>(budget / op, 1, 32))};
+  }
+
+  void measure_cpu_ranks() {
+    const int warm = 3;
+    const auto [op, ops] = rank_curve_ops();
     std::vector<std::unique_ptr<CpuRankGroup>> groups;
     for (int k : cpu_ranks_) {
       groups.push_back(std::make_unique<CpuRankGroup>(flat_layouts(op * ops, k, ops), 0, o_.pin));
@@ -911,6 +925,49 @@ class Calibrator {
         "every k's processes started and warmed up (" + std::to_string(warm) +
         " passes), then the k alternating pass by pass; [ranks, Gparam/s], each the median of " + std::to_string(R_) +
         " passes (" + per_k + ")";
+  }
+
+  // The node rate at the scenarios' host footprints, relative to the rank curve's small segments: k rank
+  // processes hold the CPU segments the engine runs at that ratio plus the rest of each rank's planned
+  // pinned memory (CpuRankGroup::hold_resident), and their passes alternate with those of k processes on
+  // small segments, so that a drift of the host moves both (measure_cpu_ranks). On two H200s the engine's
+  // pass at 8.05B ratio 1 (224 of the host's 256 GB pinned) ran 12-15% slower than at any smaller
+  // footprint (bench/results/2026-11-28-h200x2-revalidate); a few GB of segments do not show it.
+  void measure_cpu_footprints() {
+    if (footprints_.empty()) return;
+    const int reps = o_.quick ? 3 : 7;
+    const auto [op, ops] = rank_curve_ops();
+    std::vector<core::FootprintPoint> pts;
+    std::string per;
+    for (const HostFootprint& fp : footprints_) {
+      std::string why;
+      const auto m = measure_footprint(
+          fp, flat_layouts(op * ops, int(fp.layouts.size()), ops), reps, o_.pin,
+          [&](const std::string& s) { c_.note(s); }, &why);
+      if (!m) {
+        c_.note("skipped " + why);
+        continue;
+      }
+      const cal::Stat st = cal::make_stat(m->factors);
+      const int64_t held = m->held.node_bytes;
+      c_.done("cpu adamw bf16 node rate at " + core::format_gb(held) + " pinned (" + fp.what + ") / on small segments",
+              st.median, "x", st, "cpu.optimizer_rate_factor_by_node_bytes");
+      if (pts.empty()) pts.push_back({m->small_node_bytes, 1.0});
+      if (held > pts.back().node_bytes) pts.push_back({held, sig4(st.median)});
+      per += (per.empty() ? "" : "; ") + fp.what + ": " + core::format_gb(held) + " held (planned " +
+             core::format_gb(fp.node_bytes) + ") x" + fmt(st.median, 3) + " (spread " + fmt(st.spread * 100, 1) +
+             "%; node " + fmt(cal::make_stat(m->gparam_s).median, 3) + " against " +
+             fmt(cal::make_stat(m->small_gparam_s).median, 3) + " Gparam/s)";
+    }
+    if (pts.size() < 2) return;
+    p_.cpu.optimizer_rate_factor_by_node_bytes = pts;
+    src()["cpu.optimizer_rate_factor_by_node_bytes"] =
+        c_.origin() + ": [node pinned bytes, factor]: k rank processes through the engine's CPU path (as the " +
+        "rank curve), each holding its CPU segment at the scenario's ratio (tf::app::scenario_layouts) and the " +
+        "rest of its planned pinned bytes written once (the simulator's plan: SimPoint::cpu_node_host_bytes), " +
+        "their node rate over that of k processes on " + core::format_gb(pts.front().node_bytes) +
+        " of segments (the first point), the two alternating pass by pass; each the median of " + std::to_string(reps) +
+        " pairs (" + per + ")";
   }
 
   // The same all-core pass while an H2D and a D2H run: alone (the sweep's), under DMA, alone again.
@@ -1219,7 +1276,8 @@ class Calibrator {
   const std::vector<GemmCase> gemms_;
   const size_t builtin_cases_;
   const std::vector<int> threads_;
-  const std::vector<int> cpu_ranks_;  // k of measure_cpu_ranks
+  const std::vector<int> cpu_ranks_;             // k of measure_cpu_ranks
+  const std::vector<HostFootprint> footprints_;  // where measure_cpu_footprints measures (--scenario)
   const std::vector<int64_t> sizes_;
   Calibration c_;
   const std::string gpu_label_;
@@ -1275,6 +1333,8 @@ std::vector<std::pair<std::string, double>> profile_figures(const core::Hardware
     f.emplace_back("cpu.optimizer_gparam_s " + std::to_string(t) + " threads", r);
   for (const auto& [k, r] : c.optimizer_node_gparam_s_by_ranks)
     f.emplace_back("cpu.optimizer_node_gparam_s " + std::to_string(k) + " ranks", r);
+  for (const core::FootprintPoint& fp : c.optimizer_rate_factor_by_node_bytes)
+    f.emplace_back("cpu.optimizer_rate_factor " + core::format_gb(fp.node_bytes), fp.factor);
   f.insert(f.end(), {{"cpu.mem_gbps", c.mem_gbps},
                      {"cpu.dma_slowdown_factor", c.dma_slowdown_factor},
                      {"cpu.dma_slowdown_factor_d2h", c.dma_slowdown_factor_d2h},
@@ -1337,8 +1397,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       "cudaMemcpy), PCIe (pinned H2D, D2H, both at once, pageable H2D, the fixed cost per copy), kernel\n"
       "launch and event overheads, the CPU AdamW rate against threads, the node's rate with 1, 2, 4 (and\n"
       "GPUs) rank processes at once on their shares of the cores (on the engine's op size: --scenario's\n"
-      "layers, else 2^24 elements an op), the CPU pass's slowdown while DMA runs and the copies' while\n"
-      "the CPU pass runs,\n"
+      "layers, else 2^24 elements an op), with --scenario that node rate at the host memory each scenario\n"
+      "pins at ratios 0.5 and 1 (--quick: 1) relative to small segments, the CPU pass's slowdown while DMA\n"
+      "runs and the copies' while the CPU pass runs,\n"
       "and with >= 2 GPUs NCCL all-gather and the engine's reduce-scatter (its exchange's bus bandwidth)\n"
       "against message size.\n"
       "Progress goes to stderr, one line per measurement; the table to stdout. Every figure is the\n"

@@ -5,6 +5,7 @@
 //   ranges N (LAYER BEGIN END) x N    (no answer)
 //   order N LAYER x N                 (no answer)
 //   setup KIND GRAD COPY TUNING       -> ok HUGE_FRACTION   (TUNING: cpu::apply_tuning_spec's spec)
+//   resident BYTES                    -> ok   (after setup: BYTES more host memory, written once, never read)
 //   pass | bound                      -> t T0_NS T1_NS [OP_NS ...]   (steady clock, comparable across processes)
 //   digest                            -> digest HEX (cpu_ranks.h)
 //   quit
@@ -128,6 +129,7 @@ class Worker {
       if (cmd == "ranges") return read_ranges(in), true;
       if (cmd == "order") return read_order(in), true;
       if (cmd == "setup") return setup(in, out), true;
+      if (cmd == "resident") return resident(in, out), true;
       if (cmd == "pass") return pass(out), true;
       if (cmd == "bound") return bound(out), true;
       if (cmd == "digest") return digest(out), true;
@@ -268,6 +270,24 @@ class Worker {
     return ops;
   }
 
+  void resident(std::istream& in, std::ostream& out) {
+    int64_t bytes = -1;
+    in >> bytes;
+    if (!in || bytes < 0) throw core::InputError("resident: malformed");
+    if (!seg_) throw core::InputError("resident before setup");
+    resident_ = cpu::HostRegion();
+    if (bytes > 0) {
+      resident_ = cpu::HostRegion(size_t(bytes), huge_);
+      cpu::ThreadPool& pool = seg_->backend().pool();
+      pool.run(pool.size(), [&](size_t w) {  // placed by first touch, as the engine's pinned buffers are
+        size_t b = 0, e = 0;
+        cpu::ThreadPool::split(size_t(bytes), pool.size(), w, b, e);
+        std::memset(static_cast<char*>(resident_.data()) + b, 1, e - b);
+      });
+    }
+    out << "ok" << std::endl;
+  }
+
   void pass(std::ostream& out) {
     if (!seg_) throw core::InputError("pass before setup");
     if (filled_ != setup_.grad) fill(setup_.grad);
@@ -317,6 +337,7 @@ class Worker {
   std::vector<cpu::SegmentRange> ranges_;
   std::vector<size_t> order_;
   cpu::HostRegion master_, s1_, s2_, grad_, copy_;
+  cpu::HostRegion resident_;  // never read: the rest of the rank's host footprint (`resident`)
   bool placed_ = false;
   CpuRankSetup setup_;
   core::DType filled_ = core::DType::kNone;
@@ -513,6 +534,15 @@ void CpuRankGroup::setup(const CpuRankSetup& s) {
 }
 
 const std::vector<double>& CpuRankGroup::huge_page_fraction() const { return impl_->huge_fraction; }
+
+void CpuRankGroup::hold_resident(const std::vector<int64_t>& bytes_per_rank) {
+  if (bytes_per_rank.size() != impl_->workers.size())
+    throw core::InputError("CPU ranks: " + std::to_string(bytes_per_rank.size()) + " resident sizes for " +
+                           std::to_string(impl_->workers.size()) + " ranks");
+  for (size_t r = 0; r < bytes_per_rank.size(); ++r)
+    impl_->workers[r]->send("resident " + std::to_string(bytes_per_rank[r]));
+  for (auto& w : impl_->workers) (void)w->receive();
+}
 
 PassTimes CpuRankGroup::passes(int reps) { return impl_->timed("pass", reps); }
 PassTimes CpuRankGroup::bound_passes(int reps) { return impl_->timed("bound", reps); }

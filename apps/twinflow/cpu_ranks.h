@@ -89,6 +89,11 @@ class CpuRankGroup {
   // Each rank's share of its process's anonymous memory in huge pages after the last setup
   // (/proc/self/smaps_rollup AnonHugePages / Anonymous; -1 where the kernel does not say).
   const std::vector<double>& huge_page_fraction() const;
+  // Each rank also holds bytes_per_rank[rank] of host memory it never reads (0: none), allocated as its
+  // segment is (cpu::HostRegion) and written once by its threads: the rest of a rank's planned pinned
+  // memory beside its segment (staging, the speculated layers' spare slot), so that a pass is measured
+  // with the node's host memory as full as the engine's (calibrate's footprint curve). After setup.
+  void hold_resident(const std::vector<int64_t>& bytes_per_rank);
   // `reps` optimizer passes over every rank's layers, all ranks started together for each.
   PassTimes passes(int reps);
   // `reps` passes of the optimizer's traffic without its arithmetic (cpu::CpuBackend::stream_pass, the
@@ -101,6 +106,10 @@ class CpuRankGroup {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Host bytes a worker's segment holds per element: fp32 master, two states and the gradient (room for
+// fp32), and the 16-bit copy.
+inline constexpr int64_t kCpuRankBytesPerElem = 4 + 4 + 4 + 4 + 2;
 
 // The worker's side: reads commands from `in`, answers on `out` (exit status).
 int run_cpu_rank_worker(std::istream& in, std::ostream& out);

@@ -308,6 +308,15 @@ void cpu_costs(const core::Scenario& s, const core::RunSettings& rs, int ranks_p
   c.dma_slowdown = {both, one_way(cpu.dma_slowdown_factor_d2h), one_way(cpu.dma_slowdown_factor_h2d)};
 }
 
+// The CPU optimizer's rate at the host memory the node's ranks hold (the plan's pinned bytes of the
+// largest shard x the host's ranks): the profile's measured footprint factor (core::CpuProfile::
+// optimizer_footprint_factor; docs/ARCHITECTURE.md, "The simulator: the host is shared").
+void apply_footprint_factor(const core::CpuProfile& cpu, int64_t node_host_bytes, CostSetup& c, SimPoint& p) {
+  p.cpu_node_host_bytes = node_host_bytes;
+  p.cpu_footprint_factor = cpu.optimizer_footprint_factor(node_host_bytes);
+  for (double& r : c.cpu_optimizer_gparam_s_by_active) r *= p.cpu_footprint_factor;
+}
+
 CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, double gemm_max_efficiency) {
   const core::HardwareProfile& hw = s.cluster.hardware;
   if (!(hw.gpu.hbm_gbps > 0)) throw core::InputError("profile " + hw.name + ": gpu.hbm_gbps must be > 0");
@@ -947,6 +956,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   p.pcie_bytes_each_way = rp.largest.step.pcie_d2h_bytes;
   p.cpu_order = rs.step.cpu_order;
   p.memory = core::sum_by_kind(rp.largest.alloc);
+  apply_footprint_factor(s.cluster.hardware.cpu, p.memory.host_total * cost.cpu_ranks_per_host, cost, p);
   p.unnamed_gpu = core::unnamed_gpu_text(rp.largest.alloc);
   p.host_per_cpu_param = core::host_bytes_per_cpu_param(rp.largest.alloc, rp.largest.split.cpu_elems);
   p.staging = rp.largest.staging;

@@ -65,6 +65,10 @@ struct SimPoint {
   core::HostBytesPerParam host_per_cpu_param;  // of the largest shard's CPU segment (issue 16)
   core::StagingChoice staging;                 // of the largest shard (core::choose_staging)
   int64_t pcie_bytes_each_way = 0;
+  // The node's pinned host bytes (memory.host_total x the host's ranks) and the CPU optimizer's rate factor
+  // the profile gives at them (core::CpuProfile::optimizer_footprint_factor; 1 when not measured)
+  int64_t cpu_node_host_bytes = 0;
+  double cpu_footprint_factor = 1;
   core::CpuPassOrder cpu_order;                    // the speculated CPU passes' order planned (StepConfig::cpu_order)
   std::optional<CpuOrderChoice> cpu_order_choice;  // how it was chosen (training.cpu_order auto)
   std::vector<core::StepPlan> plans;               // per rank (only with SimOptions::keep_plans)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run ON THE GPU MACHINE nvidia-h200-x2 from the repo root with .devbin/ carried
 # (bench/device/build-for-device.sh makes it). Issues 6 and 20 on two H200s, ZeRO-3: for each of a 2.15B
-# and an 8.05B MLP, calibrate (with both workloads' GEMM shapes) right before `twinflow validate` (measures
+# and an 8.05B MLP, calibrate (with the workload's GEMM shapes and host footprints) right before `twinflow validate` (measures
 # the ratio sweep with the real backend over both GPUs, simulates the same points with the profile just
 # measured). The host's CPU rate moved by 13-32% within the 2026-11-24 call
 # (bench/results/2026-11-24-h200x2-validate/README.md), so one profile for both sweeps would mix hosts;
@@ -9,6 +9,8 @@
 # the tables print here. About 8 minutes (STEPS=8). STEPS (default 6) sets each ratio's step count: with the tail carried,
 # steps 3..STEPS-1 are steady, so 8 gives five steady steps, most of them with the speculation holding.
 # TRACE_STEPS (default 4) sets how many of each ratio's last steps its trace holds (validate --trace-steps).
+# MODELS (default "2b 8b") picks the sweeps and their order. Each calibrate gets its sweep's scenario only
+# (its GEMM shapes, and the host footprints it pins at ratios 0.5 and 1: the CPU rate's footprint curve).
 set -uo pipefail
 OUT=${OUT:-out/device}
 W=/tmp/issue6-h200x2
@@ -17,7 +19,6 @@ export LD_LIBRARY_PATH=$PWD/.devbin:${LD_LIBRARY_PATH:-} NCCL_NVLS_ENABLE=0
 B=.devbin
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 pack() { tar czf "$OUT/issue6-h200x2.tar.gz" -C "$W" .; }
-CAL="--scenario scenarios/real/mlp-2b-h200x2.yaml --scenario scenarios/real/mlp-8b-h200x2.yaml"
 
 step "machine"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2;
@@ -31,14 +32,15 @@ meminfo_every() {
   done >> "$2"
 }
 
-for m in 2b 8b; do
+for m in ${MODELS:-2b 8b}; do
   step "calibrate before the ${m} sweep"
-  timeout 150 $B/twinflow calibrate --out "$W/h200x2-cal-${m}.yaml" $CAL > "$W/calibrate-${m}.log" 2> "$W/calibrate-${m}.err"
+  timeout 240 $B/twinflow calibrate --out "$W/h200x2-cal-${m}.yaml" --scenario scenarios/real/mlp-${m}-h200x2.yaml \
+    > "$W/calibrate-${m}.log" 2> "$W/calibrate-${m}.err"
   echo "rc $?"; tail -n 4 "$W/calibrate-${m}.err"; pack
 
   step "validate: ${m} MLP on 2 GPUs"
   meminfo_every 2 "$W/meminfo-${m}.log" & MEMINFO=$!
-  timeout 300 $B/twinflow validate scenarios/real/mlp-${m}-h200x2.yaml --profile "$W/h200x2-cal-${m}.yaml" \
+  timeout 330 $B/twinflow validate scenarios/real/mlp-${m}-h200x2.yaml --profile "$W/h200x2-cal-${m}.yaml" \
     --steps "${STEPS:-6}" \
     --run-json "$W/sweep-${m}.json" --trace "$W/trace-${m}.json" --trace-steps "${TRACE_STEPS:-4}" --json "$W/validate-${m}.json" \
     --svg "$W/validate-${m}.svg" > "$W/validate-${m}.log" 2>&1
@@ -46,6 +48,7 @@ for m in 2b 8b; do
   pack
 done
 
+[ -f "$W/h200x2-cal-2b.yaml" ] && [ -f "$W/h200x2-cal-8b.yaml" ] || { pack; exit 0; }
 step "the two profiles' figures side by side (the host's stability within the call)"
 python3 - "$W/h200x2-cal-2b.yaml" "$W/h200x2-cal-8b.yaml" <<'PY' | tee "$W/profiles-side-by-side.txt"
 import sys, yaml

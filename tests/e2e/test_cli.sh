@@ -178,6 +178,26 @@ expect 0 "bench: the engine's CPU ops of a scenario, per layer" -- "$tf" bench -
   --scenario "$src/scenarios/real/mlp-2b.yaml" --ratio 0.001 --iters 1 --optimizers adamw --grads bf16 --per-layer
 contains "$tmp/out" "rank 0's CPU ops at 1 rank(s)" "bench --per-layer prints the ops"
 expect 2 "bench --cpu-ranks beyond the cores" -- "$tf" bench --cpu-ranks 1,100000
+# calibrate's footprint curve without a GPU: the toy's two ranks holding what it pins at ratios 0.5 and 1
+expect 0 "bench --footprints: the node rate at a scenario's host memory" -- "$tf" bench --footprints \
+  --scenario "$src/scenarios/toy-zero3-ratio0.4.yaml" --n 262144 --layers 4 --iters 2 \
+  --profile h100-80gb-16core-calibrated --json "$tmp/fp.json"
+contains "$tmp/err" "placing .* GB of host memory for toy-zero3-ratio0.4 at ratio 1 (2 rank processes" \
+  "bench --footprints says what it places"
+python3 - "$tmp/fp.json" <<'PY' && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: bench --footprints JSON"; }
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["footprint"] for r in rows] == ["toy-zero3-ratio0.4 at ratio 0.5", "toy-zero3-ratio0.4 at ratio 1"], rows
+for r in rows:
+    assert r["ranks"] == 2 and r["held GB"] == r["planned GB"] > r["small GB"] > 0, r
+    assert r["factor"] > 0 and r["Gparam/s"] > 0 and r["small Gparam/s"] > 0, r
+    assert r["profile factor"] == 1.0, r  # that profile has no footprint curve
+assert rows[0]["planned GB"] < rows[1]["planned GB"], rows
+PY
+expect 2 "bench --footprints needs a scenario" -- "$tf" bench --footprints
+contains "$tmp/err" "--footprints needs --scenario" "bench --footprints names what is missing"
+expect 2 "bench --footprints with --cpu-ranks" -- "$tf" bench --footprints --cpu-ranks 1 \
+  --scenario "$src/scenarios/toy-zero3-ratio0.4.yaml"
 expect 0 "bench: the old identical pinning, for comparison" -- "$tf" bench --cpu-ranks 2 --n 65536 --layers 2 \
   --iters 1 --optimizers adamw --grads bf16 --pinning identical
 expect 2 "bench --pinning bad" -- "$tf" bench --cpu-ranks 1 --pinning shared

@@ -478,6 +478,34 @@ TEST(SimHost, BothRanksOfAHostRunAtTheTwoRankRate) {
   EXPECT_NEAR(double(q.kind_ns[size_t(tf::core::OpKind::kCpuOptimizer)]), want_ns * 2.1 / 2.25, ops + 1.0);
 }
 
+// The footprint factor (cpu.optimizer_rate_factor_by_node_bytes) is looked up at the node's planned pinned
+// bytes, the largest shard's host memory x the host's ranks, and scales every CPU optimizer op's rate: the
+// same run with the rank curve of BothRanksOfAHostRunAtTheTwoRankRate takes elements / (2.1 x factor).
+TEST(SimHost, TheFootprintFactorScalesThePassAtTheNodesPinnedBytes) {
+  tf::core::Scenario s = decoder_scenario(2);
+  tf::core::CpuProfile& cpu = s.cluster.hardware.cpu;
+  cpu = shared_host_cpu();
+  cpu.dma_slowdown_factor = 1;
+  s.cluster.cpu_cores_per_gpu = 8;
+  SimOptions opt;
+  opt.keep_plans = true;
+  const SimPoint base = simulate_step(s, 0.5, opt);
+  EXPECT_EQ(base.cpu_footprint_factor, 1.0);  // not measured
+  EXPECT_EQ(base.cpu_node_host_bytes, base.memory.host_total * 2);
+  ASSERT_GT(base.cpu_node_host_bytes, 0);
+  // 1 up to the half of the node's bytes, 0.5 at twice them: 0.75 at the node's bytes
+  cpu.optimizer_rate_factor_by_node_bytes = {{base.cpu_node_host_bytes / 2, 1.0}, {base.cpu_node_host_bytes * 2, 0.5}};
+  const SimPoint p = simulate_step(s, 0.5, opt);
+  EXPECT_DOUBLE_EQ(p.cpu_footprint_factor, 1.0 - 0.5 * (0.5 / 1.5));
+  double want_ns = 0;
+  int ops = 0;
+  for (const tf::core::Op& op : p.plans[0].ops)
+    if (op.kind == tf::core::OpKind::kCpuOptimizer) want_ns += double(op.elems) / (2.1 * p.cpu_footprint_factor), ++ops;
+  ASSERT_GT(ops, 0);
+  EXPECT_NEAR(double(p.kind_ns[size_t(tf::core::OpKind::kCpuOptimizer)]), want_ns, ops + 1.0);
+  EXPECT_GT(p.step_ns, base.step_ns);
+}
+
 // The CPU pass's DMA slowdown by direction (cpu.dma_slowdown_factor_d2h / _h2d): a profile without them
 // slows by the both-ways figure whatever the link carries, and so does one whose one-way figures equal it
 // (the same step to the ns); a larger D2H figure slows the passes that run beside the ranks' D2Hs (with

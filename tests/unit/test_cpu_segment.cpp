@@ -203,6 +203,17 @@ TEST(CpuRankWorker, RunsEveryLayerInOrderAsTheSegmentDoes) {
   EXPECT_NE(b[5], want.str());
   const std::vector<std::string> bad = worker_session("init 0 1 1 1 1\n" + layout + "setup adamw bf16 bf16 unroll=3\n");
   EXPECT_NE(bad[1].find("unroll 3 is not implemented"), std::string::npos) << bad[1];
+  // resident memory beside the segment leaves the passes' results alone; it needs a setup and a size
+  const std::vector<std::string> res = worker_session(
+      "init 0 1 2 1 0\n" + layout + "setup adamw bf16 bf16 default\nresident 12345678\npass\npass\ndigest\n");
+  ASSERT_EQ(res.size(), 6u);
+  EXPECT_EQ(res[2], "ok");
+  EXPECT_EQ(res[5], want.str());
+  const std::vector<std::string> rbad =
+      worker_session("init 0 1 1 1 0\n" + layout + "resident 4096\nsetup adamw bf16 bf16 default\nresident -1\n");
+  ASSERT_EQ(rbad.size(), 4u);
+  EXPECT_EQ(rbad[1], "error resident before setup");
+  EXPECT_EQ(rbad[3], "error resident: malformed");
   const std::vector<std::string> e = worker_session("pass\ninit 0 2 1 1 1\nbogus\nquit\n");
   EXPECT_EQ(e[0].rfind("error ", 0), 0u) << e[0];
   EXPECT_EQ(e[2].rfind("error unknown command", 0), 0u) << e[2];

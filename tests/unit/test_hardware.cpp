@@ -73,6 +73,7 @@ HardwareProfile full_profile() {
   p.cpu.dma_slowdown_factor_h2d = 1.125;
   p.cpu.optimizer_gparam_s_by_threads = {{1, 1.04}, {2, 1.66}, {4, 2.89}, {32, 5.2}};
   p.cpu.optimizer_node_gparam_s_by_ranks = {{1, 5.125}, {2, 4.75}, {4, 4.5}};
+  p.cpu.optimizer_rate_factor_by_node_bytes = {{4831838208, 1}, {112400000000, 0.9921875}, {224800000000, 0.875}};
   p.gpu.compute_slowdown_during_collectives = 1.0625;
   p.gpu.compute_slowdown_during_dma = 1.015625;
   p.gpu.context_bytes = 612345678;
@@ -121,6 +122,7 @@ HardwareProfile full_profile() {
                           "cpu.optimizer_gparam_s_all_cores",
                           "cpu.optimizer_gparam_s_by_threads",
                           "cpu.optimizer_node_gparam_s_by_ranks",
+                          "cpu.optimizer_rate_factor_by_node_bytes",
                           "cpu.dma_slowdown_factor",
                           "cpu.dma_slowdown_factor_d2h",
                           "cpu.dma_slowdown_factor_h2d",
@@ -187,6 +189,7 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   p.intra_node.reduce_scatter_bus_gbps_by_message_bytes.clear();
   p.cpu.optimizer_gparam_s_by_threads.clear();
   p.cpu.optimizer_node_gparam_s_by_ranks.clear();
+  p.cpu.optimizer_rate_factor_by_node_bytes.clear();
   p.gpu.context_bytes = p.gpu.nccl_comm_bytes = p.gpu.alloc_granularity_bytes = 0;
   p.gpu.pinned_host_map_bytes_per_gb = 0;
   p.description.clear();
@@ -203,7 +206,7 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
         "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads",      "by_ranks",
         "compute_slowdown",  "description",     "context_bytes",    "nccl_comm_bytes", "alloc_granularity",
         "pinned_host_map",   "attention",       "decoder_kernel",   "under_cpu_pass",  "factor_d2h",
-        "factor_h2d"})
+        "factor_h2d",        "by_node_bytes"})
     EXPECT_FALSE(contains(text, key)) << key;
   HardwareProfile q = parse_hardware_profile(text, "min.yaml");
   // sources of the figures not written are not read back
@@ -283,6 +286,10 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
       {"- [2, 4.75]", "- [1, 4.75]", "rank counts must ascend; 1 follows 1"},
       {"- [4, 4.5]", "- [33, 4.5]", "optimizer_node_gparam_s_by_ranks.value[2][0]"},
       {"- [4, 4.5]", "- [4, 0]", "optimizer_node_gparam_s_by_ranks.value[2][1]"},
+      {"- [112400000000, 0.9921875]", "- [4831838208, 0.9921875]", "node_bytes must ascend; 4831838208 follows"},
+      {"- [224800000000, 0.875]", "- [224800000000, 0]", "optimizer_rate_factor_by_node_bytes.value[2][1]"},
+      {"- [224800000000, 0.875]", "- [0, 0.875]", "optimizer_rate_factor_by_node_bytes.value[2][0]"},
+      {"- [224800000000, 0.875]", "- [224800000000]", "expected a pair [node_bytes, factor]"},
       {"copy_latency_ns: {value: 2500.125", "copy_latency_ns: {value: -1", "pcie.copy_latency_ns.value"},
       {"pageable_h2d_gbps: {value: 12.5", "pageable_h2d_gbps: {value: 0", "pcie.pageable_h2d_gbps.value"},
       {"h2d_slowdown_under_cpu_pass: {value: 1.4375", "h2d_slowdown_under_cpu_pass: {value: 0.9",
@@ -329,6 +336,19 @@ TEST(GpuProfile, AttentionRateIsTheNearestMeasuredShapes) {
   EXPECT_EQ(g.kernel_gbps(KernelClass::kBiasGrad), 1500);
   EXPECT_EQ(g.kernel_gbps(KernelClass::kCrossEntropy), 3000);  // not measured: HBM
   EXPECT_EQ(g.kernel_gbps(KernelClass::kOther), 3000);
+}
+
+// The CPU rate's factor by the node's pinned bytes: 1 unmeasured, linear between points, flat outside.
+TEST(CpuProfile, FootprintFactorInterpolatesInBytes) {
+  CpuProfile c;
+  EXPECT_EQ(c.optimizer_footprint_factor(int64_t(1) << 40), 1.0);
+  c.optimizer_rate_factor_by_node_bytes = {{1000, 1.0}, {3000, 0.9}, {5000, 0.5}};
+  EXPECT_DOUBLE_EQ(c.optimizer_footprint_factor(0), 1.0);
+  EXPECT_DOUBLE_EQ(c.optimizer_footprint_factor(1000), 1.0);
+  EXPECT_DOUBLE_EQ(c.optimizer_footprint_factor(2000), 0.95);
+  EXPECT_DOUBLE_EQ(c.optimizer_footprint_factor(4000), 0.7);
+  EXPECT_DOUBLE_EQ(c.optimizer_footprint_factor(5000), 0.5);
+  EXPECT_DOUBLE_EQ(c.optimizer_footprint_factor(int64_t(1) << 50), 0.5);
 }
 
 // The node rate with k concurrent ranks: the measured points, linear between them, flat outside.
