@@ -149,9 +149,11 @@ CommandOptions run_options() {
       "how the rank's threads wait for the GPU: block (sleep until it is done: a waiting thread never takes a core "
       "from the CPU optimizer's workers, which run below the issuing threads' priority), spin, yield, or auto "
       "(CUDA's choice: spin on a host with more CPUs than GPUs)");
-  add_output_options(o.desc, {.json = "write every step's figures as JSON (ranks > 0 write FILE.rankN)",
-                              .trace = "Chrome/Perfetto trace of the last step (rank 0; with --ratios one file per "
-                                       "ratio, FILE's stem + -rRATIO)"});
+  add_output_options(
+      o.desc,
+      {.json = "write every step's figures as JSON (ranks > 0 write FILE.rankN)",
+       .trace = "Chrome/Perfetto trace of the last step (ranks > 0 write FILE.rankN; with --ratios one file per "
+                "ratio, FILE's stem + -rRATIO)"});
   add("trace-steps", po::value<int>()->default_value(1),
       "--trace holds the last N steps on one time axis (1 to --steps; each op named sSTEP LABEL): with a carried "
       "tail a step's last ops run into the next step, which only a window of steps shows");
@@ -573,16 +575,18 @@ std::vector<backend::sim::TracedStep> traced_steps(const RunOptions& o, const Ru
   return out;
 }
 
-// The last step's Chrome trace (--trace; --trace-steps: the last N) and timeline SVG (--timeline-svg), rank 0.
-void write_step_files(const RunOptions& o, const RunPoint& pt, const cu::Engine& eng, int world) {
+// The last step's Chrome trace (--trace; --trace-steps: the last N; ranks > 0 write FILE.rankN, each on its
+// own step's clock) and timeline SVG (--timeline-svg, rank 0).
+void write_step_files(const RunOptions& o, const RunPoint& pt, const cu::Engine& eng, int world, int rank) {
   const bool sweep = o.ratios.size() > 1;
   const backend::sim::SimPoint sp = last_step_point(pt, eng, world);
+  const std::string suffix = rank > 0 ? ".rank" + std::to_string(rank) : "";
   if (o.out.trace && o.trace_steps > 1)
     backend::sim::write_chrome_trace(eng.plan(), traced_steps(o, pt),
-                                     per_ratio_path(*o.out.trace, pt.requested, sweep));
+                                     per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix);
   else if (o.out.trace)
-    backend::sim::write_chrome_trace(sp, per_ratio_path(*o.out.trace, pt.requested, sweep));
-  if (o.timeline_svg)
+    backend::sim::write_chrome_trace(sp, per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix);
+  if (o.timeline_svg && rank == 0)
     write_timeline_svg(step_timeline(sp, "measured", o.sc.name), per_ratio_path(*o.timeline_svg, pt.requested, sweep));
 }
 
@@ -780,7 +784,7 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec,
     write_master_weights(*o.save_master + (o.ratios.size() > 1 ? ".r" + num(pt.requested, 3) : ""),
                          ec.settings.model.total_params, mine, rank, ec.settings.world, barrier);
   }
-  if ((o.out.trace || o.timeline_svg) && rank == 0) write_step_files(o, pt, *eng, ec.settings.world);
+  if (o.out.trace || (o.timeline_svg && rank == 0)) write_step_files(o, pt, *eng, ec.settings.world, rank);
   if (o.loss_svg && rank == 0) write_loss_curve(o, pt);
   return pt;
 }
