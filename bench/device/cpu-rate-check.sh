@@ -4,7 +4,7 @@
 # calibrate's small segments and on the scenario's own CPU layers at ratios 0.5 and 1, in two alternated
 # rounds, with the host's steal time (/proc/stat) before and after each: is the rate calibrate measures the
 # rate the engine's passes ran at minutes later, and does the hypervisor take time from the vCPUs?
-# SCENARIO (default mlp-8b-h200x2), PROFILE (optional: the sim's node time beside each row). Output in $OUT.
+# SCENARIO (default mlp-8b-h200x2), PROFILE (optional: the sim's node time beside each row), ROUNDS (default 2). Output in $OUT.
 set -uo pipefail
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
@@ -13,7 +13,7 @@ B=.devbin
 SC=scenarios/real/${SCENARIO:-mlp-8b-h200x2}.yaml
 PROF=${PROFILE:+--profile $PROFILE}
 steal() { awk '/^cpu / {print "steal_jiffies " $9 " (user " $2 ", system " $4 ", idle " $5 ")"}' /proc/stat; }
-for round in 1 2; do
+for round in $(seq 1 "${ROUNDS:-2}"); do
   for what in flat 0.5 1; do
     echo "=== round $round, $what ($(date -u +%T)); $(steal)"
     if [ "$what" = flat ]; then
