@@ -136,10 +136,16 @@ class RanksBench {
       } else {
         CpuRankSetup s;
         s.tuning = o_.tuning;
-        g.setup(s);
+        setup(g, s);
         row(g, {s, false, huge});
       }
     }
+  }
+
+  // The group's segments for `s`, page-locked with --register.
+  void setup(CpuRankGroup& g, const CpuRankSetup& s) const {
+    g.setup(s);
+    if (o_.register_memory) g.register_memory();
   }
 
   // The bound of this k by the same processes, with plain and with streamed copy stores.
@@ -147,7 +153,7 @@ class RanksBench {
     const auto bound = [&](const std::string& nt) {
       CpuRankSetup s;
       s.tuning = over(o_.tuning, nt);
-      g.setup(s);
+      setup(g, s);
       const PassTimes b = g.bound_passes(o_.iters);
       const double bytes = double(core::bytes_per_element(s.kind, s.grad, s.copy).total());
       return bytes * double(g.elems()) / median(b.node_s) / 1e9;
@@ -165,7 +171,7 @@ class RanksBench {
         s.grad = grad;
         s.copy = grad == core::DType::kF32 ? core::DType::kNone : grad;
         s.tuning = o_.tuning;
-        g.setup(s);
+        setup(g, s);
         if (o_.dma != "on") row(g, {s, false, huge});
         if (o_.dma != "off") row(g, {s, true, huge});
       }
@@ -177,7 +183,7 @@ class RanksBench {
       CpuRankSetup s;
       s.tuning = over(o_.tuning, v);
       if (s.tuning == o_.tuning) continue;  // the main row
-      g.setup(s);
+      setup(g, s);
       row(g, {s, false, o_.huge_pages.front()});
     }
   }
@@ -235,7 +241,7 @@ class RanksBench {
   void per_layer(CpuRankGroup& g) {
     CpuRankSetup s;
     s.tuning = o_.tuning;
-    g.setup(s);
+    setup(g, s);
     const PassTimes t = g.passes(o_.iters);
     const RankLayout& l = layouts_.front();
     Table pl({"op", "layer", "elements", "ms", "Gparam/s"});
@@ -271,7 +277,7 @@ int bench_footprints(const RanksBenchOptions& o) {
     const int k = int(fp.layouts.size());
     std::string why;
     const auto m = measure_footprint(
-        fp, flat_layouts(o.n, k, o.layers), o.iters, o.pin,
+        fp, flat_layouts(o.n, k, o.layers), o.iters, o.pin, o.register_memory,
         [](const std::string& s) { std::cerr << s << "\n"
                                              << std::flush; }, &why);
     if (!m) {

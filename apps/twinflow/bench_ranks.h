@@ -36,6 +36,7 @@ struct RanksBenchOptions {
   bool per_layer = false;              // also each op's rate (k = 1: how op size costs)
   std::optional<std::string> profile;  // the simulator's host model with this profile, beside
                                        // the measured AdamW bf16 rows (no DMA, default tuning)
+  bool register_memory = false;        // page-lock each rank's memory (CpuRankGroup::register_memory)
   bool footprints = false;             // the scenario's footprint curve instead (apps/twinflow/cpu_footprint.h)
   OutputFiles out;                     // csv, json
 };

@@ -116,6 +116,9 @@ po::options_description bench_description() {
   add("dma", po::value<std::string>()->default_value("off"),
       "with --cpu-ranks: off | on | both: H2D and D2H copies on GPU 0 during the passes");
   add("per-layer", po::bool_switch(), "with --cpu-ranks: also each CPU op's time and rate (rank 0)");
+  add("register", po::bool_switch(),
+      "with --cpu-ranks or --footprints: page-lock each rank's memory for the copy engines (cudaHostRegister in "
+      "place, as the engine pins its host buffers) before measuring; needs CUDA");
   add("pinning", po::value<std::string>()->default_value("partitioned"),
       "with --cpu-ranks: partitioned (each rank its share of the cores) | identical (every rank pins cores / k "
       "threads to the same first CPUs: the engine before the shares, for comparison)");
@@ -197,6 +200,7 @@ RanksBenchOptions ranks_options(const po::variables_map& vm, const BenchOptions&
   if (r.dma != "off" && r.dma != "on" && r.dma != "both")
     throw core::InputError("--dma must be off, on or both, got '" + r.dma + "'");
   r.per_layer = vm["per-layer"].as<bool>();
+  r.register_memory = vm["register"].as<bool>();
   const std::string pinning = vm["pinning"].as<std::string>();
   if (pinning != "partitioned" && pinning != "identical")
     throw core::InputError("--pinning must be partitioned or identical, got '" + pinning + "'");
@@ -360,7 +364,13 @@ void bench_gpu(const BenchOptions& o, Table& t) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
-  if (args.size() == 1 && args[0] == "--cpu-rank-worker") return run_cpu_rank_worker(std::cin, std::cout);
+  if (args.size() == 1 && args[0] == "--cpu-rank-worker") {
+#if defined(TWINFLOW_HAVE_CUDA)
+    return run_cpu_rank_worker(std::cin, std::cout, {backend::cuda::host_register, backend::cuda::host_unregister});
+#else
+    return run_cpu_rank_worker(std::cin, std::cout);
+#endif
+  }
   const std::optional<BenchOptions> parsed = parse_bench_options(args);
   if (!parsed) return kExitOk;
   const BenchOptions& o = *parsed;

@@ -942,7 +942,7 @@ class Calibrator {
     for (const HostFootprint& fp : footprints_) {
       std::string why;
       const auto m = measure_footprint(
-          fp, flat_layouts(op * ops, int(fp.layouts.size()), ops), reps, o_.pin,
+          fp, flat_layouts(op * ops, int(fp.layouts.size()), ops), reps, o_.pin, false,
           [&](const std::string& s) { c_.note(s); }, &why);
       if (!m) {
         c_.note("skipped " + why);

@@ -72,7 +72,8 @@ bool fit_footprint(HostFootprint& fp, int64_t available_bytes) {
 int64_t free_host_bytes() { return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE)); }
 
 std::optional<FootprintMeasurement> measure_footprint(HostFootprint fp, const std::vector<RankLayout>& small, int reps,
-                                                      bool pin, const std::function<void(const std::string&)>& note,
+                                                      bool pin, bool register_memory,
+                                                      const std::function<void(const std::string&)>& note,
                                                       std::string* why) {
   if (small.size() != fp.layouts.size())
     throw core::InputError("footprint " + fp.what + ": " + std::to_string(small.size()) + " small layouts for " +
@@ -91,11 +92,13 @@ std::optional<FootprintMeasurement> measure_footprint(HostFootprint fp, const st
   const int k = int(fp.layouts.size());
   CpuRankGroup ref(small, 0, pin);
   ref.setup(CpuRankSetup{});
+  if (register_memory) ref.register_memory();
   note("placing " + core::format_gb(fp.node_bytes) + " of host memory for " + fp.what + " (" + std::to_string(k) +
        " rank process" + (k > 1 ? "es" : "") + "; planned " + planned + ")");
   CpuRankGroup big(fp.layouts, 0, pin);
   big.setup(CpuRankSetup{});
   big.hold_resident(fp.resident);
+  if (register_memory) big.register_memory();
   (void)big.passes(1);
   (void)ref.passes(1);
   for (int rep = 0; rep < reps; ++rep) {

@@ -44,11 +44,12 @@ struct FootprintMeasurement {
 };
 
 // Measures `fp` through the engine's CPU path (CpuRankGroup, AdamW bf16) against k processes on `small`
-// (k = fp.layouts.size() layouts), keeping a margin of the free memory (max(4 GiB, 2%)) and the small
-// segments' bytes free; nullopt, with `why`, when fp's segments alone do not fit. `note` hears what is placed
-// before the (long) first touch.
+// (k = fp.layouts.size() layouts; both groups' memory page-locked with register_memory), keeping a margin of the free
+// memory (max(4 GiB, 2%)) and the small segments' bytes free; nullopt, with `why`, when fp's segments alone do not fit.
+// `note` hears what is placed before the (long) first touch.
 std::optional<FootprintMeasurement> measure_footprint(HostFootprint fp, const std::vector<RankLayout>& small, int reps,
-                                                      bool pin, const std::function<void(const std::string&)>& note,
+                                                      bool pin, bool register_memory,
+                                                      const std::function<void(const std::string&)>& note,
                                                       std::string* why);
 
 }  // namespace tf::app

@@ -6,6 +6,7 @@
 //   order N LAYER x N                 (no answer)
 //   setup KIND GRAD COPY TUNING       -> ok HUGE_FRACTION   (TUNING: cpu::apply_tuning_spec's spec)
 //   resident BYTES                    -> ok   (after setup: BYTES more host memory, written once, never read)
+//   register                          -> ok   (page-lock every region not yet locked: HostPinning)
 //   pass | bound                      -> t T0_NS T1_NS [OP_NS ...]   (steady clock, comparable across processes)
 //   digest                            -> digest HEX (cpu_ranks.h)
 //   quit
@@ -118,6 +119,11 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t bytes) {
 
 class Worker {
  public:
+  explicit Worker(const HostPinning& pinning) : pinning_(pinning) {}
+  ~Worker() { unregister_all(); }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
   // One command line; false after quit.
   bool handle(const std::string& line, std::ostream& out) {
     std::istringstream in(line);
@@ -130,6 +136,7 @@ class Worker {
       if (cmd == "order") return read_order(in), true;
       if (cmd == "setup") return setup(in, out), true;
       if (cmd == "resident") return resident(in, out), true;
+      if (cmd == "register") return register_regions(out), true;
       if (cmd == "pass") return pass(out), true;
       if (cmd == "bound") return bound(out), true;
       if (cmd == "digest") return digest(out), true;
@@ -160,6 +167,7 @@ class Worker {
     for (cpu::SegmentRange& r : ranges_) in >> r.layer >> r.begin >> r.end;
     if (!in) throw core::InputError("ranges: malformed");
     const int64_t elems = ranges_.empty() ? 0 : ranges_.back().end;
+    unregister_all();
     master_ = cpu::HostRegion(size_t(elems) * 4, huge_);  // (elems) fp32 each, untouched until placed
     s1_ = cpu::HostRegion(size_t(elems) * 4, huge_);
     s2_ = cpu::HostRegion(size_t(elems) * 4, huge_);
@@ -275,6 +283,7 @@ class Worker {
     in >> bytes;
     if (!in || bytes < 0) throw core::InputError("resident: malformed");
     if (!seg_) throw core::InputError("resident before setup");
+    unregister(resident_.data());
     resident_ = cpu::HostRegion();
     if (bytes > 0) {
       resident_ = cpu::HostRegion(size_t(bytes), huge_);
@@ -286,6 +295,30 @@ class Worker {
       });
     }
     out << "ok" << std::endl;
+  }
+
+  // Page-locks each region not yet locked, in place (the engine's pinned host buffers).
+  void register_regions(std::ostream& out) {
+    if (!seg_) throw core::InputError("register before setup");
+    if (!pinning_.pin) throw core::InputError("register: this build has no CUDA to page-lock host memory with");
+    for (const cpu::HostRegion* r : {&master_, &s1_, &s2_, &grad_, &copy_, &resident_}) {
+      if (!r->data() || r->bytes() == 0 ||
+          std::find(registered_.begin(), registered_.end(), r->data()) != registered_.end())
+        continue;
+      std::string why;
+      if (!pinning_.pin(r->data(), r->bytes(), &why)) throw core::RuntimeFailure("register: " + why);
+      registered_.push_back(r->data());
+    }
+    out << "ok" << std::endl;
+  }
+  void unregister(void* p) {
+    const auto it = std::find(registered_.begin(), registered_.end(), p);
+    if (it == registered_.end()) return;
+    pinning_.unpin(p);
+    registered_.erase(it);
+  }
+  void unregister_all() {
+    while (!registered_.empty()) unregister(registered_.back());
   }
 
   void pass(std::ostream& out) {
@@ -338,6 +371,8 @@ class Worker {
   std::vector<size_t> order_;
   cpu::HostRegion master_, s1_, s2_, grad_, copy_;
   cpu::HostRegion resident_;  // never read: the rest of the rank's host footprint (`resident`)
+  const HostPinning& pinning_;
+  std::vector<void*> registered_;  // regions page-locked by `register`
   bool placed_ = false;
   CpuRankSetup setup_;
   core::DType filled_ = core::DType::kNone;
@@ -535,6 +570,8 @@ void CpuRankGroup::setup(const CpuRankSetup& s) {
 
 const std::vector<double>& CpuRankGroup::huge_page_fraction() const { return impl_->huge_fraction; }
 
+void CpuRankGroup::register_memory() { (void)impl_->all("register"); }
+
 void CpuRankGroup::hold_resident(const std::vector<int64_t>& bytes_per_rank) {
   if (bytes_per_rank.size() != impl_->workers.size())
     throw core::InputError("CPU ranks: " + std::to_string(bytes_per_rank.size()) + " resident sizes for " +
@@ -554,8 +591,8 @@ float cpu_rank_fill(uint64_t i) {
   return float(int((x >> 32) % 2001) - 1000) * 1e-4f;  // [-0.1, 0.1]
 }
 
-int run_cpu_rank_worker(std::istream& in, std::ostream& out) {
-  Worker w;
+int run_cpu_rank_worker(std::istream& in, std::ostream& out, const HostPinning& pinning) {
+  Worker w(pinning);
   for (std::string line; std::getline(in, line);)
     if (!w.handle(line, out)) return 0;
   return 0;

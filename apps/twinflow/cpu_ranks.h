@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -94,6 +95,11 @@ class CpuRankGroup {
   // memory beside its segment (staging, the speculated layers' spare slot), so that a pass is measured
   // with the node's host memory as full as the engine's (calibrate's footprint curve). After setup.
   void hold_resident(const std::vector<int64_t>& bytes_per_rank);
+  // Every worker page-locks its segment and resident memory in place (cudaHostRegister, as the engine pins
+  // its host buffers) after the pages were placed: the host's CPU rate on DMA-registered memory. Throws
+  // core::RuntimeFailure where a worker cannot (no CUDA in this build, no device, the lock limit). After
+  // setup; hold_resident's memory after it is registered by another call.
+  void register_memory();
   // `reps` optimizer passes over every rank's layers, all ranks started together for each.
   PassTimes passes(int reps);
   // `reps` passes of the optimizer's traffic without its arithmetic (cpu::CpuBackend::stream_pass, the
@@ -111,8 +117,15 @@ class CpuRankGroup {
 // fp32), and the 16-bit copy.
 inline constexpr int64_t kCpuRankBytesPerElem = 4 + 4 + 4 + 4 + 2;
 
+// How a worker page-locks its host memory for the copy engines (the `register` command), as the engine
+// pins its buffers: empty where this build has no CUDA (the command then fails, naming why).
+struct HostPinning {
+  std::function<bool(void*, size_t, std::string*)> pin;  // false with the reason
+  std::function<void(void*)> unpin;
+};
+
 // The worker's side: reads commands from `in`, answers on `out` (exit status).
-int run_cpu_rank_worker(std::istream& in, std::ostream& out);
+int run_cpu_rank_worker(std::istream& in, std::ostream& out, const HostPinning& pinning = {});
 
 // The workers' data (finite, never subnormal, so no kernel takes a slow path): master element i is
 // cpu_rank_fill(i), gradient element i is cpu_rank_fill(i + elems) rounded to its dtype, the states at

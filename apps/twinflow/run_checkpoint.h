@@ -55,7 +55,7 @@ class RunCheckpoints {
   core::CheckpointRecord record_;
   std::unique_ptr<core::CheckpointWriter> writer_;  // null without checkpoint.dir
   int64_t first_step_ = 1;
-  bool pending_ = false;  // a background save whose figures are not yet printed
+  bool pending_ = false;        // a background save whose figures are not yet printed
   double pending_stall_s_ = 0;  // its snapshot: begin_snapshot + the engine's copy
   double pending_wait_s_ = 0;   // before it: the previous save still writing (saves faster than the disk)
   bool warned_cadence_ = false;

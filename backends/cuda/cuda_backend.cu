@@ -319,6 +319,18 @@ size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
+bool host_register(void* p, size_t bytes, std::string* why) {
+  const cudaError_t e = cudaHostRegister(p, round_up(bytes, 4096), cudaHostRegisterPortable);
+  if (e == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  if (why) *why = std::string("cudaHostRegister of ") + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e);
+  return false;
+}
+
+void host_unregister(void* p) noexcept {
+  if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
 bool cuda_available(std::string* why) {
   try {
     int count = 0;

@@ -12,6 +12,12 @@ namespace tf::backend::cuda {
 // True when a CUDA device can be used; otherwise *why says what is missing (no driver, no device).
 bool cuda_available(std::string* why = nullptr);
 
+// Page-locks [p, p + bytes) in place for the copy engines (cudaHostRegister, portable, whole 4 KiB
+// pages), as the engine pins its host buffers; false with CUDA's reason in *why when it cannot.
+// host_unregister undoes it (never throws).
+bool host_register(void* p, size_t bytes, std::string* why = nullptr);
+void host_unregister(void* p) noexcept;
+
 // A backend on `device`. Buffers are device memory (cudaMalloc); step() and grad_stats() are
 // synchronous. Throws core::RuntimeFailure when no device can be used.
 std::unique_ptr<OptimizerBackend> make_cuda_backend(int device = 0);
