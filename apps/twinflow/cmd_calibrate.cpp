@@ -62,6 +62,7 @@ struct Options {
   bool pin = true;
   std::vector<std::string> scenarios;  // their models' GEMM shapes join the table
   bool gemm_relu = true;               // the bf16 table on ReLU MLP-like operands (else random)
+  bool footprints = false;             // the CPU rate at the scenarios' host footprints (measure_cpu_footprints)
 };
 
 #if defined(TWINFLOW_HAVE_CUDA)
@@ -367,7 +368,7 @@ class Calibrator {
         builtin_cases_(gemm_cases(o.quick, {}).size()),  // the rest are the scenarios' shapes
         threads_(thread_counts(cores_)),
         cpu_ranks_(rank_counts(cores_, gpus_)),
-        footprints_(scenario_footprints(scenarios_, o.quick)),
+        footprints_(o.footprints ? scenario_footprints(scenarios_, o.quick) : std::vector<HostFootprint>{}),
         sizes_(nccl_sizes(o.quick)),
         c_(o, planned_steps()),
         gpu_label_(dev_.name + " (device 0)") {
@@ -930,9 +931,10 @@ class Calibrator {
   // The node rate at the scenarios' host footprints, relative to the rank curve's small segments: k rank
   // processes hold the CPU segments the engine runs at that ratio plus the rest of each rank's planned
   // pinned memory (CpuRankGroup::hold_resident), and their passes alternate with those of k processes on
-  // small segments, so that a drift of the host moves both (measure_cpu_ranks). On two H200s the engine's
-  // pass at 8.05B ratio 1 (224 of the host's 256 GB pinned) ran 12-15% slower than at any smaller
-  // footprint (bench/results/2026-11-28-h200x2-revalidate); a few GB of segments do not show it.
+  // small segments, so that a drift of the host moves both (measure_cpu_ranks). Asked for (--footprints):
+  // on the 2 x H200 microVM the factor scattered 0.91-1.14 between four calls with no footprint effect that
+  // repeated, and the tables predicted worse with it (bench/results/2026-11-28-h200x2-footprints); it is
+  // meant for hosts where pinned memory past one socket's lands on the other's.
   void measure_cpu_footprints() {
     if (footprints_.empty()) return;
     const int reps = o_.quick ? 3 : 7;
@@ -1391,15 +1393,19 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   add("scenario", po::value<std::vector<std::string>>(),
       "also measure every GEMM of this scenario's model at its micro-batch, in the layout of each pass "
       "(repeatable)");
+  add("footprints", po::bool_switch(),
+      "with --scenario: also the node's CPU rate at the host memory each scenario pins at ratios 0.5 and 1 "
+      "(--quick: 1), relative to small segments (cpu.optimizer_rate_factor_by_node_bytes; minutes and up to the "
+      "host's free memory; on the 2 x H200 microVM it scattered 0.91-1.14 between calls: docs/ARCHITECTURE.md)");
   const std::optional<po::variables_map> parsed = parse_command(
       args, desc, nullptr,
       "\nMeasures: cuBLAS bf16 GEMMs of the workloads' shapes (and one fp16, one fp32), HBM (a kernel and\n"
       "cudaMemcpy), PCIe (pinned H2D, D2H, both at once, pageable H2D, the fixed cost per copy), kernel\n"
       "launch and event overheads, the CPU AdamW rate against threads, the node's rate with 1, 2, 4 (and\n"
       "GPUs) rank processes at once on their shares of the cores (on the engine's op size: --scenario's\n"
-      "layers, else 2^24 elements an op), with --scenario that node rate at the host memory each scenario\n"
-      "pins at ratios 0.5 and 1 (--quick: 1) relative to small segments, the CPU pass's slowdown while DMA\n"
-      "runs and the copies' while the CPU pass runs,\n"
+      "layers, else 2^24 elements an op), with --footprints that node rate at the host memory each\n"
+      "--scenario pins at ratios 0.5 and 1 (--quick: 1) relative to small segments, the CPU pass's\n"
+      "slowdown while DMA runs and the copies' while the CPU pass runs,\n"
       "and with >= 2 GPUs NCCL all-gather and the engine's reduce-scatter (its exchange's bus bandwidth)\n"
       "against message size.\n"
       "Progress goes to stderr, one line per measurement; the table to stdout. Every figure is the\n"
@@ -1434,6 +1440,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     o.gemm_relu = gd == "relu";
   }
   if (vm.count("scenario")) o.scenarios = vm["scenario"].as<std::vector<std::string>>();
+  o.footprints = vm["footprints"].as<bool>();
+  if (o.footprints && o.scenarios.empty())
+    throw core::InputError("--footprints needs --scenario: the scenarios whose host memory to hold");
   for (const std::string& f : o.scenarios) (void)core::load_scenario(f);  // bad input fails before any measuring
   o.reps = vm.count("reps") ? vm["reps"].as<int>() : (o.quick ? 5 : 20);
   if (o.reps < 3 || o.reps > 1000)

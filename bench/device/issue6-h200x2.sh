@@ -10,7 +10,7 @@
 # steps 3..STEPS-1 are steady, so 8 gives five steady steps, most of them with the speculation holding.
 # TRACE_STEPS (default 4) sets how many of each ratio's last steps its trace holds (validate --trace-steps).
 # MODELS (default "2b 8b") picks the sweeps and their order. Each calibrate gets its sweep's scenario only
-# (its GEMM shapes, and the host footprints it pins at ratios 0.5 and 1: the CPU rate's footprint curve).
+# (its GEMM shapes); FOOTPRINTS=1 adds calibrate --footprints (the CPU rate at the host memory the scenario pins).
 set -uo pipefail
 OUT=${OUT:-out/device}
 W=/tmp/issue6-h200x2
@@ -35,6 +35,7 @@ meminfo_every() {
 for m in ${MODELS:-2b 8b}; do
   step "calibrate before the ${m} sweep"
   timeout 240 $B/twinflow calibrate --out "$W/h200x2-cal-${m}.yaml" --scenario scenarios/real/mlp-${m}-h200x2.yaml \
+    ${FOOTPRINTS:+--footprints} \
     > "$W/calibrate-${m}.log" 2> "$W/calibrate-${m}.err"
   echo "rc $?"; tail -n 4 "$W/calibrate-${m}.err"; pack
 

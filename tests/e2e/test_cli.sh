@@ -203,6 +203,8 @@ expect 0 "bench: the old identical pinning, for comparison" -- "$tf" bench --cpu
 expect 2 "bench --pinning bad" -- "$tf" bench --cpu-ranks 1 --pinning shared
 expect 2 "calibrate needs --out" -- "$tf" calibrate
 expect 2 "calibrate bad --reps" -- "$tf" calibrate --out "$tmp/p.yaml" --reps 1
+expect 2 "calibrate --footprints without a scenario" -- "$tf" calibrate --out "$tmp/p.yaml" --footprints
+contains "$tmp/err" "--footprints needs --scenario" "calibrate --footprints names what is missing"
 expect 3 "calibrate without a visible GPU" -- env CUDA_VISIBLE_DEVICES= "$tf" calibrate --out "$tmp/p.yaml" --quick
 contains "$tmp/err" "no CUDA device: calibrate measures a GPU machine" "calibrate says why it cannot run"
 
