@@ -14,7 +14,7 @@ B=.devbin
 row() {  # TAG, bench arguments...
   local tag=$1
   shift
-  $B/twinflow bench --cpu-ranks 2 --iters 10 --optimizers adamw --grads bf16 "$@" --json "$OUT/$tag.json" \
+  $B/twinflow bench --cpu-ranks 2 --optimizers adamw --grads bf16 "$@" --json "$OUT/$tag.json" \
     > "$OUT/$tag.log" 2>&1 || { echo "$tag: failed"; tail -3 "$OUT/$tag.log"; return; }
   python3 - "$OUT/$tag.json" "$tag" <<'PY'
 import json, sys
@@ -25,9 +25,9 @@ print(f"{sys.argv[2]:16} uptime {up:7.1f} s  node {r['Gparam/s']:6.3f} Gparam/s 
 PY
 }
 for i in $(seq 1 "${ROUNDS:-3}"); do
-  row "pageable-$i" --n 268435456 --layers 4
-  row "locked-$i" --n 268435456 --layers 4 --register
+  row "pageable-$i" --n 268435456 --layers 4 --iters 10
+  row "locked-$i" --n 268435456 --layers 4 --iters 10 --register
 done
 row "8b-r0.5-pageable" --scenario scenarios/real/mlp-8b-h200x2.yaml --ratio 0.5 --iters 5
 row "8b-r0.5-locked" --scenario scenarios/real/mlp-8b-h200x2.yaml --ratio 0.5 --iters 5 --register
-row "pageable-after" --n 268435456 --layers 4
+row "pageable-after" --n 268435456 --layers 4 --iters 10
