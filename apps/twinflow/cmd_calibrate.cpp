@@ -884,15 +884,7 @@ class Calibrator {
   // are the engine's (engine_op_: a layer's CPU piece at one rank, split k ways at k ranks as ZeRO-3
   // shards it), --quick too: on 131 k-element ops per-op overhead halved the rate (largest-h200).
   // The rank curve's segments: `ops` engine-sized ops of `op` elements over all k ranks.
-  struct RankCurveOps {
-    int64_t op = 0;
-    int ops = 0;
-  };
-  RankCurveOps rank_curve_ops() const {
-    const int64_t budget = int64_t(1) << (o_.quick ? 27 : 28);  // elements over all ranks, at most
-    const int64_t op = std::clamp(engine_op_.elems, int64_t(core::kStatsTile) * cpu_ranks_.back(), budget);
-    return {op, int(std::clamp<int64_t>(budget / op, 1, 32))};
-  }
+  RankCurveOps rank_curve_ops() const { return app::rank_curve_ops(engine_op_.elems, cpu_ranks_.back(), o_.quick); }
 
   void measure_cpu_ranks() {
     const int warm = 3;

@@ -19,12 +19,14 @@
 #include "apps/twinflow/breakdown.h"
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "apps/twinflow/cpu_ranks.h"
 #include "apps/twinflow/svg_plot.h"
 #include "apps/twinflow/table.h"
 #include "apps/twinflow/validate.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
 #include "core/hardware.h"
+#include "core/memory_fit.h"
 #include "core/scenario.h"
 #include "core/settings.h"
 
@@ -57,7 +59,7 @@ struct ValidateOptions {
   core::Scenario sc;  // with the profile to validate
   std::optional<std::string> measured;
   std::optional<std::string> ratios;
-  int steps = 6;
+  int steps = 8;
   std::optional<int> nproc;
   std::string run_json;
   OutputFiles out;                          // csv, json, svg; trace when measuring
@@ -65,11 +67,14 @@ struct ValidateOptions {
   std::optional<std::string> speculation;   // when measuring: run's --speculation, as given
   std::optional<std::string> timeline_svg;  // when measuring: run's --timeline-svg (one file per ratio)
   std::optional<int> trace_steps;           // when measuring: run's --trace-steps (with --trace)
+  std::string host_check = "auto";          // on | off | auto (on when measuring): check_host
   double mape_goal = 5, max_goal = 10;
   std::vector<std::string> breakdown;  // Chrome traces of measured steps: per-layer time against the costs
 };
 
-const IntOption kSteps{"steps", 2, 1000, 6, "steps per ratio when measuring (the first is not counted)"};
+const IntOption kSteps{"steps", 2, 1000, 8,
+                       "steps per ratio when measuring (the first is not counted; with the tail carried, 8 leave "
+                       "three steps of the held case after a clipped warm-up)"};
 const IntOption kNproc{"nproc", 1, 1024, std::nullopt, "ranks to measure on this node (default: the scenario's GPUs)"};
 
 CommandOptions validate_options() {
@@ -87,6 +92,10 @@ CommandOptions validate_options() {
   add_int_option(o.desc, kNproc);
   add("run-json", po::value<std::string>()->default_value("validate-measured.json"),
       "where the measured sweep is kept when measuring");
+  add("host-check", po::value<std::string>()->default_value("auto"),
+      "on | off | auto (on when measuring): after the sweep, the node's CPU optimizer rate on calibrate's rank-curve "
+      "segments on this host against the profile's, i.e. how far the host moved since calibrate (with --measured: "
+      "only where this is the host that measured)");
   add_output_options(o.desc, {.csv = "write the table as CSV",
                               .json = "write the table, MAPE and goals as JSON",
                               .svg = "plot measured and simulated step time against the ratio",
@@ -142,6 +151,9 @@ std::optional<ValidateOptions> parse_validate_options(const std::vector<std::str
   o.out = read_output_options(vm);
   if (vm.count("breakdown")) o.breakdown = vm["breakdown"].as<std::vector<std::string>>();
   if (vm.count("memory-svg")) o.memory_svg = vm["memory-svg"].as<std::string>();
+  o.host_check = vm["host-check"].as<std::string>();
+  if (o.host_check != "on" && o.host_check != "off" && o.host_check != "auto")
+    throw core::InputError("--host-check '" + o.host_check + "': allowed on, off, auto");
   if (vm.count("measured")) {
     if (vm.count("ratios") || vm.count("nproc") || o.out.trace || vm.count("trace-steps") || vm.count("speculation") ||
         vm.count("timeline-svg"))
@@ -226,6 +238,49 @@ std::optional<int> measure(const ValidateOptions& o) {
   return rc == kExitBadInput || rc == kExitInternal ? rc : kExitRuntime;
 }
 
+// After the sweep, on the same host: the node rate of its ranks' CPU passes on calibrate's rank-curve segments
+// (CpuRankGroup, the engine's CPU path), against the profile's rank curve at that many ranks. On two H200s
+// the host's rate moved 10-35% within minutes of a calibration (bench/results/2026-11-28-h200x2-footprints):
+// a simulated CPU time is then off by about that much, whatever the model.
+struct HostCheck {
+  int ranks = 0;
+  double now_gparam_s = 0, profile_gparam_s = 0;
+  double moved_pct() const { return (now_gparam_s - profile_gparam_s) / profile_gparam_s * 100; }
+};
+
+std::optional<HostCheck> check_host(const ValidateOptions& o, const MeasuredSweep& m) {
+  HostCheck h;
+  h.ranks = std::max(1, std::min(m.world, core::ranks_per_node(o.sc, m.world)));
+  h.profile_gparam_s = o.sc.cluster.hardware.cpu.optimizer_node_gparam_s(h.ranks);
+  if (!(h.profile_gparam_s > 0)) {
+    std::cout << "host check: skipped (profile " << o.sc.cluster.hardware.name
+              << " has no cpu.optimizer_node_gparam_s_by_ranks: twinflow calibrate measures it)\n";
+    return std::nullopt;
+  }
+  std::cerr << "validate: host check, " << h.ranks << " rank process(es) on calibrate's rank-curve segments\n";
+  const RankCurveOps c = rank_curve_ops(engine_cpu_op({o.sc}).elems, h.ranks, false);
+  CpuRankGroup g(flat_layouts(c.op * c.ops, h.ranks, c.ops), 0, true);
+  g.setup(CpuRankSetup{});
+  (void)g.passes(3);
+  std::vector<double> rates;
+  for (double s : g.passes(10).node_s) rates.push_back(double(g.elems()) / s / 1e9);
+  std::sort(rates.begin(), rates.end());
+  h.now_gparam_s = rates[rates.size() / 2];
+  return h;
+}
+
+void print_host_check(const HostCheck& h) {
+  std::cout << "host check: " << h.ranks << " rank process" << (h.ranks > 1 ? "es" : "")
+            << " on calibrate's rank-curve segments after the sweep: " << fmt(h.now_gparam_s, 3)
+            << " Gparam/s, the profile " << fmt(h.profile_gparam_s, 3) << " (" << (h.moved_pct() >= 0 ? "+" : "")
+            << fmt(h.moved_pct(), 1) << "%)";
+  if (std::abs(h.moved_pct()) > 5)
+    std::cout << ": this host's CPU rate is not the profile's (it moved since calibrate, or calibrate ran elsewhere); "
+                 "the simulated CPU times (cpu m/s) are off by about that much whatever the model (calibrate right "
+                 "before the sweep)";
+  std::cout << "\n";
+}
+
 // ---- the comparison --------------------------------------------------------------------------------------
 
 struct Verdict {
@@ -275,7 +330,7 @@ Verdict print_validation(const ValidateOptions& o, const MeasuredSweep& m, const
 }
 
 void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, const std::string& measured_file,
-                           const Validation& v, const Verdict& verdict) {
+                           const Validation& v, const Verdict& verdict, const std::optional<HostCheck>& host) {
   nlohmann::json doc;
   doc["scenario"] = o.sc.name;
   doc["profile"] = o.sc.cluster.hardware.name;
@@ -297,6 +352,11 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
                      {"worst_pct", v.memory.worst_pct},
                      {"worst_ratio", v.memory.worst_ratio},
                      {"points", v.memory.points}};
+  if (host)
+    doc["host_check"] = {{"ranks", host->ranks},
+                         {"now_gparam_s", host->now_gparam_s},
+                         {"profile_gparam_s", host->profile_gparam_s},
+                         {"moved_pct", host->moved_pct()}};
   add_scenario_record(doc, o.sc);
   for (const ValidationRow& r : v.rows)
     doc["points"].push_back({{"ratio", r.ratio},
@@ -397,11 +457,14 @@ int cmd_validate(const std::vector<std::string>& args) {
   const std::string measured_file = o.measured.value_or(o.run_json);
   const MeasuredSweep m = load_measured_sweep(measured_file);
   const Validation v = validate_sweep(o.sc, m);
+  const bool check = o.host_check == "on" || (o.host_check == "auto" && !o.measured);
+  const std::optional<HostCheck> host = check ? check_host(o, m) : std::nullopt;
   Table t({"ratio", "actual", "measured_ms", "spread_%", "steps", "simulated_ms", "error_%", "compute m/s", "opt m/s",
            "cpu m/s", "d2h m/s", "h2d m/s", "gpu_GB m/s", "gpu_err_%"});
   const Verdict verdict = print_validation(o, m, measured_file, v, t);
+  if (host) print_host_check(*host);
   if (o.out.csv) t.write_csv(*o.out.csv);
-  if (o.out.json) write_validation_json(o, m, measured_file, v, verdict);
+  if (o.out.json) write_validation_json(o, m, measured_file, v, verdict, host);
   if (o.out.svg) write_validation_svg(o, m, v);
   if (o.memory_svg) write_memory_svg(o, m, v);
   return verdict.all() ? kExitOk : kExitCheckFailed;

@@ -97,6 +97,12 @@ EngineCpuOp engine_cpu_op(const std::vector<core::Scenario>& scenarios) {
       "the median CPU layer piece of " + names + " at world 1, ratio 1 (" + std::to_string(pieces.size()) + " pieces)"};
 }
 
+RankCurveOps rank_curve_ops(int64_t engine_op_elems, int max_ranks, bool quick) {
+  const int64_t budget = int64_t(1) << (quick ? 27 : 28);  // elements over all ranks, at most
+  const int64_t op = std::clamp(engine_op_elems, int64_t(core::kStatsTile) * max_ranks, budget);
+  return {op, int(std::clamp<int64_t>(budget / op, 1, 32))};
+}
+
 namespace {
 
 int64_t now_ns() {

@@ -45,6 +45,15 @@ struct EngineCpuOp {
 inline constexpr int64_t kDefaultCpuOpElems = int64_t(1) << 24;
 EngineCpuOp engine_cpu_op(const std::vector<core::Scenario>& scenarios);
 
+// The segments of calibrate's rank curve (cpu.optimizer_node_gparam_s_by_ranks): `ops` ops of `op` elements
+// over all the ranks, op the engine's CPU op clamped to [one 2048-element tile per rank of max_ranks, budget],
+// budget 2^28 elements (quick: 2^27), ops = budget / op in [1, 32].
+struct RankCurveOps {
+  int64_t op = 0;
+  int ops = 0;
+};
+RankCurveOps rank_curve_ops(int64_t engine_op_elems, int max_ranks, bool quick);
+
 // What every rank runs.
 struct CpuRankSetup {
   core::OptimizerKind kind = core::OptimizerKind::kAdamW;

@@ -239,7 +239,21 @@ v2b=("$src/scenarios/real/mlp-2b.yaml" --profile "$src/bench/results/2026-11-23-
 expect 2 "validate --trace-steps without --trace" -- "$tf" validate "${v2b[@]}" --trace-steps 2
 contains "$tmp/err" "--trace-steps: applies to --trace FILE" "validate --trace-steps names what it needs"
 expect 2 "validate --trace-steps beyond --steps" -- "$tf" validate "${v2b[@]}" --trace "$tmp/t.json" --trace-steps 9
-contains "$tmp/err" "--trace-steps 9: must be in \[1, 6\]" "validate --trace-steps names the range"
+contains "$tmp/err" "--trace-steps 9: must be in \[1, 8\]" "validate --trace-steps names the range"
+# the host check on this host: the sweep's two rank processes on calibrate's rank-curve segments against the
+# profile's rate at 2 ranks (5.835 Gparam/s on the 2 x H200 host)
+hc=$src/bench/results/2026-11-28-h200x2-footprints/call6-2b-default
+expect 0 "validate --measured --host-check on" -- "$tf" validate "$src/scenarios/real/mlp-2b-h200x2.yaml" \
+  --profile "$hc/h200x2-cal-2b.yaml" --measured "$hc/sweep-2b.json" --host-check on --json "$tmp/hc.json"
+contains "$tmp/out" "host check: 2 rank processes on calibrate's rank-curve segments after the sweep: .* Gparam/s, the profile 5.835" \
+  "validate --host-check prints the host's rate against the profile's"
+python3 -c "import json,sys; h=json.load(open(sys.argv[1]))['host_check']; assert h['ranks']==2 and h['now_gparam_s']>0 \
+  and h['profile_gparam_s']==5.835, h" "$tmp/hc.json" && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: host_check JSON"; }
+expect 0 "validate --measured: no host check unless asked" -- "$tf" validate "$src/scenarios/real/mlp-2b-h200x2.yaml" \
+  --profile "$hc/h200x2-cal-2b.yaml" --measured "$hc/sweep-2b.json"
+check "validate --measured skips the host check" -- bash -c "! grep -q 'host check' '$tmp/out'"
+expect 2 "validate --host-check bad" -- "$tf" validate "${v2b[@]}" --host-check sometimes --measured "$tmp/none.json"
+contains "$tmp/err" "--host-check 'sometimes': allowed on, off, auto" "validate --host-check names the choices"
 expect 2 "validate --measured with --trace-steps" -- "$tf" validate "${v2b[@]}" --trace-steps 2 \
   --measured "$src/bench/results/2026-11-23-validate-h100/sweep-mlp-2b.json"
 # ---- issue 19: bad input gets a clear error (2), a failed write a runtime failure (3) ----

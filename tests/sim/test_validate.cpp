@@ -270,16 +270,23 @@ TEST(Validate, CommittedH100SweepsMeetTheGoals) {
 // - 2026-11-28 call 2 (each sweep with the calibrate run right before it: copies under the CPU pass timed
 //   with every GPU copying and every wait sleeping): 2.15B 5.22% / 13.02% at 0.2, 8.05B 8.64% / 26.10% at 1
 //   (its sweep recovered from the validate log: the run was stopped while it wrote its JSON).
-// What remains (bench/results/2026-11-28-h200x2-revalidate/README.md): the host's CPU rate moves by up to a
-// third between two calibrations minutes apart in one call, and at 8.05B ratio 1 (224 of the host's 256 GB
-// pinned) the pass ran 12-15% below its rate at every smaller footprint in both calls of 2026-11-28.
+// - 2026-11-28 later calls (bench/results/2026-11-28-h200x2-footprints; rank 1's traces too): the 2.15B sweep
+//   with calibrate's default profile 2.97% / 7.07% at 0.8 (both goals met; the host check after it: the host
+//   held its rate); call 2's 2.15B 3.92% / 8.16% (met) and call 3's 8.05B 4.98% / 13.12% at 0.4 with their
+//   footprint curves left out (the default: calibrate --footprints is opt-in), with them 4.92 / 10.95 and
+//   8.12 / 20.77; call 1's 8.05B 10.68% / 20.33% (its calibrate read 5.7 Gparam/s, the engine's passes with
+//   both ranks busy ran 6.4 minutes later).
+// What remains (that README): the host's CPU rate moves by 10-35% within minutes in some calls and not in
+// others (not with uptime, touched memory or page-locking: measured); the 12-15% slower pass at 8.05B ratio 1
+// of the earlier calls did not repeat (its footprint factor read 0.96-1.14 in three calls).
 TEST(Validate, Committed2xH200SweepsReSimulatedWithTheCallsProfile) {
   const std::string res = std::string(TWINFLOW_SOURCE_DIR) + "/bench/results/";
   struct Case {
     const char* model;
-    const char* sweep;           // under bench/results
-    const char* profile;         // under bench/results
-    double mape_pct, worst_pct;  // reached (see above): the test holds them, not the goals
+    const char* sweep;                // under bench/results
+    const char* profile;              // under bench/results
+    double mape_pct, worst_pct;       // reached (see above): the test holds them, not the goals
+    bool without_footprints = false;  // the profile as calibrate writes it by default (no footprint curve)
   };
   const Case cases[] = {
       {"2b", "2026-11-24-h200x2-validate/sweep-2b.json", "2026-11-24-h200x2-validate/h200x2-cal-a.yaml", 4.60, 8.79},
@@ -287,11 +294,20 @@ TEST(Validate, Committed2xH200SweepsReSimulatedWithTheCallsProfile) {
       {"2b", "2026-11-28-h200x2-revalidate/call2/sweep-2b.json",
        "2026-11-28-h200x2-revalidate/call2/h200x2-cal-2b.yaml", 5.22, 13.02},
       {"8b", "2026-11-28-h200x2-revalidate/call2/sweep-8b-recovered.json",
-       "2026-11-28-h200x2-revalidate/call2/h200x2-cal-8b.yaml", 8.64, 26.10}};
+       "2026-11-28-h200x2-revalidate/call2/h200x2-cal-8b.yaml", 8.64, 26.10},
+      {"2b", "2026-11-28-h200x2-footprints/call6-2b-default/sweep-2b.json",
+       "2026-11-28-h200x2-footprints/call6-2b-default/h200x2-cal-2b.yaml", 2.97, 7.07},
+      {"2b", "2026-11-28-h200x2-footprints/call2-2b/sweep-2b.json",
+       "2026-11-28-h200x2-footprints/call2-2b/h200x2-cal-2b.yaml", 3.92, 8.16, true},
+      {"8b", "2026-11-28-h200x2-footprints/call3-8b/sweep-8b.json",
+       "2026-11-28-h200x2-footprints/call3-8b/h200x2-cal-8b.yaml", 4.98, 13.12, true},
+      {"8b", "2026-11-28-h200x2-footprints/call1-8b/sweep-8b.json",
+       "2026-11-28-h200x2-footprints/call1-8b/h200x2-cal-8b.yaml", 10.68, 20.33, true}};
   for (const Case& c : cases) {
     tf::core::Scenario s =
         tf::core::load_scenario(std::string(TWINFLOW_SOURCE_DIR) + "/scenarios/real/mlp-" + c.model + "-h200x2.yaml");
     s.cluster.hardware = tf::core::find_hardware_profile(res + c.profile);
+    if (c.without_footprints) s.cluster.hardware.cpu.optimizer_rate_factor_by_node_bytes.clear();
     const tf::app::Validation v = validate_sweep(s, tf::app::load_measured_sweep(res + c.sweep));
     std::ostringstream out;
     out << std::fixed << std::setprecision(2) << c.sweep << " re-simulated: MAPE " << v.mape_pct << "%, worst "
