@@ -213,48 +213,47 @@ double GpuProfile::kernel_gbps(KernelClass c) const {
   return hbm_gbps;
 }
 
+namespace {
+
+// Linear in x between the ascending points of m (x_of, y_of) around x, the last point's y beyond them; x is
+// above the first point's.
+template <class Points, class XOf, class YOf>
+double linear_above_first(const Points& m, double x, XOf x_of, YOf y_of) {
+  for (size_t i = 1; i < m.size(); ++i)
+    if (x <= double(x_of(m[i]))) {
+      const double x0 = double(x_of(m[i - 1])), f = (x - x0) / (double(x_of(m[i])) - x0);
+      return y_of(m[i - 1]) + f * (y_of(m[i]) - y_of(m[i - 1]));
+    }
+  return y_of(m.back());
+}
+
+const auto kCount = [](const std::pair<int, double>& p) { return p.first; };
+const auto kRate = [](const std::pair<int, double>& p) { return p.second; };
+
+}  // namespace
+
 double CpuProfile::optimizer_gparam_s(int threads) const {
   const double t = double(std::max(threads, 0));
   const auto& m = optimizer_gparam_s_by_threads;
   double r = t * optimizer_gparam_s_per_core;
-  if (!m.empty()) {
-    if (t <= m.front().first) {
-      r = m.front().second * t / m.front().first;
-    } else {
-      r = m.back().second;
-      for (size_t i = 1; i < m.size(); ++i)
-        if (t <= m[i].first) {
-          const double f = (t - m[i - 1].first) / double(m[i].first - m[i - 1].first);
-          r = m[i - 1].second + f * (m[i].second - m[i - 1].second);
-          break;
-        }
-    }
-  }
+  if (!m.empty())
+    r = t <= m.front().first ? m.front().second * t / m.front().first : linear_above_first(m, t, kCount, kRate);
   return std::min(r, optimizer_gparam_s_all_cores);
 }
 
 double CpuProfile::optimizer_node_gparam_s(int ranks) const {
   const auto& m = optimizer_node_gparam_s_by_ranks;
   if (m.empty()) return 0;
-  if (ranks <= m.front().first) return m.front().second;
-  for (size_t i = 1; i < m.size(); ++i)
-    if (ranks <= m[i].first) {
-      const double f = double(ranks - m[i - 1].first) / double(m[i].first - m[i - 1].first);
-      return m[i - 1].second + f * (m[i].second - m[i - 1].second);
-    }
-  return m.back().second;
+  return ranks <= m.front().first ? m.front().second : linear_above_first(m, ranks, kCount, kRate);
 }
 
 double CpuProfile::optimizer_footprint_factor(int64_t node_bytes) const {
   const auto& m = optimizer_rate_factor_by_node_bytes;
   if (m.empty()) return 1;
   if (node_bytes <= m.front().node_bytes) return m.front().factor;
-  for (size_t i = 1; i < m.size(); ++i)
-    if (node_bytes <= m[i].node_bytes) {
-      const double f = double(node_bytes - m[i - 1].node_bytes) / double(m[i].node_bytes - m[i - 1].node_bytes);
-      return m[i - 1].factor + f * (m[i].factor - m[i - 1].factor);
-    }
-  return m.back().factor;
+  return linear_above_first(
+      m, double(node_bytes), [](const FootprintPoint& p) { return p.node_bytes; },
+      [](const FootprintPoint& p) { return p.factor; });
 }
 
 HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::string& display_name) {
