@@ -897,8 +897,7 @@ class Calibrator {
     }
     std::vector<std::vector<double>> rates(groups.size());
     for (int rep = 0; rep < R_; ++rep)
-      for (size_t i = 0; i < groups.size(); ++i)
-        rates[i].push_back(double(groups[i]->elems()) / groups[i]->passes(1).node_s.front() / 1e9);
+      for (size_t i = 0; i < groups.size(); ++i) rates[i].push_back(groups[i]->pass_gparam_s());
     std::string per_k;
     for (size_t i = 0; i < groups.size(); ++i) {
       const int k = cpu_ranks_[i];

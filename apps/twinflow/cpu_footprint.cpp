@@ -12,11 +12,14 @@
 
 namespace tf::app {
 
+namespace {
+
 std::vector<double> footprint_ratios(bool quick) {
   return quick ? std::vector<double>{1.0} : std::vector<double>{0.5, 1.0};
 }
 
-namespace {
+// The host's free memory now.
+int64_t free_host_bytes() { return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE)); }
 
 int64_t segment_bytes(const RankLayout& l) { return l.elems() * kCpuRankBytesPerElem; }
 
@@ -69,8 +72,6 @@ bool fit_footprint(HostFootprint& fp, int64_t available_bytes) {
   return true;
 }
 
-int64_t free_host_bytes() { return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE)); }
-
 std::optional<FootprintMeasurement> measure_footprint(HostFootprint fp, const std::vector<RankLayout>& small, int reps,
                                                       bool pin, bool register_memory,
                                                       const std::function<void(const std::string&)>& note,
@@ -102,8 +103,8 @@ std::optional<FootprintMeasurement> measure_footprint(HostFootprint fp, const st
   (void)big.passes(1);
   (void)ref.passes(1);
   for (int rep = 0; rep < reps; ++rep) {
-    m.small_gparam_s.push_back(double(ref.elems()) / ref.passes(1).node_s.front() / 1e9);
-    m.gparam_s.push_back(double(big.elems()) / big.passes(1).node_s.front() / 1e9);
+    m.small_gparam_s.push_back(ref.pass_gparam_s());
+    m.gparam_s.push_back(big.pass_gparam_s());
     m.factors.push_back(m.gparam_s.back() / m.small_gparam_s.back());
   }
   m.held = std::move(fp);

@@ -1,6 +1,7 @@
-// The host footprints at which `twinflow calibrate --scenario` measures the CPU optimizer's rate: the
-// pinned memory the simulator plans for the node's ranks at a few ratios of each scenario, each with the
-// CPU segments the engine would run there (docs/ARCHITECTURE.md, "The simulator: the host is shared").
+// The host footprints at which `twinflow calibrate --footprints` (and `bench --footprints`) measure the CPU
+// optimizer's rate: the pinned memory the simulator plans for the node's ranks at a few ratios of each
+// scenario, each with the CPU segments the engine would run there (docs/ARCHITECTURE.md, "The simulator:
+// the host is shared").
 #pragma once
 
 #include <cstdint>
@@ -21,19 +22,14 @@ struct HostFootprint {
   std::vector<int64_t> resident;    // per rank: its planned host bytes beyond the worker's segment
 };
 
-// The ratios measured: 1 (the most pinned memory), and with !quick also 0.5.
-std::vector<double> footprint_ratios(bool quick);
-
-// The footprints of every scenario at footprint_ratios, the node's ranks being core::ranks_per_node at the
-// scenario's world; ascending by node_bytes, a footprint within 10% of a larger one kept once (the larger).
+// The footprints of every scenario at ratio 1 (the most pinned memory) and, unless quick, 0.5, the node's ranks being
+// core::ranks_per_node at the scenario's world; ascending by node_bytes, a footprint within 10% of a larger one kept
+// once (the larger).
 std::vector<HostFootprint> scenario_footprints(const std::vector<core::Scenario>& scenarios, bool quick);
 
 // `fp` cut to fit `available_bytes` of host memory: the resident bytes shrink first (equally per rank);
 // returns false when the segments alone do not fit. node_bytes then says what is held.
 bool fit_footprint(HostFootprint& fp, int64_t available_bytes);
-
-// The host's free memory now (sysconf _SC_AVPHYS_PAGES).
-int64_t free_host_bytes();
 
 // One footprint measured: the node rate of k rank processes holding `held` against that of k processes on
 // small segments, the two groups' passes alternating (so that a drift of the host moves both), `reps` pairs.

@@ -588,6 +588,7 @@ void CpuRankGroup::hold_resident(const std::vector<int64_t>& bytes_per_rank) {
 }
 
 PassTimes CpuRankGroup::passes(int reps) { return impl_->timed("pass", reps); }
+double CpuRankGroup::pass_gparam_s() { return double(elems()) / passes(1).node_s.front() / 1e9; }
 PassTimes CpuRankGroup::bound_passes(int reps) { return impl_->timed("bound", reps); }
 
 float cpu_rank_fill(uint64_t i) {

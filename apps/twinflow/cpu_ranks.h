@@ -111,6 +111,8 @@ class CpuRankGroup {
   void register_memory();
   // `reps` optimizer passes over every rank's layers, all ranks started together for each.
   PassTimes passes(int reps);
+  // One such pass: the node's Gparam/s (elements over all ranks / first start to last end).
+  double pass_gparam_s();
   // `reps` passes of the optimizer's traffic without its arithmetic (cpu::CpuBackend::stream_pass, the
   // setup's dtypes and tuning) over each rank's layers in its op order, all ranks together: the host's
   // read-modify-write bound for k processes with the optimizer's streams (4 read, 3 read-modify-write,

@@ -55,7 +55,9 @@ struct CostSetup {
   tf::sim::CollectiveParams collective;
   // One rank's CPU optimizer rate, before the DMA slowdown, while a = 1..ranks_per_node ranks of its
   // host run their passes ([a - 1]); without a measured rank curve every entry is the static share.
-  std::vector<double> cpu_optimizer_gparam_s_by_active;
+  std::vector<double> cpu_optimizer_gparam_s_by_active;  // x cpu_footprint_factor
+  int64_t cpu_node_host_bytes = 0;    // the plan's pinned bytes of the largest shard x cpu_ranks_per_host
+  double cpu_footprint_factor = 1;    // the profile's at them (core::CpuProfile::optimizer_footprint_factor)
   double cpu_stats_gparam_s = 0;      // memory-bound: host mem_gbps / gradient bytes
   tf::sim::DmaSlowdown dma_slowdown;  // a CPU pass's, while its rank's link carries copies
   // A copy's rate divides by these while a CPU optimizer pass of its link's host runs (the profile's
@@ -297,9 +299,15 @@ std::vector<double> cpu_rates_by_active(const core::CpuProfile& cpu, int threads
 
 namespace {
 
-void cpu_costs(const core::Scenario& s, const core::RunSettings& rs, int ranks_per_node, CostSetup& c) {
+// `rank_host_bytes`: the plan's pinned bytes of the largest shard, which the node's ranks hold x ranks_per_node:
+// where the profile's footprint curve is looked up (docs/ARCHITECTURE.md, "The simulator: the host is shared").
+void cpu_costs(const core::Scenario& s, const core::RunSettings& rs, int ranks_per_node, int64_t rank_host_bytes,
+               CostSetup& c) {
   const core::CpuProfile& cpu = s.cluster.hardware.cpu;
+  c.cpu_node_host_bytes = rank_host_bytes * ranks_per_node;
+  c.cpu_footprint_factor = cpu.optimizer_footprint_factor(c.cpu_node_host_bytes);
   c.cpu_optimizer_gparam_s_by_active = cpu_rates_by_active(cpu, rs.cpu_threads, ranks_per_node);
+  for (double& r : c.cpu_optimizer_gparam_s_by_active) r *= c.cpu_footprint_factor;
   c.cpu_stats_gparam_s = cpu.mem_gbps / double(core::dtype_bytes(rs.step.grad_dtype)) / ranks_per_node;
   // the profile's per-direction factors where measured (every GPU copying one way at once), else the
   // both-ways figure for either direction
@@ -308,16 +316,8 @@ void cpu_costs(const core::Scenario& s, const core::RunSettings& rs, int ranks_p
   c.dma_slowdown = {both, one_way(cpu.dma_slowdown_factor_d2h), one_way(cpu.dma_slowdown_factor_h2d)};
 }
 
-// The CPU optimizer's rate at the host memory the node's ranks hold (the plan's pinned bytes of the
-// largest shard x the host's ranks): the profile's measured footprint factor (core::CpuProfile::
-// optimizer_footprint_factor; docs/ARCHITECTURE.md, "The simulator: the host is shared").
-void apply_footprint_factor(const core::CpuProfile& cpu, int64_t node_host_bytes, CostSetup& c, SimPoint& p) {
-  p.cpu_node_host_bytes = node_host_bytes;
-  p.cpu_footprint_factor = cpu.optimizer_footprint_factor(node_host_bytes);
-  for (double& r : c.cpu_optimizer_gparam_s_by_active) r *= p.cpu_footprint_factor;
-}
-
-CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, double gemm_max_efficiency) {
+CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, double gemm_max_efficiency,
+                          int64_t rank_host_bytes) {
   const core::HardwareProfile& hw = s.cluster.hardware;
   if (!(hw.gpu.hbm_gbps > 0)) throw core::InputError("profile " + hw.name + ": gpu.hbm_gbps must be > 0");
   CostSetup c;
@@ -336,7 +336,7 @@ CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, 
   c.d2h_slowdown_cpu_pass = std::max(1.0, hw.pcie.d2h_slowdown_under_cpu_pass);
   collective_costs(hw, rs.world, c);
   c.cpu_ranks_per_host = std::max(1, std::min(rs.world, s.cluster.gpus_per_node));
-  cpu_costs(s, rs, c.cpu_ranks_per_host, c);
+  cpu_costs(s, rs, c.cpu_ranks_per_host, rank_host_bytes, c);
   return c;
 }
 
@@ -941,8 +941,6 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   }
   core::MemoryOptions mo = rs.memory_options();
   mo.workload = core::WorkloadType::kAuto;  // the model trained for real: what the step's costs are of
-  CostSetup cost = make_cost_setup(s, rs, opt.gemm_max_efficiency);
-  cost.speculation = opt.speculation;
   const core::Partition part = core::make_partition(rs.model, rs.partition);
   // `speculation: auto` fills the rank's host memory beyond the plan (core::resolve_speculation_bytes)
   const core::RankBudget budget = core::rank_budget(s, rs.world);
@@ -956,7 +954,10 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   p.pcie_bytes_each_way = rp.largest.step.pcie_d2h_bytes;
   p.cpu_order = rs.step.cpu_order;
   p.memory = core::sum_by_kind(rp.largest.alloc);
-  apply_footprint_factor(s.cluster.hardware.cpu, p.memory.host_total * cost.cpu_ranks_per_host, cost, p);
+  CostSetup cost = make_cost_setup(s, rs, opt.gemm_max_efficiency, p.memory.host_total);
+  cost.speculation = opt.speculation;
+  p.cpu_node_host_bytes = cost.cpu_node_host_bytes;
+  p.cpu_footprint_factor = cost.cpu_footprint_factor;
   p.unnamed_gpu = core::unnamed_gpu_text(rp.largest.alloc);
   p.host_per_cpu_param = core::host_bytes_per_cpu_param(rp.largest.alloc, rp.largest.split.cpu_elems);
   p.staging = rp.largest.staging;
