@@ -256,6 +256,17 @@ double CpuProfile::optimizer_footprint_factor(int64_t node_bytes) const {
       [](const FootprintPoint& p) { return p.factor; });
 }
 
+CpuProfile CpuProfile::with_rates_scaled(double factor) const {
+  if (!(factor > 0) || !std::isfinite(factor))
+    throw InputError("a CPU rate factor must be a positive number, got " + std::to_string(factor));
+  CpuProfile c = *this;
+  c.optimizer_gparam_s_per_core *= factor;
+  c.optimizer_gparam_s_all_cores *= factor;
+  for (auto& [threads, rate] : c.optimizer_gparam_s_by_threads) rate *= factor;
+  for (auto& [ranks, rate] : c.optimizer_node_gparam_s_by_ranks) rate *= factor;
+  return c;
+}
+
 HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::string& display_name) {
   const Node root = config::parse_yaml(yaml_text, display_name);
   HardwareProfile p;

@@ -161,6 +161,11 @@ struct CpuProfile {
   // The factor at `node_bytes` of pinned host memory on the node: interpolated linearly in bytes between
   // measured points, the first point's factor below them and the last's above; 1 without measurements.
   double optimizer_footprint_factor(int64_t node_bytes) const;
+  // This profile with every CPU optimizer rate (per core, all cores, by threads, by ranks) times `factor`
+  // (> 0): the host as it was when a later measurement of the node rate read factor x this profile's
+  // (`twinflow run --host-probe`, what `validate` re-simulates a point with). The factors on the rates
+  // (DMA, footprint) stay: they are ratios of two rates of one host.
+  CpuProfile with_rates_scaled(double factor) const;
   bool operator==(const CpuProfile&) const = default;
 };
 

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <thread>
 
@@ -23,6 +24,7 @@
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
 #include "apps/twinflow/cpu_order_report.h"
+#include "apps/twinflow/cpu_ranks.h"
 #include "apps/twinflow/loss_curve_svg.h"
 #include "apps/twinflow/master_weights.h"
 #include "apps/twinflow/run_decoder.h"
@@ -98,6 +100,7 @@ struct RunOptions {
   int trace_steps = 1;                      // --trace: the last this many steps on one time axis
   std::optional<std::string> loss_svg;      // the loss and lr per step (rank 0), an SVG
   bool verify = false, no_pin = false;
+  bool host_probe = false;  // --host-probe: the node's CPU rate before every ratio and after the last
   std::optional<std::string> save_master;
   std::optional<std::string> dump_step, dump_batches;  // decoder: the oracle's files
   int inject_inf_at = -1;
@@ -117,6 +120,7 @@ struct RunOptions {
 constexpr uint32_t kStopChannel = 1;
 constexpr uint32_t kCheckpointChannel = 2;
 constexpr uint32_t kSaveMasterChannel = 3;
+constexpr uint32_t kHostProbeChannel = 4;  // --host-probe: local rank 0 measured, or says why not
 // A shared write's phases (a checkpoint, --save-master) wait for the slowest rank's writing: longer than
 // a rendezvous timeout.
 constexpr std::chrono::milliseconds kFileBarrierTimeout = std::chrono::minutes(30);
@@ -175,6 +179,11 @@ CommandOptions run_options() {
   add("dump-batches", po::value<std::string>(),
       "decoder: write every step's global batch to FILE (for `hf_decoder.py train`)");
   add("no-pin", po::bool_switch(), "leave the CPU segment in pageable memory (to measure what pinning buys)");
+  add("host-probe", po::bool_switch(),
+      "before every ratio and after the last, with every rank idle: the node's CPU optimizer rate as `twinflow "
+      "calibrate` measures its rank curve (local rank 0 runs LOCAL_WORLD_SIZE worker processes over the host's "
+      "cores on calibrate's segments; a few seconds each), in --json as each point's host_probe: what `validate` "
+      "compares the profile's rate with (it passes this when measuring)");
   add_speculation_option(o.desc);
   add_carry_tail_option(o.desc);
   add_cpu_order_option(o.desc);
@@ -283,6 +292,7 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   if (vm.count("dump-step")) o.dump_step = vm["dump-step"].as<std::string>();
   if (vm.count("dump-batches")) o.dump_batches = vm["dump-batches"].as<std::string>();
   o.no_pin = vm["no-pin"].as<bool>();
+  o.host_probe = vm["host-probe"].as<bool>();
   o.timeout_s = vm["timeout"].as<int>();
   o.metrics = read_metrics_options(vm);
   o.speculation = read_speculation_option(vm);
@@ -491,6 +501,9 @@ struct RunPoint {
   std::optional<backend::sim::CpuOrderChoice> cpu_order_choice;  // how the cost model chose it (auto)
   int64_t speculated_steps = 0, failed_speculations = 0;
   std::optional<MemoryCheck> memory_check;  // after step 1
+  // --host-probe: the node's CPU optimizer rate (Gparam/s, local rank 0's probe) right before this ratio's
+  // engine was built and right after it was freed; NaN without probes or on other ranks.
+  double host_before_gparam_s = std::nan(""), host_after_gparam_s = std::nan("");
   cu::EngineMemory memory;
   int64_t gpu_elems = 0, cpu_elems = 0;
   std::string parity;  // empty: not checked
@@ -931,6 +944,10 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     jp["actual_ratio"] = p.actual;
     jp["gpu_elems"] = p.gpu_elems;
     jp["cpu_elems"] = p.cpu_elems;
+    if (std::isfinite(p.host_before_gparam_s) && std::isfinite(p.host_after_gparam_s))
+      jp["host_probe"] = {{"ranks", o.ranks_per_host},
+                          {"before_gparam_s", p.host_before_gparam_s},
+                          {"after_gparam_s", p.host_after_gparam_s}};
     jp["memory"] = {{"gpu_used_by_process", p.memory.gpu_used_by_process},
                     {"gpu_allocated", p.memory.gpu_allocated},
                     {"gpu_planned", p.memory.planned.gpu_total},
@@ -986,6 +1003,35 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
   write_json_file(doc, *o.out.json + (base.rank > 0 ? ".rank" + std::to_string(base.rank) : ""), 1);
 }
 
+// --host-probe, on every rank at once (between two ratios: no engine holds memory or threads): local rank 0
+// measures the node's CPU optimizer rate with LOCAL_WORLD_SIZE worker processes spread over the host's CPUs
+// as this process was launched with (measure_node_cpu_rate); the others wait, asleep, at the rendezvous. NaN
+// on the other ranks. A probe that fails stops every rank with its reason.
+double probe_host(const RunOptions& o, const backend::launch::RankEnv& env, backend::launch::Rendezvous* rdv,
+                  std::span<const int> host_cpus, const std::string& when) {
+  if (rdv) rdv->barrier();
+  double rate = std::nan("");
+  std::string failed;
+  if (env.local_rank == 0) {
+    try {
+      const NodeCpuRate r = measure_node_cpu_rate(engine_cpu_op({o.sc}).elems, env.local_world_size, host_cpus);
+      rate = r.gparam_s;
+      std::string cpus;
+      for (const std::string& c : r.rank_cpus) cpus += (cpus.empty() ? "" : ", ") + c;
+      std::cerr << "host probe " << when << ": " << num(rate, 3) << " Gparam/s, " << r.ranks
+                << " rank process(es) on calibrate's rank-curve segments (CPUs " << cpus << ")\n";
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+  }
+  const bool ok = rdv ? rdv->all_ok(failed.empty(), kHostProbeChannel) : failed.empty();
+  if (!ok)
+    throw core::RuntimeFailure(
+        "--host-probe " + when + ": " +
+        (failed.empty() ? std::string("local rank 0's probe failed (its log says why)") : failed));
+  return rate;
+}
+
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& args) {
@@ -993,6 +1039,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!parsed) return kExitOk;
   const backend::launch::RankEnv env = backend::launch::rank_env_from_process();
   parsed->ranks_per_host = env.local_world_size;
+  const std::vector<int> host_cpus = backend::cpu::affinity_cpus();  // before this rank confines itself to its share
   if (parsed->ratio_auto) choose_auto_ratio(*parsed, env);
   const RunOptions& o = *parsed;
   const backend::cpu::CpuShare share = take_cpu_share(env);
@@ -1018,6 +1065,10 @@ int cmd_run(const std::vector<std::string>& args) {
 
   std::vector<RunPoint> points;
   bool all_ok = true;
+  const auto probe = [&](const std::string& when) {
+    return o.host_probe ? probe_host(o, env, rdv.get(), host_cpus, when) : std::nan("");
+  };
+  double host_rate = probe("before ratio " + num(o.ratios.front(), 3));
   for (size_t i = 0; i < o.ratios.size(); ++i) {  // one engine at a time: the previous one's memory is freed
     cu::EngineConfig ec = base;
     ec.ratio = o.ratios[i];
@@ -1031,6 +1082,9 @@ int cmd_run(const std::vector<std::string>& args) {
     metrics.set_ratio(ec.ratio);
     points.push_back(run_ratio(o, ec, order, metrics, rdv.get(), signals ? &*signals : nullptr));
     all_ok = all_ok && points.back().parity_ok;
+    points.back().host_before_gparam_s = host_rate;
+    host_rate = probe("after ratio " + num(ec.ratio, 3));  // and before the next
+    points.back().host_after_gparam_s = host_rate;
   }
   if (env.rank == 0) print_summary(points);
   if (o.dump_batches && env.rank == 0) {

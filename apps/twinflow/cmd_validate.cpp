@@ -68,6 +68,7 @@ struct ValidateOptions {
   std::optional<std::string> timeline_svg;  // when measuring: run's --timeline-svg (one file per ratio)
   std::optional<int> trace_steps;           // when measuring: run's --trace-steps (with --trace)
   std::string host_check = "auto";          // on | off | auto (on when measuring): check_host
+  bool host_check_on() const { return host_check == "on" || (host_check == "auto" && !measured); }
   double mape_goal = 5, max_goal = 10;
   std::vector<std::string> breakdown;  // Chrome traces of measured steps: per-layer time against the costs
 };
@@ -93,9 +94,10 @@ CommandOptions validate_options() {
   add("run-json", po::value<std::string>()->default_value("validate-measured.json"),
       "where the measured sweep is kept when measuring");
   add("host-check", po::value<std::string>()->default_value("auto"),
-      "on | off | auto (on when measuring): after the sweep, the node's CPU optimizer rate on calibrate's rank-curve "
-      "segments on this host against the profile's, i.e. how far the host moved since calibrate (with --measured: "
-      "only where this is the host that measured)");
+      "on | off | auto (on when measuring): the node's CPU optimizer rate on calibrate's rank-curve segments on "
+      "this host against the profile's, i.e. how far the host moved since calibrate; when measuring, before every "
+      "ratio and after the last (run --host-probe), and each point is also simulated with the host's rate around "
+      "it (host_%, tracked_%); with --measured: once, only where this is the host that measured");
   add_output_options(o.desc, {.csv = "write the table as CSV",
                               .json = "write the table, MAPE and goals as JSON",
                               .svg = "plot measured and simulated step time against the ratio",
@@ -225,6 +227,7 @@ std::optional<int> measure(const ValidateOptions& o) {
   if (o.trace_steps) cmd.insert(cmd.end(), {"--trace-steps", std::to_string(*o.trace_steps)});
   if (o.speculation) cmd.insert(cmd.end(), {"--speculation", *o.speculation});
   if (o.timeline_svg) cmd.insert(cmd.end(), {"--timeline-svg", *o.timeline_svg});
+  if (o.host_check_on()) cmd.push_back("--host-probe");
   const ChildExit e = run_self(cmd);
   if (e.stop_signal) {
     std::cerr << "twinflow validate: stopped by signal " << e.stop_signal << "; the measuring run was stopped too\n";
@@ -245,6 +248,7 @@ std::optional<int> measure(const ValidateOptions& o) {
 struct HostCheck {
   int ranks = 0;
   double now_gparam_s = 0, profile_gparam_s = 0;
+  bool from_run = false;  // the run's probe after its last ratio (run --host-probe), not measured again here
   double moved_pct() const { return (now_gparam_s - profile_gparam_s) / profile_gparam_s * 100; }
 };
 
@@ -257,23 +261,21 @@ std::optional<HostCheck> check_host(const ValidateOptions& o, const MeasuredSwee
               << " has no cpu.optimizer_node_gparam_s_by_ranks: twinflow calibrate measures it)\n";
     return std::nullopt;
   }
+  if (const auto& last = m.points.back().host_probe; last && last->ranks == h.ranks) {
+    h.now_gparam_s = last->after_gparam_s;  // the run measured it after its last ratio
+    h.from_run = true;
+    return h;
+  }
   std::cerr << "validate: host check, " << h.ranks << " rank process(es) on calibrate's rank-curve segments\n";
-  const RankCurveOps c = rank_curve_ops(engine_cpu_op({o.sc}).elems, h.ranks, false);
-  CpuRankGroup g(flat_layouts(c.op * c.ops, h.ranks, c.ops), 0, true);
-  g.setup(CpuRankSetup{});
-  (void)g.passes(3);
-  std::vector<double> rates;
-  for (int i = 0; i < 10; ++i) rates.push_back(g.pass_gparam_s());
-  std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
-  h.now_gparam_s = rates[rates.size() / 2];
+  h.now_gparam_s = measure_node_cpu_rate(engine_cpu_op({o.sc}).elems, h.ranks).gparam_s;
   return h;
 }
 
 void print_host_check(const HostCheck& h) {
   std::cout << "host check: " << h.ranks << " rank process" << (h.ranks > 1 ? "es" : "")
-            << " on calibrate's rank-curve segments after the sweep: " << fmt(h.now_gparam_s, 3)
-            << " Gparam/s, the profile " << fmt(h.profile_gparam_s, 3) << " (" << (h.moved_pct() >= 0 ? "+" : "")
-            << fmt(h.moved_pct(), 1) << "%)";
+            << " on calibrate's rank-curve segments after the sweep" << (h.from_run ? " (the run's last probe)" : "")
+            << ": " << fmt(h.now_gparam_s, 3) << " Gparam/s, the profile " << fmt(h.profile_gparam_s, 3) << " ("
+            << (h.moved_pct() >= 0 ? "+" : "") << fmt(h.moved_pct(), 1) << "%)";
   if (std::abs(h.moved_pct()) > 5)
     std::cout << ": this host's CPU rate is not the profile's (it moved since calibrate, or calibrate ran elsewhere); "
                  "the simulated CPU times (cpu m/s) are off by about that much whatever the model (calibrate right "
@@ -282,6 +284,22 @@ void print_host_check(const HostCheck& h) {
 }
 
 // ---- the comparison --------------------------------------------------------------------------------------
+
+// The rows' host probes: how far the host moved, and the model's error once that is measured.
+void print_host_tracked(const Validation& v) {
+  if (v.host_tracked.points == 0) return;
+  int moved = 0;
+  for (const ValidationRow& r : v.rows) moved += r.has_host && std::abs(r.host_moved_pct) > 5;
+  std::cout << "host-tracked (each point re-simulated with the profile's CPU rates scaled to the host's rate probed "
+               "before and after it, host_%): MAPE "
+            << fmt(v.host_tracked.mape_pct, 2) << "% over " << v.host_tracked.points << " points, worst "
+            << fmt(v.host_tracked.worst_pct, 2) << "% at ratio " << fmt(v.host_tracked.worst_ratio, 3)
+            << ": the model's error apart from the host's drift (the goals above hold the profile as calibrated)";
+  if (moved > 0)
+    std::cout << "; at " << moved << " point" << (moved > 1 ? "s" : "")
+              << " the host's CPU rate was more than 5% off the profile's";
+  std::cout << "\n";
+}
 
 struct Verdict {
   bool mape_ok = false, max_ok = false;
@@ -302,7 +320,8 @@ Verdict print_validation(const ValidateOptions& o, const MeasuredSweep& m, const
            pair(r.meas_compute_ms, r.sim_compute_ms), pair(r.meas_opt_phase_ms, r.sim_opt_phase_ms),
            pair(r.meas_cpu_opt_ms, r.sim_cpu_opt_ms), pair(r.meas_d2h_ms, r.sim_d2h_ms),
            pair(r.meas_h2d_ms, r.sim_h2d_ms), r.has_memory ? fmt(r.meas_gpu_gb, 2) + "/" + fmt(r.sim_gpu_gb, 2) : "-",
-           r.has_memory ? fmt(r.gpu_error_pct, 1) : "-"});
+           r.has_memory ? fmt(r.gpu_error_pct, 1) : "-", r.has_host ? fmt(r.host_moved_pct, 1) : "-",
+           r.has_host ? fmt(r.host_tracked_error_pct, 1) : "-"});
   t.print(std::cout);
   int fewest = std::numeric_limits<int>::max();
   for (const ValidationRow& r : v.rows) fewest = std::min(fewest, r.measured.steps);
@@ -316,6 +335,7 @@ Verdict print_validation(const ValidateOptions& o, const MeasuredSweep& m, const
             << " points (goal <= " << fmt(o.mape_goal, 1) << "%): " << (verdict.mape_ok ? "met" : "MISSED")
             << "; worst " << fmt(v.worst_pct, 2) << "% at ratio " << fmt(v.worst_ratio, 3)
             << " (goal <= " << fmt(o.max_goal, 1) << "%): " << (verdict.max_ok ? "met" : "MISSED") << "\n";
+  print_host_tracked(v);
   if (v.memory.points > 0) {
     verdict.memory_mape_ok = v.memory.mape_pct <= o.mape_goal;
     verdict.memory_max_ok = v.memory.worst_pct <= o.max_goal;
@@ -356,7 +376,13 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
     doc["host_check"] = {{"ranks", host->ranks},
                          {"now_gparam_s", host->now_gparam_s},
                          {"profile_gparam_s", host->profile_gparam_s},
-                         {"moved_pct", host->moved_pct()}};
+                         {"moved_pct", host->moved_pct()},
+                         {"from_run", host->from_run}};
+  if (v.host_tracked.points > 0)
+    doc["host_tracked"] = {{"mape_pct", v.host_tracked.mape_pct},
+                           {"worst_pct", v.host_tracked.worst_pct},
+                           {"worst_ratio", v.host_tracked.worst_ratio},
+                           {"points", v.host_tracked.points}};
   add_scenario_record(doc, o.sc);
   for (const ValidationRow& r : v.rows)
     doc["points"].push_back({{"ratio", r.ratio},
@@ -376,6 +402,11 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
       doc["points"][i]["gpu_gb"] = {{"measured", v.rows[i].meas_gpu_gb},
                                     {"simulated", v.rows[i].sim_gpu_gb},
                                     {"error_pct", v.rows[i].gpu_error_pct}};
+  for (size_t i = 0; i < v.rows.size(); ++i)
+    if (v.rows[i].has_host)
+      doc["points"][i]["host"] = {{"moved_pct", v.rows[i].host_moved_pct},
+                                  {"tracked_ms", v.rows[i].host_tracked_ms},
+                                  {"tracked_error_pct", v.rows[i].host_tracked_error_pct}};
   write_json_file(doc, *o.out.json, 1);
 }
 
@@ -457,10 +488,9 @@ int cmd_validate(const std::vector<std::string>& args) {
   const std::string measured_file = o.measured.value_or(o.run_json);
   const MeasuredSweep m = load_measured_sweep(measured_file);
   const Validation v = validate_sweep(o.sc, m);
-  const bool check = o.host_check == "on" || (o.host_check == "auto" && !o.measured);
-  const std::optional<HostCheck> host = check ? check_host(o, m) : std::nullopt;
+  const std::optional<HostCheck> host = o.host_check_on() ? check_host(o, m) : std::nullopt;
   Table t({"ratio", "actual", "measured_ms", "spread_%", "steps", "simulated_ms", "error_%", "compute m/s", "opt m/s",
-           "cpu m/s", "d2h m/s", "h2d m/s", "gpu_GB m/s", "gpu_err_%"});
+           "cpu m/s", "d2h m/s", "h2d m/s", "gpu_GB m/s", "gpu_err_%", "host_%", "tracked_%"});
   const Verdict verdict = print_validation(o, m, measured_file, v, t);
   if (host) print_host_check(*host);
   if (o.out.csv) t.write_csv(*o.out.csv);

@@ -591,6 +591,22 @@ PassTimes CpuRankGroup::passes(int reps) { return impl_->timed("pass", reps); }
 double CpuRankGroup::pass_gparam_s() { return double(elems()) / passes(1).node_s.front() / 1e9; }
 PassTimes CpuRankGroup::bound_passes(int reps) { return impl_->timed("bound", reps); }
 
+NodeCpuRate measure_node_cpu_rate(int64_t engine_op_elems, int ranks, std::span<const int> spawn_cpus) {
+  NodeCpuRate r;
+  r.ranks = ranks;
+  const RankCurveOps c = rank_curve_ops(engine_op_elems, ranks, false);
+  cpu::run_confined(spawn_cpus, [&] {  // the workers inherit the starting thread's CPUs
+    CpuRankGroup g(flat_layouts(c.op * c.ops, ranks, c.ops), 0, true);
+    g.setup(CpuRankSetup{});
+    (void)g.passes(3);
+    std::vector<double> rates;
+    for (int i = 0; i < 10; ++i) rates.push_back(g.pass_gparam_s());
+    r.gparam_s = median(rates);
+    r.rank_cpus = g.rank_cpus();
+  });
+  return r;
+}
+
 float cpu_rank_fill(uint64_t i) {
   uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull;
   x ^= x >> 29;

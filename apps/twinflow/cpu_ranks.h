@@ -8,6 +8,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,19 @@ class CpuRankGroup {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The node's CPU optimizer rate now, measured as calibrate measures its rank curve
+// (cpu.optimizer_node_gparam_s_by_ranks at `ranks`): `ranks` worker processes on rank_curve_ops segments of
+// the engine op's size, three passes to warm up, then the median of ten (validate's host check, run's
+// --host-probe). spawn_cpus: the CPUs the workers share out among themselves; a helper thread confined to
+// them starts the workers, so a caller already confined to its own rank's share (an engine rank) still
+// measures the whole host. Empty: the caller's own CPUs.
+struct NodeCpuRate {
+  int ranks = 0;
+  double gparam_s = 0;                 // elements of all ranks over the node's pass time, Gparam/s
+  std::vector<std::string> rank_cpus;  // each worker's CPUs, as it reported them
+};
+NodeCpuRate measure_node_cpu_rate(int64_t engine_op_elems, int ranks, std::span<const int> spawn_cpus = {});
 
 // Host bytes a worker's segment holds per element: fp32 master, two states and the gradient (room for
 // fp32), and the 16-bit copy.

@@ -165,6 +165,15 @@ MeasuredPoint read_point(const json& j, const std::string& file, const std::stri
   if (j.contains("memory_check"))
     p.gpu_measured_bytes =
         int_field(field(j, file, at, "memory_check"), file, at + ".memory_check", "gpu_measured", 0, INT64_MAX);
+  if (j.contains("host_probe")) {
+    const json& h = field(j, file, at, "host_probe");
+    const std::string hp = at + ".host_probe";
+    MeasuredPoint::HostProbe probe;
+    probe.ranks = int(int_field(h, file, hp, "ranks", 1, core::kMaxWorld));
+    probe.before_gparam_s = num_field(h, file, hp, "before_gparam_s", 1e-6, 1e6);
+    probe.after_gparam_s = num_field(h, file, hp, "after_gparam_s", 1e-6, 1e6);
+    p.host_probe = probe;
+  }
   const json& steps = field(j, file, at, "steps");
   if (!steps.is_array() || steps.empty()) bad(file, at + ".steps", "must be a non-empty list");
   for (size_t i = 0; i < steps.size(); ++i)
@@ -238,6 +247,34 @@ SteadyStat step_stat(const MeasuredPoint& p, const std::vector<bool>& sel) {
   return st;
 }
 
+// Mean and worst |error| of (ratio, error %) pairs; points 0 when there are none.
+ErrorSummary summarize(const std::vector<std::pair<double, double>>& ratio_error) {
+  ErrorSummary e;
+  double sum = 0;
+  for (const auto& [ratio, error] : ratio_error) {
+    const double a = std::abs(error);
+    sum += a;
+    if (e.points == 0 || a > e.worst_pct) e.worst_pct = a, e.worst_ratio = ratio;
+    ++e.points;
+  }
+  if (e.points > 0) e.mape_pct = sum / e.points;
+  return e;
+}
+
+// The host-tracked figures of a point (ValidationRow::has_host): its probes' mean against the profile's rank
+// curve, and the point simulated on the profile with its CPU rates scaled to that.
+void track_host(core::Scenario sc, const MeasuredPoint& p, const backend::sim::SimOptions& opt, ValidationRow& r) {
+  if (!p.host_probe) return;
+  const double profile = sc.cluster.hardware.cpu.optimizer_node_gparam_s(p.host_probe->ranks);
+  if (!(profile > 0)) return;
+  const double f = p.host_probe->mean_gparam_s() / profile;
+  sc.cluster.hardware.cpu = sc.cluster.hardware.cpu.with_rates_scaled(f);
+  r.has_host = true;
+  r.host_moved_pct = (f - 1) * 100;
+  r.host_tracked_ms = ms(backend::sim::simulate_step(sc, p.ratio, opt).step_ns);
+  r.host_tracked_error_pct = (r.host_tracked_ms - r.measured.median_ms) / r.measured.median_ms * 100;
+}
+
 }  // namespace
 
 SteadyStat steady_step_ms(const MeasuredPoint& p) { return step_stat(p, compared_steps(p, speculation_case(p))); }
@@ -259,7 +296,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
   }
 
   Validation v;
-  double sum = 0, mem_sum = 0;
+  std::vector<std::pair<double, double>> step_errors, memory_errors, tracked_errors;
   for (const MeasuredPoint& p : m.points) {
     opt.overrides.speculation_bytes = p.speculation_bytes;
     opt.overrides.staging_slots = p.staging_slots;
@@ -300,18 +337,19 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
       r.meas_gpu_gb = double(*p.gpu_measured_bytes) / 1e9;
       r.sim_gpu_gb = double(sp.memory.gpu_total) / 1e9;
       r.gpu_error_pct = (r.sim_gpu_gb - r.meas_gpu_gb) / r.meas_gpu_gb * 100.0;
-      const double am = std::abs(r.gpu_error_pct);
-      mem_sum += am;
-      if (v.memory.points == 0 || am > v.memory.worst_pct) v.memory.worst_pct = am, v.memory.worst_ratio = r.ratio;
-      ++v.memory.points;
+      memory_errors.emplace_back(r.ratio, r.gpu_error_pct);
     }
-    const double a = std::abs(r.error_pct);
-    sum += a;
-    if (v.rows.empty() || a > v.worst_pct) v.worst_pct = a, v.worst_ratio = r.ratio;
+    track_host(sc, p, opt, r);
+    if (r.has_host) tracked_errors.emplace_back(r.ratio, r.host_tracked_error_pct);
+    step_errors.emplace_back(r.ratio, r.error_pct);
     v.rows.push_back(r);
   }
-  v.mape_pct = sum / double(v.rows.size());
-  if (v.memory.points > 0) v.memory.mape_pct = mem_sum / double(v.memory.points);
+  const ErrorSummary steps = summarize(step_errors);
+  v.mape_pct = steps.mape_pct;
+  v.worst_pct = steps.worst_pct;
+  v.worst_ratio = steps.worst_ratio;
+  v.memory = summarize(memory_errors);
+  v.host_tracked = summarize(tracked_errors);
   return v;
 }
 

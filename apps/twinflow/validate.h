@@ -38,6 +38,15 @@ struct MeasuredPoint {
   // GPU bytes the process held after step 1 (cudaMemGetInfo: total - free; the run's
   // memory_check.gpu_measured); none where the run did not record it.
   std::optional<int64_t> gpu_measured_bytes;
+  // The node's CPU optimizer rate measured right before the point and right after it, every rank idle
+  // (`run --host-probe`: calibrate's rank-curve measurement with `ranks` processes); none where the run did
+  // not probe. validate re-simulates the point with the profile's CPU rates scaled to their mean.
+  struct HostProbe {
+    int ranks = 0;
+    double before_gparam_s = 0, after_gparam_s = 0;
+    double mean_gparam_s() const { return 0.5 * (before_gparam_s + after_gparam_s); }
+  };
+  std::optional<HostProbe> host_probe;
 };
 
 struct MeasuredSweep {
@@ -93,6 +102,13 @@ struct ValidationRow {
   bool has_memory = false;
   double meas_gpu_gb = 0, sim_gpu_gb = 0;
   double gpu_error_pct = 0;  // (simulated - measured) / measured x 100
+  // With the run's host probes (MeasuredPoint::host_probe) and a profile with a rank curve: the host's
+  // CPU rate around the point against the profile's (probes' mean / optimizer_node_gparam_s(ranks) - 1, %),
+  // and the point simulated with the profile's CPU rates scaled by that (CpuProfile::with_rates_scaled).
+  // has_host false otherwise.
+  bool has_host = false;
+  double host_moved_pct = 0;
+  double host_tracked_ms = 0, host_tracked_error_pct = 0;
 };
 
 // Mean and worst absolute percentage error over a sweep's points.
@@ -109,6 +125,9 @@ struct Validation {
   double worst_pct = 0;  // largest |error_pct|
   double worst_ratio = 0;
   ErrorSummary memory;  // of gpu_error_pct over the rows that have it (points 0: none)
+  // Of host_tracked_error_pct over the rows that have it (points 0: none): the model's error once the host's
+  // drift since calibrate is measured. Not the goal, which holds the profile as calibrated: a diagnosis.
+  ErrorSummary host_tracked;
 };
 
 // Simulates every measured point on `sc` (whose cluster.hardware is the profile to validate) with the

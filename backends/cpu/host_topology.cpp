@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "core/error.h"
@@ -171,6 +172,20 @@ void confine_calling_thread(std::span<const int> cpus) {
   if (const int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set); rc != 0)
     throw core::RuntimeFailure("cannot restrict this process to CPUs " + cpu_list_text(cpus) + ": " +
                                std::strerror(rc));
+}
+
+void run_confined(std::span<const int> cpus, const std::function<void()>& fn) {
+  std::exception_ptr failed;
+  std::thread t([&] {
+    try {
+      confine_calling_thread(cpus);
+      fn();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  t.join();
+  if (failed) std::rethrow_exception(failed);
 }
 
 std::string cpu_list_text(std::span<const int> cpus) {

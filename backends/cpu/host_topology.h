@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +59,11 @@ size_t checked_thread_count(long long requested, int host_cores, const std::stri
 // its issuing threads then never preempt another rank's optimizer threads). Throws
 // core::RuntimeFailure when the kernel refuses.
 void confine_calling_thread(std::span<const int> cpus);
+
+// Runs fn on a new thread confined to `cpus` (all of the calling thread's when empty) and waits for it;
+// what fn throws is rethrown here. A thread confined to its rank's share starts processes that share out
+// the whole host this way (they inherit the starting thread's CPUs).
+void run_confined(std::span<const int> cpus, const std::function<void()>& fn);
 
 // "0-3,8,10-11" for ascending CPU numbers.
 std::string cpu_list_text(std::span<const int> cpus);

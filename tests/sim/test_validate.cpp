@@ -18,6 +18,7 @@
 #include "core/scenario.h"
 #include "core/settings.h"
 #include "core/step.h"
+#include "tests/error_of.h"
 
 namespace {
 
@@ -235,6 +236,52 @@ TEST(Validate, MalformedSweepsNameTheKeyPath) {
   nlohmann::json empty = sweep_json(s, {0.5}, 1.0);
   empty["points"] = nlohmann::json::array();
   EXPECT_THROW(parse_measured_sweep(empty.dump(), "e.json"), tf::core::InputError);
+}
+
+// run --host-probe: a host whose CPU optimizer ran at half the profile's rate (probed at 0.4 x before each
+// point and 0.6 x after it) measured the sweep the profile's CPU half would have given. validate holds the
+// profile as calibrated for the goals (the CPU-bound points miss), and re-simulates each point with the CPU
+// rates scaled to the probes' mean: that meets the measurement exactly.
+TEST(Validate, HostProbesReSimulateEachPointWithTheHostsRate) {
+  tf::core::Scenario s = scenario();
+  s.cluster.hardware.cpu.optimizer_node_gparam_s_by_ranks = {{1, 4.0}, {2, 5.0}};
+  tf::core::Scenario slow = s;
+  slow.cluster.hardware.cpu = s.cluster.hardware.cpu.with_rates_scaled(0.5);
+  nlohmann::json doc = sweep_json(slow, {0.0, 0.5, 1.0}, 1.0);
+  for (auto& p : doc["points"]) p["host_probe"] = {{"ranks", 1}, {"before_gparam_s", 1.6}, {"after_gparam_s", 2.4}};
+  const tf::app::Validation v = validate_sweep(s, parse_measured_sweep(doc.dump(), "m.json"));
+  ASSERT_EQ(v.rows.size(), 3u);
+  EXPECT_EQ(v.host_tracked.points, 3);
+  for (const tf::app::ValidationRow& r : v.rows) {
+    EXPECT_TRUE(r.has_host);
+    EXPECT_NEAR(r.host_moved_pct, -50.0, 1e-9);
+    EXPECT_NEAR(r.host_tracked_error_pct, 0.0, 1e-6) << r.ratio;  // the slow host's own simulation
+  }
+  EXPECT_NEAR(v.rows[0].error_pct, 0.0, 1e-6);  // ratio 0 runs no CPU pass
+  EXPECT_LT(v.rows[2].error_pct, -20.0);        // ratio 1: the profile's CPU half is twice as fast
+  EXPECT_GT(v.worst_pct, 20.0);
+  EXPECT_NEAR(v.host_tracked.worst_pct, 0.0, 1e-6);
+
+  // without the profile's rank curve there is nothing to compare the probe with: no host-tracked figures
+  tf::core::Scenario no_curve = s;
+  no_curve.cluster.hardware.cpu.optimizer_node_gparam_s_by_ranks.clear();
+  const tf::app::Validation n = validate_sweep(no_curve, parse_measured_sweep(doc.dump(), "m.json"));
+  EXPECT_EQ(n.host_tracked.points, 0);
+  EXPECT_FALSE(n.rows[1].has_host);
+
+  // a probe's figures are checked like every other field
+  for (const auto& [key, value] :
+       {std::pair{"before_gparam_s", nlohmann::json(0.0)}, std::pair{"after_gparam_s", nlohmann::json(-1.0)},
+        std::pair{"ranks", nlohmann::json(0)}, std::pair{"after_gparam_s", nlohmann::json("x")}}) {
+    nlohmann::json bad = doc;
+    bad["points"][1]["host_probe"][key] = value;
+    const std::string what =
+        tf::test::error_of<tf::core::InputError>([&] { (void)parse_measured_sweep(bad.dump(), "b.json"); });
+    EXPECT_NE(what.find(std::string("b.json: points[1].host_probe.") + key), std::string::npos) << what;
+  }
+  nlohmann::json missing = doc;
+  missing["points"][0]["host_probe"].erase("after_gparam_s");
+  EXPECT_THROW((void)parse_measured_sweep(missing.dump(), "b.json"), tf::core::InputError);
 }
 
 TEST(Validate, ASweepOfAnotherModelIsRefused) {

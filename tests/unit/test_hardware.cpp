@@ -2,6 +2,7 @@
 // to the same figures and sources; the optional calibrate fields parse and are checked.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -349,6 +350,32 @@ TEST(CpuProfile, FootprintFactorInterpolatesInBytes) {
   EXPECT_DOUBLE_EQ(c.optimizer_footprint_factor(4000), 0.7);
   EXPECT_DOUBLE_EQ(c.optimizer_footprint_factor(5000), 0.5);
   EXPECT_DOUBLE_EQ(c.optimizer_footprint_factor(int64_t(1) << 50), 0.5);
+}
+
+// The host as a later probe found it (validate's host-tracked figures): every CPU optimizer rate scaled, the
+// factors on them (DMA, footprint) and everything else kept.
+TEST(CpuProfile, RatesScaledKeepTheFactors) {
+  CpuProfile c;
+  c.cores = 32;
+  c.mem_gbps = 150;
+  c.optimizer_gparam_s_per_core = 0.8;
+  c.optimizer_gparam_s_all_cores = 6.0;
+  c.optimizer_gparam_s_by_threads = {{1, 0.8}, {16, 5.0}};
+  c.optimizer_node_gparam_s_by_ranks = {{1, 5.5}, {2, 6.0}};
+  c.dma_slowdown_factor = 1.3;
+  c.optimizer_rate_factor_by_node_bytes = {{1000, 1.0}, {3000, 0.9}};
+  const CpuProfile s = c.with_rates_scaled(1.25);
+  EXPECT_DOUBLE_EQ(s.optimizer_gparam_s_per_core, 1.0);
+  EXPECT_DOUBLE_EQ(s.optimizer_gparam_s_all_cores, 7.5);
+  EXPECT_DOUBLE_EQ(s.optimizer_gparam_s(16), 1.25 * c.optimizer_gparam_s(16));
+  EXPECT_DOUBLE_EQ(s.optimizer_node_gparam_s(2), 7.5);
+  EXPECT_EQ(s.optimizer_gparam_s_by_threads.front().first, 1);  // the counts stay
+  EXPECT_EQ(s.dma_slowdown_factor, 1.3);
+  EXPECT_EQ(s.optimizer_rate_factor_by_node_bytes, c.optimizer_rate_factor_by_node_bytes);
+  EXPECT_EQ(s.mem_gbps, 150);
+  EXPECT_EQ(c.with_rates_scaled(1.0), c);
+  for (double bad : {0.0, -1.0, std::nan(""), double(INFINITY)})
+    EXPECT_THROW((void)c.with_rates_scaled(bad), InputError) << bad;
 }
 
 // The node rate with k concurrent ranks: the measured points, linear between them, flat outside.

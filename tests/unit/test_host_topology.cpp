@@ -152,5 +152,26 @@ TEST(ConfineCallingThread, RestrictsThisThreadAndItsChildren) {
   EXPECT_EQ(affinity_cpus(), allowed);  // the test's own thread is untouched
 }
 
+// An engine rank confined to its share measures the whole host through run_confined (run --host-probe): the
+// thread it starts holds the CPUs it is given, whatever the caller's, and what it throws comes back.
+TEST(RunConfined, TheThreadHoldsTheGivenCpusNotTheCallers) {
+  const std::vector<int> allowed = affinity_cpus();
+  std::vector<int> saw, saw_empty, saw_process;
+  std::thread rank([&] {
+    confine_calling_thread(std::vector<int>{allowed.front()});  // the rank's share
+    run_confined(allowed, [&] {
+      saw = affinity_cpus();
+      std::thread worker([&] { saw_process = affinity_cpus(); });  // what a process started here inherits
+      worker.join();
+    });
+    run_confined({}, [&] { saw_empty = affinity_cpus(); });  // empty: the caller's own
+  });
+  rank.join();
+  EXPECT_EQ(saw, allowed);
+  EXPECT_EQ(saw_process, allowed);
+  EXPECT_EQ(saw_empty, std::vector<int>{allowed.front()});
+  EXPECT_THROW(run_confined(allowed, [] { throw core::RuntimeFailure("inside"); }), core::RuntimeFailure);
+}
+
 }  // namespace
 }  // namespace tf::backend::cpu
