@@ -290,11 +290,13 @@ void print_host_tracked(const Validation& v) {
   if (v.host_tracked.points == 0) return;
   int moved = 0;
   for (const ValidationRow& r : v.rows) moved += r.has_host && std::abs(r.host_moved_pct) > 5;
-  std::cout << "host-tracked (each point re-simulated with the profile's CPU rates scaled to the host's rate probed "
-               "before and after it, host_%): MAPE "
+  std::cout << "host-tracked (each point re-simulated with the profile's CPU rates scaled to the node rate probed "
+               "on calibrate's segments before and after it, host_%): MAPE "
             << fmt(v.host_tracked.mape_pct, 2) << "% over " << v.host_tracked.points << " points, worst "
             << fmt(v.host_tracked.worst_pct, 2) << "% at ratio " << fmt(v.host_tracked.worst_ratio, 3)
-            << ": the model's error apart from the host's drift (the goals above hold the profile as calibrated)";
+            << ": the error left once the host's drift in time is measured (not the goal, which holds the profile as "
+               "calibrated; the pages of the engine's own allocation can run at another rate than the probe's: "
+               "docs/ARCHITECTURE.md, \"Validation\")";
   if (moved > 0)
     std::cout << "; at " << moved << " point" << (moved > 1 ? "s" : "")
               << " the host's CPU rate was more than 5% off the profile's";

@@ -252,6 +252,21 @@ python3 -c "import json,sys; h=json.load(open(sys.argv[1]))['host_check']; asser
 expect 0 "validate --measured: no host check unless asked" -- "$tf" validate "$src/scenarios/real/mlp-2b-h200x2.yaml" \
   --profile "$hc/h200x2-cal-2b.yaml" --measured "$hc/sweep-2b.json"
 check "validate --measured skips the host check" -- bash -c "! grep -q 'host check' '$tmp/out'"
+# a sweep measured with run --host-probe (validate passes it when measuring): the node rate before and after
+# every point beside each row (host_%), each point also simulated with it (tracked_%), the host check from the
+# run's last probe instead of a measurement here
+hp=$src/bench/results/2026-11-28-h200x2-probes/callB-8b-probes
+expect 1 "validate --measured: a sweep with host probes" -- "$tf" validate "$src/scenarios/real/mlp-8b-h200x2.yaml" \
+  --profile "$hp/h200x2-cal-8b.yaml" --measured "$hp/sweep-8b.json" --host-check on --json "$tmp/hp.json"
+contains "$tmp/out" "gpu_err_%  host_%  tracked_%" "validate prints the host probes' columns"
+contains "$tmp/out" "host-tracked (each point re-simulated .*: MAPE 14.2[0-9]% over 10 points, worst 27.8[0-9]% at ratio 0.800" \
+  "validate prints the host-tracked MAPE beside the goals"
+contains "$tmp/out" "after the sweep (the run's last probe): 6.648 Gparam/s, the profile 6.949" \
+  "validate's host check reads the run's last probe"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['host_tracked']; p=d['points']; \
+  assert t['points']==10 and abs(t['worst_pct']-27.80)<0.05 and d['host_check']['from_run'] and \
+  all('host' in x for x in p) and abs(p[0]['host']['moved_pct']-(-4.08))<0.05, (t, p[0])" "$tmp/hp.json" \
+  && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: validate host-tracked JSON"; }
 expect 2 "validate --host-check bad" -- "$tf" validate "${v2b[@]}" --host-check sometimes --measured "$tmp/none.json"
 contains "$tmp/err" "--host-check 'sometimes': allowed on, off, auto" "validate --host-check names the choices"
 expect 2 "validate --measured with --trace-steps" -- "$tf" validate "${v2b[@]}" --trace-steps 2 \
