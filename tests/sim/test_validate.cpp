@@ -324,10 +324,10 @@ TEST(Validate, CommittedH100SweepsMeetTheGoals) {
 //   8.12 / 20.77; call 1's 8.05B 10.68% / 20.33% (its calibrate read 5.7 Gparam/s, the engine's passes with
 //   both ranks busy ran 6.4 minutes later).
 // - 2026-11-28, the third session (bench/results/2026-11-28-h200x2-probes): 8.05B call A 8.36% / 16.54% at 0.8
-//   (calibrate read 5.39 Gparam/s, the engine's passes 4.8 at ratios 0.05-0.3 and 6.2 at 0.8-1), call B (run
-//   --host-probe) 13.41% / 28.04% at 0.8 (probes 6.5-7.8 around every point, the engine's passes 4.9 at 0.5-1),
+//   (calibrate read 5.39 Gparam/s, the engine's passes 4.7-4.8 at ratios 0.05-0.3 and 6.1-6.3 at 0.8-1), call B (run
+//   --host-probe) 13.41% / 28.04% at 0.8 (probes 6.5-7.8 around every point, the engine's passes 4.9-5.1 at 0.5-1),
 //   call E 4.69% / 12.67% at 1 (MAPE met; probes within -5.7..+1.2% of the profile around every point, every
-//   point within 6.5% but ratio 1, whose passes ran at 4.75 against 5.2-6.2 at the other ratios).
+//   point within 6.5% but ratio 1, whose passes ran at 4.75 against 5.3-6.2 at 0.2-0.8).
 // What remains (that README): the host's CPU rate moves by 10-35% within minutes in some calls and not in
 // others (not with uptime, touched memory or page-locking: measured); the 12-15% slower pass at 8.05B ratio 1
 // of the earlier calls did not repeat (its footprint factor read 0.96-1.14 in three calls).
