@@ -239,6 +239,11 @@ void check_run_options(const RunOptions& o) {
     if (!(r >= 0 && r <= 1)) throw core::InputError("--ratio must be in [0, 1]");
   if (o.grad_accum && (*o.grad_accum < 1 || *o.grad_accum > 4096))
     throw core::InputError("--grad-accum must be in [1, 4096]");
+  if (o.checkpoints() && o.host_probe)
+    throw core::InputError(
+        "--host-probe measures the host between the points of a sweep, every rank idle; a run with checkpoints "
+        "(checkpoint.dir, --resume) is one training run that a stop signal must end promptly: leave one of them "
+        "out");
   if (o.checkpoints() && o.ratios.size() > 1)
     throw core::InputError(
         "checkpoints (checkpoint.dir, --resume) follow one training run: give --ratio, not --ratios");

@@ -112,6 +112,12 @@ contains "$tmp/err" "Hugging Face names exist for GPT-2 and OPT decoders only" "
 expect 2 "export --dtype fp16" -- "$tf" export "$tmp/gck" --safetensors "$tmp/x.safetensors" --dtype fp16
 expect 2 "export of a directory without checkpoints" -- "$tf" export "$tmp/empty" --safetensors "$tmp/x.safetensors"
 expect 2 "export without --safetensors" -- "$tf" export "$tmp/gck"
+# run --host-probe measures between a sweep's points: a checkpointed run (one training run) refuses it before
+# it needs a GPU
+if ! "$tf" run --help | grep -q "needs the CUDA backend"; then  # a CPU-only build has no `run` to parse
+  expect 2 "run --host-probe with checkpoints" -- "$tf" run "$tmp/mlp.yaml" --host-probe
+  contains "$tmp/err" "--host-probe measures the host between the points of a sweep" "run names the clash"
+fi
 
 echo "checkpoint cli: $pass passed, $fails failed"
 [ "$fails" -eq 0 ]
