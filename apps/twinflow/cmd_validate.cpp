@@ -285,7 +285,7 @@ void print_host_check(const HostCheck& h) {
 
 // ---- the comparison --------------------------------------------------------------------------------------
 
-// The rows' host probes: how far the host moved, and the model's error once that is measured.
+// The rows' host probes: how far the host moved, and the error left once that drift in time is measured.
 void print_host_tracked(const Validation& v) {
   if (v.host_tracked.points == 0) return;
   int moved = 0;
