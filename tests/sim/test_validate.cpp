@@ -327,7 +327,8 @@ TEST(Validate, CommittedH100SweepsMeetTheGoals) {
 //   (calibrate read 5.39 Gparam/s, the engine's passes 4.7-4.8 at ratios 0.05-0.3 and 6.1-6.3 at 0.8-1), call B (run
 //   --host-probe) 13.41% / 28.04% at 0.8 (probes 6.5-7.8 around every point, the engine's passes 4.9-5.1 at 0.5-1),
 //   call E 4.69% / 12.67% at 1 (MAPE met; probes within -5.7..+1.2% of the profile around every point, every
-//   point within 6.5% but ratio 1, whose passes ran at 4.75 against 5.3-6.2 at 0.2-0.8).
+//   point within 6.5% but ratio 1, whose passes ran at 4.75 against 5.3-6.2 at 0.2-0.8); 2.15B call F 4.06% /
+//   8.86% (both goals met a third time; its probes read 3-11% above the profile, the engine's passes did not).
 // What remains (that README): the host's CPU rate moves by 10-35% within minutes in some calls and not in
 // others (not with uptime, touched memory or page-locking: measured); the 12-15% slower pass at 8.05B ratio 1
 // of the earlier calls did not repeat (its footprint factor read 0.96-1.14 in three calls).
@@ -360,7 +361,9 @@ TEST(Validate, Committed2xH200SweepsReSimulatedWithTheCallsProfile) {
       {"8b", "2026-11-28-h200x2-probes/callB-8b-probes/sweep-8b.json",
        "2026-11-28-h200x2-probes/callB-8b-probes/h200x2-cal-8b.yaml", 13.41, 28.04},
       {"8b", "2026-11-28-h200x2-probes/callE-8b-probes/sweep-8b.json",
-       "2026-11-28-h200x2-probes/callE-8b-probes/h200x2-cal-8b.yaml", 4.69, 12.67}};
+       "2026-11-28-h200x2-probes/callE-8b-probes/h200x2-cal-8b.yaml", 4.69, 12.67},
+      {"2b", "2026-11-28-h200x2-probes/callF-2b-probes/sweep-2b.json",
+       "2026-11-28-h200x2-probes/callF-2b-probes/h200x2-cal-2b.yaml", 4.06, 8.86}};
   for (const Case& c : cases) {
     tf::core::Scenario s =
         tf::core::load_scenario(std::string(TWINFLOW_SOURCE_DIR) + "/scenarios/real/mlp-" + c.model + "-h200x2.yaml");
