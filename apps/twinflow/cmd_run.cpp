@@ -1009,17 +1009,17 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
 }
 
 // --host-probe, on every rank at once (between two ratios: no engine holds memory or threads): local rank 0
-// measures the node's CPU optimizer rate with LOCAL_WORLD_SIZE worker processes spread over the host's CPUs
-// as this process was launched with (measure_node_cpu_rate); the others wait, asleep, at the rendezvous. NaN
-// on the other ranks. A probe that fails stops every rank with its reason.
-double probe_host(const RunOptions& o, const backend::launch::RankEnv& env, backend::launch::Rendezvous* rdv,
+// measures the node's CPU optimizer rate on ops of op_elems (engine_cpu_op) with LOCAL_WORLD_SIZE worker
+// processes spread over the host's CPUs as this process was launched with (measure_node_cpu_rate); the others
+// wait, asleep, at the rendezvous. NaN on the other ranks. A probe that fails stops every rank with its reason.
+double probe_host(int64_t op_elems, const backend::launch::RankEnv& env, backend::launch::Rendezvous* rdv,
                   std::span<const int> host_cpus, const std::string& when) {
   if (rdv) rdv->barrier();
   double rate = std::nan("");
   std::string failed;
   if (env.local_rank == 0) {
     try {
-      const NodeCpuRate r = measure_node_cpu_rate(engine_cpu_op({o.sc}).elems, env.local_world_size, host_cpus);
+      const NodeCpuRate r = measure_node_cpu_rate(op_elems, env.local_world_size, host_cpus);
       rate = r.gparam_s;
       std::string cpus;
       for (const std::string& c : r.rank_cpus) cpus += (cpus.empty() ? "" : ", ") + c;
@@ -1070,8 +1070,9 @@ int cmd_run(const std::vector<std::string>& args) {
 
   std::vector<RunPoint> points;
   bool all_ok = true;
+  const int64_t probe_op = o.host_probe ? engine_cpu_op({o.sc}).elems : 0;  // planned once, not per probe
   const auto probe = [&](const std::string& when) {
-    return o.host_probe ? probe_host(o, env, rdv.get(), host_cpus, when) : std::nan("");
+    return o.host_probe ? probe_host(probe_op, env, rdv.get(), host_cpus, when) : std::nan("");
   };
   double host_rate = probe("before ratio " + num(o.ratios.front(), 3));
   for (size_t i = 0; i < o.ratios.size(); ++i) {  // one engine at a time: the previous one's memory is freed

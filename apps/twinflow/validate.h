@@ -125,8 +125,9 @@ struct Validation {
   double worst_pct = 0;  // largest |error_pct|
   double worst_ratio = 0;
   ErrorSummary memory;  // of gpu_error_pct over the rows that have it (points 0: none)
-  // Of host_tracked_error_pct over the rows that have it (points 0: none): the model's error once the host's
-  // drift since calibrate is measured. Not the goal, which holds the profile as calibrated: a diagnosis.
+  // Of host_tracked_error_pct over the rows that have it (points 0: none): the error left once the host's drift
+  // in time is measured (a probe's fresh allocation, not the run's own pages: docs/ARCHITECTURE.md,
+  // "Validation"). Not the goal, which holds the profile as calibrated: a diagnosis.
   ErrorSummary host_tracked;
 };
 

@@ -61,8 +61,10 @@ def op_rates(evs):
 
 def ratio_row(path0, ranks=2):
     r0, r1 = events(path0), events(path0 + ".rank1")
-    first = {id(r): min(e["ts"] for e in r if e["cat"] == "forward") for r in (r0, r1)}
-    shift = first[id(r0)] - first[id(r1)]
+    def first_forward(evs):
+        return min(e["ts"] for e in evs if e["cat"] == "forward")
+
+    shift = first_forward(r0) - first_forward(r1)
     for e in r1:
         e["ts"] += shift
     gpu = spans(r0, {"forward", "backward"})
@@ -122,7 +124,7 @@ def traces(arg):
         found[float(m.group(1)) if m else os.path.basename(p)] = p
     if not found:
         sys.exit(f"no trace with a .rank1 beside it in {arg}")
-    return dict(sorted(found.items(), key=lambda kv: str(kv[0]) if not isinstance(kv[0], float) else f"{kv[0]:08.3f}"))
+    return dict(sorted(found.items(), key=lambda kv: (isinstance(kv[0], str), kv[0])))
 
 
 def per_layer(path):
