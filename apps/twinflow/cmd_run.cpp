@@ -101,6 +101,7 @@ struct RunOptions {
   std::optional<std::string> loss_svg;      // the loss and lr per step (rank 0), an SVG
   bool verify = false, no_pin = false;
   bool host_probe = false;  // --host-probe: the node's CPU rate before every ratio and after the last
+  bool pages_probe = false;  // --pages-probe: each engine's CPU pass over its own pages before its first step
   std::optional<std::string> save_master;
   std::optional<std::string> dump_step, dump_batches;  // decoder: the oracle's files
   int inject_inf_at = -1;
@@ -121,6 +122,7 @@ constexpr uint32_t kStopChannel = 1;
 constexpr uint32_t kCheckpointChannel = 2;
 constexpr uint32_t kSaveMasterChannel = 3;
 constexpr uint32_t kHostProbeChannel = 4;  // --host-probe: local rank 0 measured, or says why not
+constexpr int kPagesProbePasses = 3;        // --pages-probe: timed passes (the median counts) after a warm-up
 // A shared write's phases (a checkpoint, --save-master) wait for the slowest rank's writing: longer than
 // a rendezvous timeout.
 constexpr std::chrono::milliseconds kFileBarrierTimeout = std::chrono::minutes(30);
@@ -184,6 +186,13 @@ CommandOptions run_options() {
       "calibrate` measures its rank curve (local rank 0 runs LOCAL_WORLD_SIZE worker processes over the host's "
       "cores on calibrate's segments; a few seconds each), in --json as each point's host_probe: what `validate` "
       "compares the profile's rate with (it passes this when measuring)");
+  const std::string pages_help =
+      "each ratio's engine, before its first step, while its CPU segment is still zero: one warm-up and " +
+      std::to_string(kPagesProbePasses) +
+      " timed CPU optimizer passes over the pages this run got (every rank at once; the state does not change; a "
+      "few seconds), in --json as each point's pages_probe: what `validate` compares the profile's rate with (it "
+      "passes this when measuring)";
+  add("pages-probe", po::bool_switch(), pages_help.c_str());
   add_speculation_option(o.desc);
   add_carry_tail_option(o.desc);
   add_cpu_order_option(o.desc);
@@ -298,6 +307,7 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   if (vm.count("dump-batches")) o.dump_batches = vm["dump-batches"].as<std::string>();
   o.no_pin = vm["no-pin"].as<bool>();
   o.host_probe = vm["host-probe"].as<bool>();
+  o.pages_probe = vm["pages-probe"].as<bool>();
   o.timeout_s = vm["timeout"].as<int>();
   o.metrics = read_metrics_options(vm);
   o.speculation = read_speculation_option(vm);
@@ -509,6 +519,7 @@ struct RunPoint {
   // --host-probe: the node's CPU optimizer rate (Gparam/s, local rank 0's probe) right before this ratio's
   // engine was built and right after it was freed; NaN without probes or on other ranks.
   double host_before_gparam_s = std::nan(""), host_after_gparam_s = std::nan("");
+  cu::CpuPassProbe pages;  // --pages-probe: the engine's passes over its own pages (cu::EngineConfig)
   cu::EngineMemory memory;
   int64_t gpu_elems = 0, cpu_elems = 0;
   std::string parity;  // empty: not checked
@@ -753,6 +764,19 @@ std::unique_ptr<RunCheckpoints> make_checkpoints(cu::Engine& eng, const RunOptio
   return std::make_unique<RunCheckpoints>(eng, ec.settings, std::move(co));
 }
 
+// The node's CPU optimizer rate over the run's own pages (--pages-probe): every local rank's elements (the
+// ranks' shards are equal) over the median pass from the barrier before it to the one after it.
+double pages_node_gparam_s(const cu::CpuPassProbe& p, int ranks_per_host) {
+  return double(p.elems) * ranks_per_host / median(p.all_s) / 1e9;
+}
+
+void print_pages_probe(const cu::CpuPassProbe& p, int ranks_per_host) {
+  std::cerr << "pages probe: the CPU pass over this run's own pages (" << p.all_s.size() << " passes, median): rank 0 "
+            << num(double(p.elems) / median(p.own_s) / 1e9, 3) << " Gparam/s, node "
+            << num(pages_node_gparam_s(p, ranks_per_host), 3) << " Gparam/s with " << ranks_per_host
+            << " rank(s) at once\n";
+}
+
 // One ratio from scratch (or from --resume's checkpoint): the engine, its steps, then the checks and
 // files that need its state.
 RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec,
@@ -774,6 +798,8 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec,
   pt.speculated_elems = core::spare_range(eng->split(), speculated).elems;
   pt.cpu_order = eng->plan().config.cpu_order;
   pt.cpu_order_choice = order_choice;
+  pt.pages = eng->cpu_pass_probe();
+  if (rank == 0 && pt.pages.elems > 0 && !pt.pages.all_s.empty()) print_pages_probe(pt.pages, o.ranks_per_host);
   if (rank == 0)
     std::cerr << "ratio " << num(ec.ratio, 3) << " (actual " << num(pt.actual, 4) << "): GPU segment " << pt.gpu_elems
               << ", CPU segment " << pt.cpu_elems << " elements; GPU " << core::format_gb(pt.memory.gpu_used_by_process)
@@ -953,6 +979,12 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
       jp["host_probe"] = {{"ranks", o.ranks_per_host},
                           {"before_gparam_s", p.host_before_gparam_s},
                           {"after_gparam_s", p.host_after_gparam_s}};
+    if (!p.pages.all_s.empty())
+      jp["pages_probe"] = {{"ranks", o.ranks_per_host},
+                           {"elems", p.pages.elems},
+                           {"own_s", p.pages.own_s},
+                           {"all_s", p.pages.all_s},
+                           {"node_gparam_s", pages_node_gparam_s(p.pages, o.ranks_per_host)}};
     jp["memory"] = {{"gpu_used_by_process", p.memory.gpu_used_by_process},
                     {"gpu_allocated", p.memory.gpu_allocated},
                     {"gpu_planned", p.memory.planned.gpu_total},
@@ -1079,6 +1111,10 @@ int cmd_run(const std::vector<std::string>& args) {
     cu::EngineConfig ec = base;
     ec.ratio = o.ratios[i];
     ec.nccl_id = ids[i];
+    if (o.pages_probe) {
+      ec.cpu_probe_passes = kPagesProbePasses;
+      if (rdv) ec.cpu_probe_barrier = [r = rdv.get()] { r->barrier(); };
+    }
     // training.cpu_order auto, before the engine plans: the cost model's order at this ratio, as `simulate`
     // chooses it. The engine resolves the staging and speculation against this machine's memory where the
     // simulator takes the profile's: the order's counts then apply to the engine's speculated layers

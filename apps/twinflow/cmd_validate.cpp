@@ -97,7 +97,9 @@ CommandOptions validate_options() {
       "on | off | auto (on when measuring): the node's CPU optimizer rate on calibrate's rank-curve segments on "
       "this host against the profile's, i.e. how far the host moved since calibrate; when measuring, before every "
       "ratio and after the last (run --host-probe), and each point is also simulated with the host's rate around "
-      "it (host_%, tracked_%); with --measured: once, only where this is the host that measured");
+      "it (host_%, tracked_%); with --measured: once, only where this is the host that measured. When measuring it "
+      "also passes run --pages-probe: each point's engine times its CPU pass over its own pages before its first "
+      "step, and the point is simulated with that rate too (pages_%, placed_%)");
   add_output_options(o.desc, {.csv = "write the table as CSV",
                               .json = "write the table, MAPE and goals as JSON",
                               .svg = "plot measured and simulated step time against the ratio",
@@ -227,7 +229,7 @@ std::optional<int> measure(const ValidateOptions& o) {
   if (o.trace_steps) cmd.insert(cmd.end(), {"--trace-steps", std::to_string(*o.trace_steps)});
   if (o.speculation) cmd.insert(cmd.end(), {"--speculation", *o.speculation});
   if (o.timeline_svg) cmd.insert(cmd.end(), {"--timeline-svg", *o.timeline_svg});
-  if (o.host_check_on()) cmd.push_back("--host-probe");
+  if (o.host_check_on()) cmd.insert(cmd.end(), {"--host-probe", "--pages-probe"});
   const ChildExit e = run_self(cmd);
   if (e.stop_signal) {
     std::cerr << "twinflow validate: stopped by signal " << e.stop_signal << "; the measuring run was stopped too\n";
@@ -303,6 +305,18 @@ void print_host_tracked(const Validation& v) {
   std::cout << "\n";
 }
 
+// The rows' own-pages probes: how far the pages the run got were from the profile's, and the error left once
+// their rate is measured.
+void print_pages_tracked(const Validation& v) {
+  if (v.pages_tracked.points == 0) return;
+  std::cout << "pages-tracked (each point re-simulated with the profile's CPU rates scaled to the node rate of the "
+               "engine's CPU pass over its own pages, timed before its first step, pages_%): MAPE "
+            << fmt(v.pages_tracked.mape_pct, 2) << "% over " << v.pages_tracked.points << " points, worst "
+            << fmt(v.pages_tracked.worst_pct, 2) << "% at ratio " << fmt(v.pages_tracked.worst_ratio, 3)
+            << ": the error left once the rate of the pages the run got is measured (not the goal, which holds "
+               "the profile as calibrated: docs/ARCHITECTURE.md, \"Validation\")\n";
+}
+
 struct Verdict {
   bool mape_ok = false, max_ok = false;
   bool memory_mape_ok = true, memory_max_ok = true;  // true where the sweep has no memory to compare
@@ -323,7 +337,8 @@ Verdict print_validation(const ValidateOptions& o, const MeasuredSweep& m, const
            pair(r.meas_cpu_opt_ms, r.sim_cpu_opt_ms), pair(r.meas_d2h_ms, r.sim_d2h_ms),
            pair(r.meas_h2d_ms, r.sim_h2d_ms), r.has_memory ? fmt(r.meas_gpu_gb, 2) + "/" + fmt(r.sim_gpu_gb, 2) : "-",
            r.has_memory ? fmt(r.gpu_error_pct, 1) : "-", r.has_host ? fmt(r.host_moved_pct, 1) : "-",
-           r.has_host ? fmt(r.host_tracked_error_pct, 1) : "-"});
+           r.has_host ? fmt(r.host_tracked_error_pct, 1) : "-", r.has_pages ? fmt(r.pages_pct, 1) : "-",
+           r.has_pages ? fmt(r.pages_tracked_error_pct, 1) : "-"});
   t.print(std::cout);
   int fewest = std::numeric_limits<int>::max();
   for (const ValidationRow& r : v.rows) fewest = std::min(fewest, r.measured.steps);
@@ -338,6 +353,7 @@ Verdict print_validation(const ValidateOptions& o, const MeasuredSweep& m, const
             << "; worst " << fmt(v.worst_pct, 2) << "% at ratio " << fmt(v.worst_ratio, 3)
             << " (goal <= " << fmt(o.max_goal, 1) << "%): " << (verdict.max_ok ? "met" : "MISSED") << "\n";
   print_host_tracked(v);
+  print_pages_tracked(v);
   if (v.memory.points > 0) {
     verdict.memory_mape_ok = v.memory.mape_pct <= o.mape_goal;
     verdict.memory_max_ok = v.memory.worst_pct <= o.max_goal;
@@ -385,6 +401,11 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
                            {"worst_pct", v.host_tracked.worst_pct},
                            {"worst_ratio", v.host_tracked.worst_ratio},
                            {"points", v.host_tracked.points}};
+  if (v.pages_tracked.points > 0)
+    doc["pages_tracked"] = {{"mape_pct", v.pages_tracked.mape_pct},
+                            {"worst_pct", v.pages_tracked.worst_pct},
+                            {"worst_ratio", v.pages_tracked.worst_ratio},
+                            {"points", v.pages_tracked.points}};
   add_scenario_record(doc, o.sc);
   for (const ValidationRow& r : v.rows)
     doc["points"].push_back({{"ratio", r.ratio},
@@ -409,6 +430,11 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
       doc["points"][i]["host"] = {{"moved_pct", v.rows[i].host_moved_pct},
                                   {"tracked_ms", v.rows[i].host_tracked_ms},
                                   {"tracked_error_pct", v.rows[i].host_tracked_error_pct}};
+  for (size_t i = 0; i < v.rows.size(); ++i)
+    if (v.rows[i].has_pages)
+      doc["points"][i]["pages"] = {{"moved_pct", v.rows[i].pages_pct},
+                                   {"tracked_ms", v.rows[i].pages_tracked_ms},
+                                   {"tracked_error_pct", v.rows[i].pages_tracked_error_pct}};
   write_json_file(doc, *o.out.json, 1);
 }
 
@@ -492,7 +518,8 @@ int cmd_validate(const std::vector<std::string>& args) {
   const Validation v = validate_sweep(o.sc, m);
   const std::optional<HostCheck> host = o.host_check_on() ? check_host(o, m) : std::nullopt;
   Table t({"ratio", "actual", "measured_ms", "spread_%", "steps", "simulated_ms", "error_%", "compute m/s", "opt m/s",
-           "cpu m/s", "d2h m/s", "h2d m/s", "gpu_GB m/s", "gpu_err_%", "host_%", "tracked_%"});
+           "cpu m/s", "d2h m/s", "h2d m/s", "gpu_GB m/s", "gpu_err_%", "host_%", "tracked_%", "pages_%",
+           "placed_%"});
   const Verdict verdict = print_validation(o, m, measured_file, v, t);
   if (host) print_host_check(*host);
   if (o.out.csv) t.write_csv(*o.out.csv);

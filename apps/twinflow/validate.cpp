@@ -174,6 +174,14 @@ MeasuredPoint read_point(const json& j, const std::string& file, const std::stri
     probe.after_gparam_s = num_field(h, file, hp, "after_gparam_s", 1e-6, 1e6);
     p.host_probe = probe;
   }
+  if (j.contains("pages_probe")) {
+    const json& h = field(j, file, at, "pages_probe");
+    const std::string pp = at + ".pages_probe";
+    MeasuredPoint::PagesProbe probe;
+    probe.ranks = int(int_field(h, file, pp, "ranks", 1, core::kMaxWorld));
+    probe.node_gparam_s = num_field(h, file, pp, "node_gparam_s", 0, 1e6);
+    if (probe.node_gparam_s > 0) p.pages_probe = probe;  // 0: no CPU part (ratio 0)
+  }
   const json& steps = field(j, file, at, "steps");
   if (!steps.is_array() || steps.empty()) bad(file, at + ".steps", "must be a non-empty list");
   for (size_t i = 0; i < steps.size(); ++i)
@@ -261,18 +269,33 @@ ErrorSummary summarize(const std::vector<std::pair<double, double>>& ratio_error
   return e;
 }
 
-// The host-tracked figures of a point (ValidationRow::has_host): its probes' mean against the profile's rank
-// curve, and the point simulated on the profile with its CPU rates scaled to that.
-void track_host(core::Scenario sc, const MeasuredPoint& p, const backend::sim::SimOptions& opt, ValidationRow& r) {
-  if (!p.host_probe) return;
-  const double profile = sc.cluster.hardware.cpu.optimizer_node_gparam_s(p.host_probe->ranks);
-  if (!(profile > 0)) return;
-  const double f = p.host_probe->mean_gparam_s() / profile;
+// The point simulated on the profile with every CPU rate scaled by f (CpuProfile::with_rates_scaled), ms.
+double simulated_with_cpu_scaled(core::Scenario sc, const MeasuredPoint& p, const backend::sim::SimOptions& opt,
+                                 double f) {
   sc.cluster.hardware.cpu = sc.cluster.hardware.cpu.with_rates_scaled(f);
-  r.has_host = true;
-  r.host_moved_pct = (f - 1) * 100;
-  r.host_tracked_ms = ms(backend::sim::simulate_step(sc, p.ratio, opt).step_ns);
-  r.host_tracked_error_pct = (r.host_tracked_ms - r.measured.median_ms) / r.measured.median_ms * 100;
+  return ms(backend::sim::simulate_step(sc, p.ratio, opt).step_ns);
+}
+
+// The tracked figures of a point: its host probes' mean (ValidationRow::has_host) and its own pages' rate
+// (has_pages) against the profile's rank curve, and the point simulated with the CPU rates scaled to each.
+void track_cpu_rate(const core::Scenario& sc, const MeasuredPoint& p, const backend::sim::SimOptions& opt,
+                    ValidationRow& r) {
+  const core::CpuProfile& cpu = sc.cluster.hardware.cpu;
+  const double measured = r.measured.median_ms;
+  if (p.host_probe && cpu.optimizer_node_gparam_s(p.host_probe->ranks) > 0) {
+    const double f = p.host_probe->mean_gparam_s() / cpu.optimizer_node_gparam_s(p.host_probe->ranks);
+    r.has_host = true;
+    r.host_moved_pct = (f - 1) * 100;
+    r.host_tracked_ms = simulated_with_cpu_scaled(sc, p, opt, f);
+    r.host_tracked_error_pct = (r.host_tracked_ms - measured) / measured * 100;
+  }
+  if (p.pages_probe && cpu.optimizer_node_gparam_s(p.pages_probe->ranks) > 0) {
+    const double f = p.pages_probe->node_gparam_s / cpu.optimizer_node_gparam_s(p.pages_probe->ranks);
+    r.has_pages = true;
+    r.pages_pct = (f - 1) * 100;
+    r.pages_tracked_ms = simulated_with_cpu_scaled(sc, p, opt, f);
+    r.pages_tracked_error_pct = (r.pages_tracked_ms - measured) / measured * 100;
+  }
 }
 
 }  // namespace
@@ -296,7 +319,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
   }
 
   Validation v;
-  std::vector<std::pair<double, double>> step_errors, memory_errors, tracked_errors;
+  std::vector<std::pair<double, double>> step_errors, memory_errors, tracked_errors, pages_errors;
   for (const MeasuredPoint& p : m.points) {
     opt.overrides.speculation_bytes = p.speculation_bytes;
     opt.overrides.staging_slots = p.staging_slots;
@@ -339,8 +362,9 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
       r.gpu_error_pct = (r.sim_gpu_gb - r.meas_gpu_gb) / r.meas_gpu_gb * 100.0;
       memory_errors.emplace_back(r.ratio, r.gpu_error_pct);
     }
-    track_host(sc, p, opt, r);
+    track_cpu_rate(sc, p, opt, r);
     if (r.has_host) tracked_errors.emplace_back(r.ratio, r.host_tracked_error_pct);
+    if (r.has_pages) pages_errors.emplace_back(r.ratio, r.pages_tracked_error_pct);
     step_errors.emplace_back(r.ratio, r.error_pct);
     v.rows.push_back(r);
   }
@@ -350,6 +374,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
   v.worst_ratio = steps.worst_ratio;
   v.memory = summarize(memory_errors);
   v.host_tracked = summarize(tracked_errors);
+  v.pages_tracked = summarize(pages_errors);
   return v;
 }
 

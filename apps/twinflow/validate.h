@@ -47,6 +47,15 @@ struct MeasuredPoint {
     double mean_gparam_s() const { return 0.5 * (before_gparam_s + after_gparam_s); }
   };
   std::optional<HostProbe> host_probe;
+  // The node's CPU optimizer rate over the run's own pages, measured by the point's engine before its first
+  // step with every rank at once (`run --pages-probe`: cpu::CpuSegment::zero_pass); none where the run did not
+  // probe or the point has no CPU part. validate re-simulates the point with the profile's CPU rates scaled
+  // to it.
+  struct PagesProbe {
+    int ranks = 0;
+    double node_gparam_s = 0;
+  };
+  std::optional<PagesProbe> pages_probe;
 };
 
 struct MeasuredSweep {
@@ -109,6 +118,11 @@ struct ValidationRow {
   bool has_host = false;
   double host_moved_pct = 0;
   double host_tracked_ms = 0, host_tracked_error_pct = 0;
+  // The same with the run's own pages (MeasuredPoint::pages_probe): their node rate against the profile's,
+  // and the point simulated with the profile's CPU rates scaled by that. has_pages false otherwise.
+  bool has_pages = false;
+  double pages_pct = 0;
+  double pages_tracked_ms = 0, pages_tracked_error_pct = 0;
 };
 
 // Mean and worst absolute percentage error over a sweep's points.
@@ -129,6 +143,10 @@ struct Validation {
   // in time is measured (a probe's fresh allocation, not the run's own pages: docs/ARCHITECTURE.md,
   // "Validation"). Not the goal, which holds the profile as calibrated: a diagnosis.
   ErrorSummary host_tracked;
+  // Of pages_tracked_error_pct over the rows that have it (points 0: none): the error left once the rate of
+  // the pages the run got is measured (docs/ARCHITECTURE.md, "Validation"). Not the goal either: a diagnosis
+  // of what the profile, measured on other pages, cannot know.
+  ErrorSummary pages_tracked;
 };
 
 // Simulates every measured point on `sc` (whose cluster.hardware is the profile to validate) with the

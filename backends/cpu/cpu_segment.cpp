@@ -2,6 +2,7 @@
 #include "backends/cpu/cpu_segment.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "core/error.h"
@@ -13,6 +14,16 @@ std::vector<SegmentRange> segment_ranges(const core::TwinFlowSplit& split) {
   for (const core::ShardPiece& p : split.cpu)
     out.push_back({p.layer, p.shard_offset - split.boundary, p.shard_offset - split.boundary + p.count});
   return out;
+}
+
+core::StepScalars zero_preserving_scalars(core::OptimizerKind k) {
+  core::StepScalars s = core::make_step_scalars(k, core::default_hyper_params(k), 1, 1.0);
+  s.step_size = 0.f;
+  s.eps = 1.f;
+  s.decay = 1.f;
+  s.l2 = 0.f;
+  s.has_l2 = 0;
+  return s;
 }
 
 CpuSegment::CpuSegment(const CpuOptions& opt, core::OptimizerKind kind, const SegmentBuffers& bufs,
@@ -101,6 +112,19 @@ GradStats CpuSegment::update_layer(size_t layer, const core::StepScalars& s, con
   OptimChunk c = chunk_at(*r, to, slot);
   if (from) c.from = {from->master, from->state1, from->state2};
   return be_.step(kind_, std::span<const OptimChunk>(&c, 1), s);
+}
+
+double CpuSegment::zero_pass() {
+  const core::StepScalars s = zero_preserving_scalars(kind_);
+  const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  int32_t i = 0;  // first_touch's slots, so that only zeroed slots are read
+  for (auto r = ranges_.rbegin(); r != ranges_.rend(); ++r) {
+    if (r->end <= r->begin) continue;
+    const OptimChunk c = chunk(r->begin, r->end, rings() ? i++ % slots : -1);
+    be_.step(kind_, std::span<const OptimChunk>(&c, 1), s);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 LayerState CpuSegment::layer_state(size_t layer) const {

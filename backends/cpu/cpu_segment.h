@@ -47,6 +47,10 @@ struct SegmentRange {
 // is the split's boundary).
 std::vector<SegmentRange> segment_ranges(const core::TwinFlowSplit& split);
 
+// Scalars under which one update of all-zero buffers leaves every byte zero, for every optimizer: step
+// size 0, eps 1 (0 / (sqrt(0) + eps) = 0), no decay, no L2. What CpuSegment::zero_pass runs.
+core::StepScalars zero_preserving_scalars(core::OptimizerKind k);
+
 class CpuSegment {
  public:
   // `opt` says the rank's threads and CPUs. Throws core::InputError for ranges that overlap, run
@@ -75,6 +79,13 @@ class CpuSegment {
   // Zeroes the layer's master and states at `at` (a spare slot) with the split its updates use, as
   // first_touch does for the segment's own buffers.
   void first_touch(size_t layer, const LayerState& at);
+
+  // One CPU pass over the segment's own pages before anything else is written to them: every range in
+  // backward order, each in the staging slot first_touch zeroed for it, updated in place under
+  // zero_preserving_scalars. After first_touch it moves the optimizer's full traffic through the pages this
+  // segment got and leaves every byte zero: the engine times its own allocation with it before it writes its
+  // state (docs/ARCHITECTURE.md, "Validation"). Returns the pass's seconds.
+  double zero_pass();
 
   // The chunk of elements [begin, end) of the segment, its gradient and copy in `slot` with rings.
   OptimChunk chunk(int64_t begin, int64_t end, int32_t slot = -1) const;

@@ -191,6 +191,7 @@ class EngineImpl final : public Engine {
   const core::Partition& partition() const override { return part_; }
   const core::TwinFlowSplit& split() const override { return split_; }
   const EngineMemory& memory() const override { return mem_; }
+  const CpuPassProbe& cpu_pass_probe() const override { return probe_; }
 
   std::optional<StepReport> step() override;
   std::optional<StepReport> drain() override;
@@ -240,6 +241,9 @@ class EngineImpl final : public Engine {
       throw core::InputError("engine: the workload must be synthetic, mlp or decoder (resolve it against the model)");
     if (c.overflow_at_step > 0 && s_.workload != core::WorkloadType::kSynthetic)
       throw core::InputError("engine: overflow_at_step needs the synthetic workload");
+    if (c.cpu_probe_passes < 0 || c.cpu_probe_passes > 100)
+      throw core::InputError("engine: cpu_probe_passes " + std::to_string(c.cpu_probe_passes) +
+                             " is outside [0, 100]");
     core::validate(s_.policy.kind, s_.policy.hp);
     int count = 0;
     TF_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -481,8 +485,28 @@ class EngineImpl final : public Engine {
     };
     segment();
     if (pin_host()) segment();  // a buffer moved to cudaHostAlloc memory: the segment's views follow
+    probe_cpu_pages();
     const size_t n = size_t(split_.cpu_elems);
     if (n && initial_state1() != 0.f) std::fill(h_s1_.as<float>(), h_s1_.as<float>() + n, initial_state1());
+  }
+
+  // EngineConfig::cpu_probe_passes: the CPU pass over this rank's own pages while they are still zero. Every
+  // rank calls the barrier equally often (the passes are the same on every rank, and ratio 0's are empty).
+  void probe_cpu_pages() {
+    if (cfg_.cpu_probe_passes <= 0) return;
+    const auto barrier = [&] {
+      if (cfg_.cpu_probe_barrier) cfg_.cpu_probe_barrier();
+    };
+    probe_.elems = split_.cpu_elems;
+    barrier();
+    cpu_->zero_pass();  // warm-up
+    for (int i = 0; i < cfg_.cpu_probe_passes; ++i) {
+      barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      probe_.own_s.push_back(cpu_->zero_pass());
+      barrier();
+      probe_.all_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
   }
 
   void make_queues() {
@@ -988,6 +1012,7 @@ class EngineImpl final : public Engine {
   core::TwinFlowSplit split_;
   core::StepPlan plan_;
   EngineMemory mem_;
+  CpuPassProbe probe_;  // EngineConfig::cpu_probe_passes' passes
   std::vector<int64_t> layer_first_, cpu_begin_, cpu_end_;  // (L + 1) model index of each layer; (L) CPU ranges
   std::vector<int> piece_of_layer_;
   int64_t total_tiles_ = 0;

@@ -70,6 +70,20 @@ struct EngineConfig {
   int64_t host_bytes_limit = 0;                  // what this rank may pin; 0: the machine's memory less
                                                  // training.host_reserve, as one rank
   std::function<void(const std::string&)> warn;  // one-line warnings (pageable fallback, ...); default stderr
+  // Before the optimizer's state is written (every host buffer of the CPU segment still zero): one warm-up
+  // and this many timed CPU passes over the rank's own segment (cpu::CpuSegment::zero_pass: nothing changes),
+  // each between two calls of cpu_probe_barrier (every rank of the run at once), so that the run knows the CPU
+  // rate of the pages it got before its first step (run --pages-probe; docs/ARCHITECTURE.md, "Validation").
+  int cpu_probe_passes = 0;
+  std::function<void()> cpu_probe_barrier;  // empty: no other rank to wait for
+};
+
+// EngineConfig::cpu_probe_passes' measurement: the CPU segment's elements and, per timed pass, this rank's
+// own pass and the time from the barrier before it to the barrier after it (every rank done: where the ranks
+// share a host, the node's pass).
+struct CpuPassProbe {
+  int64_t elems = 0;
+  std::vector<double> own_s, all_s;
 };
 
 struct StepReport {
@@ -115,6 +129,8 @@ class Engine {
   virtual const core::Partition& partition() const = 0;
   virtual const core::TwinFlowSplit& split() const = 0;
   virtual const EngineMemory& memory() const = 0;
+  // Empty (no passes) unless EngineConfig::cpu_probe_passes asked for them.
+  virtual const CpuPassProbe& cpu_pass_probe() const = 0;
   // One training step: the plan's ops on the queues, the step decision, the timeline. Without a carried
   // tail (core::carries(plan()) false) it returns once every op is done, with its own report. With one
   // (docs/ARCHITECTURE.md, "Carrying the optimizer tail into the next step") step t returns once its ops

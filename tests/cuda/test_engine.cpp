@@ -37,6 +37,7 @@ struct Case {
   int64_t scale_window = 0;                 // fp16: clean steps before the loss scale doubles (0: never)
   int staging_slots = core::kStagingSlots;  // slots per host staging ring (0: full-size staging)
   core::LrSchedule schedule = {};           // the lr of each step (constant: the optimizer's)
+  int probe_passes = 0;                     // EngineConfig::cpu_probe_passes
 };
 
 core::ModelDesc small_model() { return core::describe_model(core::make_mlp({96, 160, 80, 48})); }
@@ -64,6 +65,7 @@ cu::EngineConfig config(const core::ModelDesc& m, const Case& c) {
   e.cpu_threads = 4;
   e.pin_threads = false;
   e.overflow_at_step = c.overflow_at;
+  e.cpu_probe_passes = c.probe_passes;
   return e;
 }
 
@@ -124,6 +126,39 @@ TEST(CudaEngine, StagingRingsBitIdenticalToFunctionalSimulator) {
         const core::StepPlan plan = cu::Engine::create(config(m, c))->plan();
         EXPECT_EQ(plan.staging.slots, slots);
       }
+}
+
+// run --pages-probe: the engine's passes over its own pages before it writes its state change no bit of the
+// training, for every optimizer kind's initial state (Adagrad's is not zero), with staging rings; the probe
+// times every pass between two barriers.
+TEST(CudaEngine, PagesProbeLeavesTheTrainingBitIdentical) {
+  SKIP_WITHOUT_GPU();
+  const core::ModelDesc m = core::describe_model(core::make_mlp({96, 160, 80, 160, 80, 160, 48}));
+  for (core::OptimizerKind k :
+       {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion})
+    for (double r : {0.3, 1.0}) {
+      Case c;
+      c.kind = k;
+      c.ratio = r;
+      c.staging_slots = 1;
+      c.probe_passes = 2;
+      SCOPED_TRACE(std::string(core::optimizer_name(k)) + " ratio " + std::to_string(r));
+      expect_bit_identical(m, c);
+      int barriers = 0;
+      cu::EngineConfig e = config(m, c);
+      e.cpu_probe_barrier = [&] { ++barriers; };
+      const auto eng = cu::Engine::create(e);
+      const cu::CpuPassProbe& p = eng->cpu_pass_probe();
+      EXPECT_EQ(p.elems, eng->split().cpu_elems);
+      ASSERT_EQ(p.own_s.size(), 2u);
+      ASSERT_EQ(p.all_s.size(), 2u);
+      for (size_t i = 0; i < 2; ++i) EXPECT_GE(p.all_s[i], p.own_s[i]);
+      EXPECT_EQ(barriers, 5);  // before the warm-up, then around each timed pass
+    }
+  Case off;
+  EXPECT_TRUE(cu::Engine::create(config(small_model(), off))->cpu_pass_probe().own_s.empty());
+  off.probe_passes = -1;
+  EXPECT_THROW(cu::Engine::create(config(small_model(), off)), core::InputError);
 }
 
 TEST(CudaEngine, BitIdenticalWithoutClippingAndWithOneMicroBatch) {

@@ -284,6 +284,44 @@ TEST(Validate, HostProbesReSimulateEachPointWithTheHostsRate) {
   EXPECT_THROW((void)parse_measured_sweep(missing.dump(), "b.json"), tf::core::InputError);
 }
 
+// run --pages-probe: the engine's pass over its own pages. A run whose pages ran at 0.6 x the profile's rate
+// is re-simulated exactly; ratio 0 (no CPU part, node rate 0) has no pages figure; the host probes' columns
+// stay their own.
+TEST(Validate, PagesProbesReSimulateEachPointWithItsOwnPagesRate) {
+  tf::core::Scenario s = scenario();
+  s.cluster.hardware.cpu.optimizer_node_gparam_s_by_ranks = {{1, 4.0}, {2, 5.0}};
+  tf::core::Scenario slow = s;
+  slow.cluster.hardware.cpu = s.cluster.hardware.cpu.with_rates_scaled(0.6);
+  nlohmann::json doc = sweep_json(slow, {0.0, 0.5, 1.0}, 1.0);
+  for (auto& p : doc["points"]) {
+    const bool cpu = p["ratio"].get<double>() > 0;
+    p["pages_probe"] = {{"ranks", 2}, {"elems", cpu ? 1000 : 0}, {"own_s", {0.1}}, {"all_s", {0.1}},
+                        {"node_gparam_s", cpu ? 3.0 : 0.0}};
+  }
+  const tf::app::Validation v = validate_sweep(s, parse_measured_sweep(doc.dump(), "m.json"));
+  ASSERT_EQ(v.rows.size(), 3u);
+  EXPECT_FALSE(v.rows[0].has_pages);
+  EXPECT_EQ(v.pages_tracked.points, 2);
+  EXPECT_EQ(v.host_tracked.points, 0);
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_TRUE(v.rows[i].has_pages);
+    EXPECT_FALSE(v.rows[i].has_host);
+    EXPECT_NEAR(v.rows[i].pages_pct, -40.0, 1e-9);
+    EXPECT_NEAR(v.rows[i].pages_tracked_error_pct, 0.0, 1e-6) << v.rows[i].ratio;
+  }
+  EXPECT_LT(v.rows[2].error_pct, -15.0);  // the profile alone: its CPU half 1 / 0.6 x as fast
+  EXPECT_NEAR(v.pages_tracked.worst_pct, 0.0, 1e-6);
+
+  for (const auto& [key, value] : {std::pair{"node_gparam_s", nlohmann::json(-1.0)},
+                                   std::pair{"ranks", nlohmann::json(0)}, std::pair{"node_gparam_s", nlohmann::json("x")}}) {
+    nlohmann::json bad = doc;
+    bad["points"][1]["pages_probe"][key] = value;
+    const std::string what =
+        tf::test::error_of<tf::core::InputError>([&] { (void)parse_measured_sweep(bad.dump(), "b.json"); });
+    EXPECT_NE(what.find(std::string("b.json: points[1].pages_probe.") + key), std::string::npos) << what;
+  }
+}
+
 TEST(Validate, ASweepOfAnotherModelIsRefused) {
   const tf::core::Scenario s = scenario();
   nlohmann::json doc = sweep_json(s, {0.5}, 1.0);
