@@ -12,7 +12,8 @@
 # MODELS (default "2b 8b") picks the sweeps and their order. Each calibrate gets its sweep's scenario only
 # (its GEMM shapes); FOOTPRINTS=1 adds calibrate --footprints (the CPU rate at the host memory the scenario pins).
 # validate measures with its host check on: the run probes the node's CPU rate before every ratio and after the
-# last (run --host-probe, ~3 s each), and the table adds host_% and tracked_% per point.
+# last (run --host-probe, ~3 s each), and the table adds host_% and tracked_% per point; each ratio's engine also
+# times its CPU pass over its own pages before its first step (run --pages-probe): pages_% and placed_%.
 set -uo pipefail
 OUT=${OUT:-out/device}
 W=/tmp/issue6-h200x2
@@ -43,11 +44,11 @@ for m in ${MODELS:-2b 8b}; do
 
   step "validate: ${m} MLP on 2 GPUs"
   meminfo_every 2 "$W/meminfo-${m}.log" & MEMINFO=$!
-  timeout 420 $B/twinflow validate scenarios/real/mlp-${m}-h200x2.yaml --profile "$W/h200x2-cal-${m}.yaml" \
+  timeout 450 $B/twinflow validate scenarios/real/mlp-${m}-h200x2.yaml --profile "$W/h200x2-cal-${m}.yaml" \
     --steps "${STEPS:-6}" \
     --run-json "$W/sweep-${m}.json" --trace "$W/trace-${m}.json" --trace-steps "${TRACE_STEPS:-4}" --json "$W/validate-${m}.json" \
     --svg "$W/validate-${m}.svg" > "$W/validate-${m}.log" 2>&1
-  echo "rc $?"; kill "$MEMINFO" 2> /dev/null; grep "^host probe" "$W/validate-${m}.log"
+  echo "rc $?"; kill "$MEMINFO" 2> /dev/null; grep -E "^(host|pages) probe" "$W/validate-${m}.log"
   sed -n '/^validate: mlp/,$p' "$W/validate-${m}.log"; grep -E "summary" -A14 "$W/validate-${m}.log" | head -16
   pack
 done
