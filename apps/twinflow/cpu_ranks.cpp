@@ -607,12 +607,7 @@ NodeCpuRate measure_node_cpu_rate(int64_t engine_op_elems, int ranks, std::span<
   return r;
 }
 
-float cpu_rank_fill(uint64_t i) {
-  uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull;
-  x ^= x >> 29;
-  x *= 0xBF58476D1CE4E5B9ull;
-  return float(int((x >> 32) % 2001) - 1000) * 1e-4f;  // [-0.1, 0.1]
-}
+float cpu_rank_fill(uint64_t i) { return cpu::cpu_fill_value(i); }
 
 int run_cpu_rank_worker(std::istream& in, std::ostream& out, const HostPinning& pinning) {
   Worker w(pinning);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/optim/dtype.h"
 
 namespace tf::backend::cpu {
 
@@ -16,14 +17,11 @@ std::vector<SegmentRange> segment_ranges(const core::TwinFlowSplit& split) {
   return out;
 }
 
-core::StepScalars zero_preserving_scalars(core::OptimizerKind k) {
-  core::StepScalars s = core::make_step_scalars(k, core::default_hyper_params(k), 1, 1.0);
-  s.step_size = 0.f;
-  s.eps = 1.f;
-  s.decay = 1.f;
-  s.l2 = 0.f;
-  s.has_l2 = 0;
-  return s;
+float cpu_fill_value(uint64_t i) {
+  uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  return float(int((x >> 32) % 2001) - 1000) * 1e-4f;  // [-0.1, 0.1]
 }
 
 CpuSegment::CpuSegment(const CpuOptions& opt, core::OptimizerKind kind, const SegmentBuffers& bufs,
@@ -114,11 +112,36 @@ GradStats CpuSegment::update_layer(size_t layer, const core::StepScalars& s, con
   return be_.step(kind_, std::span<const OptimChunk>(&c, 1), s);
 }
 
-double CpuSegment::zero_pass() {
-  const core::StepScalars s = zero_preserving_scalars(kind_);
+void CpuSegment::fill_probe_data() {
+  const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
+  ThreadPool& pool = be_.pool();
+  int32_t i = 0;  // first_touch's slots
+  for (auto r = ranges_.rbegin(); r != ranges_.rend(); ++r) {
+    if (r->end <= r->begin) continue;
+    const OptimChunk c = chunk(r->begin, r->end, rings() ? i++ % slots : -1);
+    const auto first = uint64_t(r->begin);
+    pool.run(pool.size(), [&](size_t w) {
+      size_t b = 0, e = 0;
+      ThreadPool::split(c.param.count, pool.size(), w, b, e);
+      auto* p = static_cast<float*>(c.param.data);
+      for (size_t k = b; k < e; ++k) {
+        p[k] = cpu_fill_value(first + k);
+        const float g = cpu_fill_value(first + k + (uint64_t(1) << 40));
+        if (c.grad.dtype == core::DType::kF32)
+          static_cast<float*>(c.grad.data)[k] = g;
+        else
+          static_cast<uint16_t*>(c.grad.data)[k] =
+              c.grad.dtype == core::DType::kBF16 ? core::f32_to_bf16(g) : core::f32_to_f16(g);
+      }
+    });
+  }
+}
+
+double CpuSegment::probe_pass(int64_t step) {
+  const core::StepScalars s = core::make_step_scalars(kind_, core::default_hyper_params(kind_), step, 1.0);
   const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
   const auto t0 = std::chrono::steady_clock::now();
-  int32_t i = 0;  // first_touch's slots, so that only zeroed slots are read
+  int32_t i = 0;  // first_touch's slots, as fill_probe_data filled them
   for (auto r = ranges_.rbegin(); r != ranges_.rend(); ++r) {
     if (r->end <= r->begin) continue;
     const OptimChunk c = chunk(r->begin, r->end, rings() ? i++ % slots : -1);

@@ -47,9 +47,9 @@ struct SegmentRange {
 // is the split's boundary).
 std::vector<SegmentRange> segment_ranges(const core::TwinFlowSplit& split);
 
-// Scalars under which one update of all-zero buffers leaves every byte zero, for every optimizer: step
-// size 0, eps 1 (0 / (sqrt(0) + eps) = 0), no decay, no L2. What CpuSegment::zero_pass runs.
-core::StepScalars zero_preserving_scalars(core::OptimizerKind k);
+// The values the CPU measurements run on (the engine's probe of its pages, `bench --cpu-ranks`, calibrate's
+// rank curve): a hash of i spread over [-0.1, 0.1] in steps of 1e-4, never the special values.
+float cpu_fill_value(uint64_t i);
 
 class CpuSegment {
  public:
@@ -80,12 +80,14 @@ class CpuSegment {
   // first_touch does for the segment's own buffers.
   void first_touch(size_t layer, const LayerState& at);
 
-  // One CPU pass over the segment's own pages before anything else is written to them: every range in
-  // backward order, each in the staging slot first_touch zeroed for it, updated in place under
-  // zero_preserving_scalars. After first_touch it moves the optimizer's full traffic through the pages this
-  // segment got and leaves every byte zero: the engine times its own allocation with it before it writes its
-  // state (docs/ARCHITECTURE.md, "Validation"). Returns the pass's seconds.
-  double zero_pass();
+  // The engine's probe of the pages this segment got (docs/ARCHITECTURE.md, "Validation"), before its state
+  // is written: fill_probe_data() writes the measurements' values (cpu_fill_value: the master and the
+  // gradients, each range's gradient in the staging slot first_touch gave it; the states stay zero),
+  // probe_pass(step) runs the optimizer's step `step` (default hyper-parameters) over every range in
+  // backward order and returns its seconds, and first_touch() zeroes it all again. Real values, not zeros:
+  // the kernels' division and square root run faster on zeros.
+  void fill_probe_data();
+  double probe_pass(int64_t step);
 
   // The chunk of elements [begin, end) of the segment, its gradient and copy in `slot` with rings.
   OptimChunk chunk(int64_t begin, int64_t end, int32_t slot = -1) const;

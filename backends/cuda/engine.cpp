@@ -490,23 +490,26 @@ class EngineImpl final : public Engine {
     if (n && initial_state1() != 0.f) std::fill(h_s1_.as<float>(), h_s1_.as<float>() + n, initial_state1());
   }
 
-  // EngineConfig::cpu_probe_passes: the CPU pass over this rank's own pages while they are still zero. Every
-  // rank calls the barrier equally often (the passes are the same on every rank, and ratio 0's are empty).
+  // EngineConfig::cpu_probe_passes: the CPU pass over this rank's own pages before the state is written
+  // (cpu::CpuSegment::fill_probe_data, then every byte zeroed again). Every rank calls the barrier equally
+  // often (the passes are the same on every rank, and ratio 0's are empty).
   void probe_cpu_pages() {
     if (cfg_.cpu_probe_passes <= 0) return;
     const auto barrier = [&] {
       if (cfg_.cpu_probe_barrier) cfg_.cpu_probe_barrier();
     };
     probe_.elems = split_.cpu_elems;
+    cpu_->fill_probe_data();
     barrier();
-    cpu_->zero_pass();  // warm-up
+    cpu_->probe_pass(1);  // warm-up
     for (int i = 0; i < cfg_.cpu_probe_passes; ++i) {
       barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      probe_.own_s.push_back(cpu_->zero_pass());
+      probe_.own_s.push_back(cpu_->probe_pass(i + 2));
       barrier();
       probe_.all_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+    cpu_->first_touch();  // every byte zero again, as before the probe
   }
 
   void make_queues() {

@@ -71,7 +71,8 @@ struct EngineConfig {
                                                  // training.host_reserve, as one rank
   std::function<void(const std::string&)> warn;  // one-line warnings (pageable fallback, ...); default stderr
   // Before the optimizer's state is written (every host buffer of the CPU segment still zero): one warm-up
-  // and this many timed CPU passes over the rank's own segment (cpu::CpuSegment::zero_pass: nothing changes),
+  // and this many timed CPU passes over the rank's own segment (cpu::CpuSegment::probe_pass on the
+  // measurements' values, then every byte zeroed again: nothing of the run changes),
   // each between two calls of cpu_probe_barrier (every rank of the run at once), so that the run knows the CPU
   // rate of the pages it got before its first step (run --pages-probe; docs/ARCHITECTURE.md, "Validation").
   int cpu_probe_passes = 0;

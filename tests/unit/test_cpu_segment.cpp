@@ -131,14 +131,15 @@ TEST(CpuSegment, FirstTouchZeroesEveryBufferOfEveryLayer) {
   }
 }
 
-// The engine times its own pages with zero_pass before it writes its state: on zeroed buffers every
-// optimizer, on every ISA compiled in and supported, with staging rings, leaves every byte zero.
-TEST(CpuSegment, ZeroPassLeavesZeroedBuffersZeroForEveryOptimizerAndIsa) {
+// The engine's probe of its own pages: filled with the measurements' values, every optimizer (on every ISA
+// compiled in and supported, with staging rings) updates them, and first_touch leaves every byte zero again.
+TEST(CpuSegment, ProbePassesRunOnRealValuesAndFirstTouchZeroesThemAgain) {
   const std::vector<int64_t> offsets = {0, 10000, 23856};  // kRanges in backward order: slots 0, 1, 0
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (!isa_available(isa)) continue;
     for (core::OptimizerKind k : {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdam,
                                   core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::string(core::optimizer_name(k)));
       Buffers b(30000);
       HostRegion grad_ring(size_t(offsets.back()) * 2), copy_ring(size_t(offsets.back()) * 2);
       SegmentBuffers v = b.views();
@@ -146,24 +147,24 @@ TEST(CpuSegment, ZeroPassLeavesZeroedBuffersZeroForEveryOptimizerAndIsa) {
       v.copy = copy_ring.data();
       v.staging_offsets = offsets;
       if (core::state_count(k) == 1) v.state2 = nullptr;
-      CpuOptions co(3, false, int(isa));
-      CpuSegment segment(co, k, v, kRanges);
+      CpuSegment segment(CpuOptions(3, false, int(isa)), k, v, kRanges);
       segment.first_touch();
-      EXPECT_GT(segment.zero_pass(), 0.0);
+      segment.fill_probe_data();
+      EXPECT_EQ(b.master.as<float>()[20000], cpu_fill_value(20000));
+      EXPECT_EQ(b.s1.as<float>()[20000], 0.f);
+      const std::vector<float> filled(b.master.as<float>(), b.master.as<float>() + 30000);
+      EXPECT_GT(segment.probe_pass(1), 0.0);
+      EXPECT_GT(segment.probe_pass(2), 0.0);
+      EXPECT_NE(std::memcmp(filled.data(), b.master.as<float>(), filled.size() * 4), 0);  // it really updated
+      const auto* cp = copy_ring.as<uint16_t>();
+      EXPECT_TRUE(std::any_of(cp, cp + offsets.back(), [](uint16_t x) { return x != 0; }));
+      segment.first_touch();
       for (const HostRegion* r : {&b.master, &b.s1, &b.s2, &grad_ring, &copy_ring}) {
         const auto* p = r->as<unsigned char>();
-        EXPECT_TRUE(std::all_of(p, p + r->bytes(), [](unsigned char c) { return c == 0; }))
-            << isa_name(isa) << " " << core::optimizer_name(k);
+        EXPECT_TRUE(std::all_of(p, p + r->bytes(), [](unsigned char c) { return c == 0; }));
       }
     }
   }
-  // the same pass on a trained state would change it: the scalars keep zeros, not values
-  Buffers t(30000);
-  CpuSegment trained(CpuOptions(2), core::OptimizerKind::kAdamW, t.views(), kRanges);
-  trained.update_layer(1, scalars(1));
-  const std::vector<float> s1(t.s1.as<float>(), t.s1.as<float>() + 30000);
-  trained.zero_pass();
-  EXPECT_NE(std::memcmp(s1.data(), t.s1.as<float>(), s1.size() * 4), 0);
 }
 
 TEST(CpuSegment, RangesMustNotOverlapNorRepeatALayer) {
