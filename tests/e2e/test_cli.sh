@@ -267,6 +267,18 @@ python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['host_tracked']
   assert t['points']==10 and abs(t['worst_pct']-27.80)<0.05 and d['host_check']['from_run'] and \
   all('host' in x for x in p) and abs(p[0]['host']['moved_pct']-(-4.08))<0.05, (t, p[0])" "$tmp/hp.json" \
   && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: validate host-tracked JSON"; }
+# a sweep measured with run --pages-probe: each engine's pass over its own pages (pages_%), each point also simulated
+# with it (placed_%), ratio 0 without (no CPU part)
+pp=$src/bench/results/2026-11-28-h200x2-pages/callI-8b-values-probe
+expect 1 "validate --measured: a sweep with pages probes" -- "$tf" validate "$src/scenarios/real/mlp-8b-h200x2.yaml" \
+  --profile "$pp/h200x2-cal-8b.yaml" --measured "$pp/sweep-8b.json" --json "$tmp/pp.json"
+contains "$tmp/out" "tracked_%  pages_%  placed_%" "validate prints the pages probes' columns"
+contains "$tmp/out" "pages-tracked (each point re-simulated .*: MAPE 6.8[0-9]% over 9 points, worst 15.9[0-9]% at ratio 0.800" \
+  "validate prints the pages-tracked MAPE beside the goals"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['pages_tracked']; p=d['points']; \
+  assert t['points']==9 and abs(t['mape_pct']-6.83)<0.05 and 'pages' not in p[0] and \
+  all('pages' in x for x in p[1:]) and abs(p[9]['pages']['moved_pct']-(-14.3))<0.1, (t, p[9])" "$tmp/pp.json" \
+  && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: validate pages-tracked JSON"; }
 expect 2 "validate --host-check bad" -- "$tf" validate "${v2b[@]}" --host-check sometimes --measured "$tmp/none.json"
 contains "$tmp/err" "--host-check 'sometimes': allowed on, off, auto" "validate --host-check names the choices"
 expect 2 "validate --measured with --trace-steps" -- "$tf" validate "${v2b[@]}" --trace-steps 2 \
