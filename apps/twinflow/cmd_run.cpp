@@ -100,7 +100,7 @@ struct RunOptions {
   int trace_steps = 1;                      // --trace: the last this many steps on one time axis
   std::optional<std::string> loss_svg;      // the loss and lr per step (rank 0), an SVG
   bool verify = false, no_pin = false;
-  bool host_probe = false;  // --host-probe: the node's CPU rate before every ratio and after the last
+  bool host_probe = false;   // --host-probe: the node's CPU rate before every ratio and after the last
   bool pages_probe = false;  // --pages-probe: each engine's CPU pass over its own pages before its first step
   std::optional<std::string> save_master;
   std::optional<std::string> dump_step, dump_batches;  // decoder: the oracle's files
@@ -122,7 +122,7 @@ constexpr uint32_t kStopChannel = 1;
 constexpr uint32_t kCheckpointChannel = 2;
 constexpr uint32_t kSaveMasterChannel = 3;
 constexpr uint32_t kHostProbeChannel = 4;  // --host-probe: local rank 0 measured, or says why not
-constexpr int kPagesProbePasses = 3;        // --pages-probe: timed passes (the median counts) after a warm-up
+constexpr int kPagesProbePasses = 3;       // --pages-probe: timed passes (the median counts) after a warm-up
 // A shared write's phases (a checkpoint, --save-master) wait for the slowest rank's writing: longer than
 // a rendezvous timeout.
 constexpr std::chrono::milliseconds kFileBarrierTimeout = std::chrono::minutes(30);

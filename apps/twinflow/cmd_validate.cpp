@@ -518,8 +518,7 @@ int cmd_validate(const std::vector<std::string>& args) {
   const Validation v = validate_sweep(o.sc, m);
   const std::optional<HostCheck> host = o.host_check_on() ? check_host(o, m) : std::nullopt;
   Table t({"ratio", "actual", "measured_ms", "spread_%", "steps", "simulated_ms", "error_%", "compute m/s", "opt m/s",
-           "cpu m/s", "d2h m/s", "h2d m/s", "gpu_GB m/s", "gpu_err_%", "host_%", "tracked_%", "pages_%",
-           "placed_%"});
+           "cpu m/s", "d2h m/s", "h2d m/s", "gpu_GB m/s", "gpu_err_%", "host_%", "tracked_%", "pages_%", "placed_%"});
   const Verdict verdict = print_validation(o, m, measured_file, v, t);
   if (host) print_host_check(*host);
   if (o.out.csv) t.write_csv(*o.out.csv);

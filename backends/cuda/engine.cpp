@@ -242,8 +242,7 @@ class EngineImpl final : public Engine {
     if (c.overflow_at_step > 0 && s_.workload != core::WorkloadType::kSynthetic)
       throw core::InputError("engine: overflow_at_step needs the synthetic workload");
     if (c.cpu_probe_passes < 0 || c.cpu_probe_passes > 100)
-      throw core::InputError("engine: cpu_probe_passes " + std::to_string(c.cpu_probe_passes) +
-                             " is outside [0, 100]");
+      throw core::InputError("engine: cpu_probe_passes " + std::to_string(c.cpu_probe_passes) + " is outside [0, 100]");
     core::validate(s_.policy.kind, s_.policy.hp);
     int count = 0;
     TF_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -1015,7 +1014,7 @@ class EngineImpl final : public Engine {
   core::TwinFlowSplit split_;
   core::StepPlan plan_;
   EngineMemory mem_;
-  CpuPassProbe probe_;  // EngineConfig::cpu_probe_passes' passes
+  CpuPassProbe probe_;                                      // EngineConfig::cpu_probe_passes' passes
   std::vector<int64_t> layer_first_, cpu_begin_, cpu_end_;  // (L + 1) model index of each layer; (L) CPU ranges
   std::vector<int> piece_of_layer_;
   int64_t total_tiles_ = 0;

@@ -134,8 +134,7 @@ TEST(CudaEngine, StagingRingsBitIdenticalToFunctionalSimulator) {
 TEST(CudaEngine, PagesProbeLeavesTheTrainingBitIdentical) {
   SKIP_WITHOUT_GPU();
   const core::ModelDesc m = core::describe_model(core::make_mlp({96, 160, 80, 160, 80, 160, 48}));
-  for (core::OptimizerKind k :
-       {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion})
+  for (core::OptimizerKind k : {core::OptimizerKind::kAdamW, core::OptimizerKind::kAdagrad, core::OptimizerKind::kLion})
     for (double r : {0.3, 1.0}) {
       Case c;
       c.kind = k;

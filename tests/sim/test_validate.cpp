@@ -295,7 +295,10 @@ TEST(Validate, PagesProbesReSimulateEachPointWithItsOwnPagesRate) {
   nlohmann::json doc = sweep_json(slow, {0.0, 0.5, 1.0}, 1.0);
   for (auto& p : doc["points"]) {
     const bool cpu = p["ratio"].get<double>() > 0;
-    p["pages_probe"] = {{"ranks", 2}, {"elems", cpu ? 1000 : 0}, {"own_s", {0.1}}, {"all_s", {0.1}},
+    p["pages_probe"] = {{"ranks", 2},
+                        {"elems", cpu ? 1000 : 0},
+                        {"own_s", {0.1}},
+                        {"all_s", {0.1}},
                         {"node_gparam_s", cpu ? 3.0 : 0.0}};
   }
   const tf::app::Validation v = validate_sweep(s, parse_measured_sweep(doc.dump(), "m.json"));
@@ -312,8 +315,9 @@ TEST(Validate, PagesProbesReSimulateEachPointWithItsOwnPagesRate) {
   EXPECT_LT(v.rows[2].error_pct, -15.0);  // the profile alone: its CPU half 1 / 0.6 x as fast
   EXPECT_NEAR(v.pages_tracked.worst_pct, 0.0, 1e-6);
 
-  for (const auto& [key, value] : {std::pair{"node_gparam_s", nlohmann::json(-1.0)},
-                                   std::pair{"ranks", nlohmann::json(0)}, std::pair{"node_gparam_s", nlohmann::json("x")}}) {
+  for (const auto& [key, value] :
+       {std::pair{"node_gparam_s", nlohmann::json(-1.0)}, std::pair{"ranks", nlohmann::json(0)},
+        std::pair{"node_gparam_s", nlohmann::json("x")}}) {
     nlohmann::json bad = doc;
     bad["points"][1]["pages_probe"][key] = value;
     const std::string what =
@@ -455,15 +459,14 @@ TEST(Validate, Committed2xH200SweepsReSimulatedWithTheCallsProfile) {
     const char* call;
     double mape_pct, worst_pct;
   };
-  for (const Pages& c : {Pages{"8b", "callG-8b-zero-probe", 6.02, 11.76}, Pages{"8b", "callH-8b-zero-probe", 9.15, 19.90},
-                         Pages{"8b", "callI-8b-values-probe", 6.83, 15.95},
-                         Pages{"2b", "callJ-2b-values-probe", 3.68, 10.29}}) {
+  for (const Pages& c :
+       {Pages{"8b", "callG-8b-zero-probe", 6.02, 11.76}, Pages{"8b", "callH-8b-zero-probe", 9.15, 19.90},
+        Pages{"8b", "callI-8b-values-probe", 6.83, 15.95}, Pages{"2b", "callJ-2b-values-probe", 3.68, 10.29}}) {
     const std::string d = res + "2026-11-28-h200x2-pages/" + c.call + "/";
-    tf::core::Scenario ps = tf::core::load_scenario(std::string(TWINFLOW_SOURCE_DIR) + "/scenarios/real/mlp-" +
-                                                    c.model + "-h200x2.yaml");
+    tf::core::Scenario ps =
+        tf::core::load_scenario(std::string(TWINFLOW_SOURCE_DIR) + "/scenarios/real/mlp-" + c.model + "-h200x2.yaml");
     ps.cluster.hardware = tf::core::find_hardware_profile(d + "h200x2-cal-" + c.model + ".yaml");
-    const tf::app::Validation pv =
-        validate_sweep(ps, tf::app::load_measured_sweep(d + "sweep-" + c.model + ".json"));
+    const tf::app::Validation pv = validate_sweep(ps, tf::app::load_measured_sweep(d + "sweep-" + c.model + ".json"));
     EXPECT_EQ(pv.pages_tracked.points, 9) << c.call;
     EXPECT_FALSE(pv.rows[0].has_pages) << c.call;
     EXPECT_NEAR(pv.pages_tracked.mape_pct, c.mape_pct, 0.05) << c.call;
