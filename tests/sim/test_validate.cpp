@@ -242,12 +242,18 @@ TEST(Validate, MalformedSweepsNameTheKeyPath) {
 // point and 0.6 x after it) measured the sweep the profile's CPU half would have given. validate holds the
 // profile as calibrated for the goals (the CPU-bound points miss), and re-simulates each point with the CPU
 // rates scaled to the probes' mean: that meets the measurement exactly.
-TEST(Validate, HostProbesReSimulateEachPointWithTheHostsRate) {
+// The scenario with a rank curve, and the sweep at ratios 0, 0.5 and 1 that a host whose CPU rates are f times
+// the profile's would have measured.
+std::pair<tf::core::Scenario, nlohmann::json> sweep_on_a_host_at(double f) {
   tf::core::Scenario s = scenario();
   s.cluster.hardware.cpu.optimizer_node_gparam_s_by_ranks = {{1, 4.0}, {2, 5.0}};
-  tf::core::Scenario slow = s;
-  slow.cluster.hardware.cpu = s.cluster.hardware.cpu.with_rates_scaled(0.5);
-  nlohmann::json doc = sweep_json(slow, {0.0, 0.5, 1.0}, 1.0);
+  tf::core::Scenario moved = s;
+  moved.cluster.hardware.cpu = s.cluster.hardware.cpu.with_rates_scaled(f);
+  return {s, sweep_json(moved, {0.0, 0.5, 1.0}, 1.0)};
+}
+
+TEST(Validate, HostProbesReSimulateEachPointWithTheHostsRate) {
+  auto [s, doc] = sweep_on_a_host_at(0.5);
   for (auto& p : doc["points"]) p["host_probe"] = {{"ranks", 1}, {"before_gparam_s", 1.6}, {"after_gparam_s", 2.4}};
   const tf::app::Validation v = validate_sweep(s, parse_measured_sweep(doc.dump(), "m.json"));
   ASSERT_EQ(v.rows.size(), 3u);
@@ -288,11 +294,7 @@ TEST(Validate, HostProbesReSimulateEachPointWithTheHostsRate) {
 // is re-simulated exactly; ratio 0 (no CPU part, node rate 0) has no pages figure; the host probes' columns
 // stay their own.
 TEST(Validate, PagesProbesReSimulateEachPointWithItsOwnPagesRate) {
-  tf::core::Scenario s = scenario();
-  s.cluster.hardware.cpu.optimizer_node_gparam_s_by_ranks = {{1, 4.0}, {2, 5.0}};
-  tf::core::Scenario slow = s;
-  slow.cluster.hardware.cpu = s.cluster.hardware.cpu.with_rates_scaled(0.6);
-  nlohmann::json doc = sweep_json(slow, {0.0, 0.5, 1.0}, 1.0);
+  auto [s, doc] = sweep_on_a_host_at(0.6);
   for (auto& p : doc["points"]) {
     const bool cpu = p["ratio"].get<double>() > 0;
     p["pages_probe"] = {{"ranks", 2},
