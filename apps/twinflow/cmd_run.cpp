@@ -187,11 +187,12 @@ CommandOptions run_options() {
       "cores on calibrate's segments; a few seconds each), in --json as each point's host_probe: what `validate` "
       "compares the profile's rate with (it passes this when measuring)");
   const std::string pages_help =
-      "each ratio's engine, before its first step, while its CPU segment is still zero: one warm-up and " +
+      "each ratio's engine, before it writes its state: its CPU segment filled with the CPU measurements' values, "
+      "one warm-up and " +
       std::to_string(kPagesProbePasses) +
-      " timed CPU optimizer passes over the pages this run got (every rank at once; the state does not change; a "
-      "few seconds), in --json as each point's pages_probe: what `validate` compares the profile's rate with (it "
-      "passes this when measuring)";
+      " timed CPU optimizer passes over the pages this run got (every rank at once; a few seconds), then every byte "
+      "zeroed again (the training does not change), in --json as each point's pages_probe: what `validate` compares "
+      "the profile's rate with (it passes this when measuring)";
   add("pages-probe", po::bool_switch(), pages_help.c_str());
   add_speculation_option(o.desc);
   add_carry_tail_option(o.desc);
