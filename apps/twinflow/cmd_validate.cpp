@@ -385,27 +385,19 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
                   {"met", verdict.all()},
                   {"step_met", verdict.mape_ok && verdict.max_ok},
                   {"memory_met", verdict.memory_mape_ok && verdict.memory_max_ok}};
-  if (v.memory.points > 0)
-    doc["memory"] = {{"mape_pct", v.memory.mape_pct},
-                     {"worst_pct", v.memory.worst_pct},
-                     {"worst_ratio", v.memory.worst_ratio},
-                     {"points", v.memory.points}};
+  const auto summary = [](const ErrorSummary& e) {
+    return nlohmann::json{
+        {"mape_pct", e.mape_pct}, {"worst_pct", e.worst_pct}, {"worst_ratio", e.worst_ratio}, {"points", e.points}};
+  };
+  if (v.memory.points > 0) doc["memory"] = summary(v.memory);
   if (host)
     doc["host_check"] = {{"ranks", host->ranks},
                          {"now_gparam_s", host->now_gparam_s},
                          {"profile_gparam_s", host->profile_gparam_s},
                          {"moved_pct", host->moved_pct()},
                          {"from_run", host->from_run}};
-  if (v.host_tracked.points > 0)
-    doc["host_tracked"] = {{"mape_pct", v.host_tracked.mape_pct},
-                           {"worst_pct", v.host_tracked.worst_pct},
-                           {"worst_ratio", v.host_tracked.worst_ratio},
-                           {"points", v.host_tracked.points}};
-  if (v.pages_tracked.points > 0)
-    doc["pages_tracked"] = {{"mape_pct", v.pages_tracked.mape_pct},
-                            {"worst_pct", v.pages_tracked.worst_pct},
-                            {"worst_ratio", v.pages_tracked.worst_ratio},
-                            {"points", v.pages_tracked.points}};
+  if (v.host_tracked.points > 0) doc["host_tracked"] = summary(v.host_tracked);
+  if (v.pages_tracked.points > 0) doc["pages_tracked"] = summary(v.pages_tracked);
   add_scenario_record(doc, o.sc);
   for (const ValidationRow& r : v.rows)
     doc["points"].push_back({{"ratio", r.ratio},
@@ -425,16 +417,14 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
       doc["points"][i]["gpu_gb"] = {{"measured", v.rows[i].meas_gpu_gb},
                                     {"simulated", v.rows[i].sim_gpu_gb},
                                     {"error_pct", v.rows[i].gpu_error_pct}};
-  for (size_t i = 0; i < v.rows.size(); ++i)
-    if (v.rows[i].has_host)
-      doc["points"][i]["host"] = {{"moved_pct", v.rows[i].host_moved_pct},
-                                  {"tracked_ms", v.rows[i].host_tracked_ms},
-                                  {"tracked_error_pct", v.rows[i].host_tracked_error_pct}};
-  for (size_t i = 0; i < v.rows.size(); ++i)
-    if (v.rows[i].has_pages)
-      doc["points"][i]["pages"] = {{"moved_pct", v.rows[i].pages_pct},
-                                   {"tracked_ms", v.rows[i].pages_tracked_ms},
-                                   {"tracked_error_pct", v.rows[i].pages_tracked_error_pct}};
+  const auto tracked = [](double moved_pct, double ms, double error_pct) {
+    return nlohmann::json{{"moved_pct", moved_pct}, {"tracked_ms", ms}, {"tracked_error_pct", error_pct}};
+  };
+  for (size_t i = 0; i < v.rows.size(); ++i) {
+    const ValidationRow& r = v.rows[i];
+    if (r.has_host) doc["points"][i]["host"] = tracked(r.host_moved_pct, r.host_tracked_ms, r.host_tracked_error_pct);
+    if (r.has_pages) doc["points"][i]["pages"] = tracked(r.pages_pct, r.pages_tracked_ms, r.pages_tracked_error_pct);
+  }
   write_json_file(doc, *o.out.json, 1);
 }
 

@@ -250,25 +250,7 @@ class Worker {
 
   // Finite values everywhere: master and gradient small, the states at the optimizer's start.
   void fill(core::DType grad) {
-    const int64_t n = ranges_.empty() ? 0 : ranges_.back().end;
-    const float s1 = setup_.kind == core::OptimizerKind::kAdagrad
-                         ? float(core::default_hyper_params(setup_.kind).initial_accumulator_value)
-                         : 0.f;
-    cpu::ThreadPool& pool = seg_->backend().pool();
-    pool.run(pool.size(), [&](size_t w) {
-      size_t b = 0, e = 0;
-      cpu::ThreadPool::split(size_t(n), pool.size(), w, b, e);
-      for (size_t i = b; i < e; ++i) {
-        master_.as<float>()[i] = cpu_rank_fill(i);
-        s1_.as<float>()[i] = s1;
-        s2_.as<float>()[i] = 0.f;
-        const float g = cpu_rank_fill(i + uint64_t(n));
-        if (grad == core::DType::kF32)
-          grad_.as<float>()[i] = g;
-        else
-          grad_.as<uint16_t>()[i] = grad == core::DType::kBF16 ? core::f32_to_bf16(g) : core::f32_to_f16(g);
-      }
-    });
+    seg_->fill_measurement_data();
     filled_ = grad;
   }
 
@@ -606,8 +588,6 @@ NodeCpuRate measure_node_cpu_rate(int64_t engine_op_elems, int ranks, std::span<
   });
   return r;
 }
-
-float cpu_rank_fill(uint64_t i) { return cpu::cpu_fill_value(i); }
 
 int run_cpu_rank_worker(std::istream& in, std::ostream& out, const HostPinning& pinning) {
   Worker w(pinning);

@@ -152,11 +152,8 @@ struct HostPinning {
 // The worker's side: reads commands from `in`, answers on `out` (exit status).
 int run_cpu_rank_worker(std::istream& in, std::ostream& out, const HostPinning& pinning = {});
 
-// The workers' data (finite, never subnormal, so no kernel takes a slow path): master element i is
-// cpu_rank_fill(i) (cpu::cpu_fill_value, which the engine's probe of its pages fills with too), gradient element i is
-// cpu_rank_fill(i + elems) rounded to its dtype, the states at the optimizer's start (0; Adagrad's initial
-// accumulator). The worker's `digest` command answers the 64-bit FNV-1a of the segment's master, states and copy bytes,
+// The workers' data: cpu::CpuSegment::fill_measurement_data (finite, never subnormal, so no kernel takes a slow
+// path). The worker's `digest` command answers the 64-bit FNV-1a of the segment's master, states and copy bytes,
 // in that order.
-float cpu_rank_fill(uint64_t i);
 
 }  // namespace tf::app

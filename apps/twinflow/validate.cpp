@@ -280,22 +280,22 @@ double simulated_with_cpu_scaled(core::Scenario sc, const MeasuredPoint& p, cons
 // (has_pages) against the profile's rank curve, and the point simulated with the CPU rates scaled to each.
 void track_cpu_rate(const core::Scenario& sc, const MeasuredPoint& p, const backend::sim::SimOptions& opt,
                     ValidationRow& r) {
-  const core::CpuProfile& cpu = sc.cluster.hardware.cpu;
-  const double measured = r.measured.median_ms;
-  if (p.host_probe && cpu.optimizer_node_gparam_s(p.host_probe->ranks) > 0) {
-    const double f = p.host_probe->mean_gparam_s() / cpu.optimizer_node_gparam_s(p.host_probe->ranks);
-    r.has_host = true;
-    r.host_moved_pct = (f - 1) * 100;
-    r.host_tracked_ms = simulated_with_cpu_scaled(sc, p, opt, f);
-    r.host_tracked_error_pct = (r.host_tracked_ms - measured) / measured * 100;
-  }
-  if (p.pages_probe && cpu.optimizer_node_gparam_s(p.pages_probe->ranks) > 0) {
-    const double f = p.pages_probe->node_gparam_s / cpu.optimizer_node_gparam_s(p.pages_probe->ranks);
-    r.has_pages = true;
-    r.pages_pct = (f - 1) * 100;
-    r.pages_tracked_ms = simulated_with_cpu_scaled(sc, p, opt, f);
-    r.pages_tracked_error_pct = (r.pages_tracked_ms - measured) / measured * 100;
-  }
+  const auto track = [&](double node_gparam_s, int ranks, bool& has, double& moved_pct, double& tracked_ms,
+                         double& error_pct) {
+    const double profile = sc.cluster.hardware.cpu.optimizer_node_gparam_s(ranks);
+    if (!(profile > 0)) return;  // no rank curve to compare with
+    const double f = node_gparam_s / profile;
+    has = true;
+    moved_pct = (f - 1) * 100;
+    tracked_ms = simulated_with_cpu_scaled(sc, p, opt, f);
+    error_pct = (tracked_ms - r.measured.median_ms) / r.measured.median_ms * 100;
+  };
+  if (p.host_probe)
+    track(p.host_probe->mean_gparam_s(), p.host_probe->ranks, r.has_host, r.host_moved_pct, r.host_tracked_ms,
+          r.host_tracked_error_pct);
+  if (p.pages_probe)
+    track(p.pages_probe->node_gparam_s, p.pages_probe->ranks, r.has_pages, r.pages_pct, r.pages_tracked_ms,
+          r.pages_tracked_error_pct);
 }
 
 }  // namespace

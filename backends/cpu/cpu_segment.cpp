@@ -69,16 +69,21 @@ OptimChunk CpuSegment::chunk(int64_t begin, int64_t end, int32_t slot) const {
   return c;
 }
 
-// With rings, the i-th range from the segment's end (backward order, as the plan numbers them) also
-// zeroes its slot i % slots, which holds it.
-void CpuSegment::first_touch() {
+// With rings, the i-th range from the segment's end (backward order, as the plan numbers them) is held by
+// slot i % slots.
+template <class Fn>
+void CpuSegment::each_range_backward(Fn&& fn) const {
   const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
   int32_t i = 0;
   for (auto r = ranges_.rbegin(); r != ranges_.rend(); ++r) {
     if (r->end <= r->begin) continue;
-    const OptimChunk c = chunk(r->begin, r->end, rings() ? i++ % slots : -1);
-    be_.first_touch(std::span<const OptimChunk>(&c, 1));
+    fn(*r, chunk(r->begin, r->end, rings() ? i++ % slots : -1));
   }
+}
+
+void CpuSegment::first_touch() {
+  each_range_backward(
+      [&](const SegmentRange&, const OptimChunk& c) { be_.first_touch(std::span<const OptimChunk>(&c, 1)); });
 }
 
 GradStats CpuSegment::update_layer(size_t layer, const core::StepScalars& s, int32_t slot) {
@@ -112,41 +117,37 @@ GradStats CpuSegment::update_layer(size_t layer, const core::StepScalars& s, con
   return be_.step(kind_, std::span<const OptimChunk>(&c, 1), s);
 }
 
-void CpuSegment::fill_probe_data() {
-  const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
+void CpuSegment::fill_measurement_data() {
+  const auto n = uint64_t(ranges_.empty() ? 0 : ranges_.back().end);
+  const float s1 =
+      kind_ == core::OptimizerKind::kAdagrad ? float(core::default_hyper_params(kind_).initial_accumulator_value) : 0.f;
   ThreadPool& pool = be_.pool();
-  int32_t i = 0;  // first_touch's slots
-  for (auto r = ranges_.rbegin(); r != ranges_.rend(); ++r) {
-    if (r->end <= r->begin) continue;
-    const OptimChunk c = chunk(r->begin, r->end, rings() ? i++ % slots : -1);
-    const auto first = uint64_t(r->begin);
+  each_range_backward([&](const SegmentRange& r, const OptimChunk& c) {
+    const auto first = uint64_t(r.begin);
+    const core::DType gd = c.grad.dtype;
     pool.run(pool.size(), [&](size_t w) {
       size_t b = 0, e = 0;
       ThreadPool::split(c.param.count, pool.size(), w, b, e);
-      auto* p = static_cast<float*>(c.param.data);
       for (size_t k = b; k < e; ++k) {
-        p[k] = cpu_fill_value(first + k);
-        const float g = cpu_fill_value(first + k + (uint64_t(1) << 40));
-        if (c.grad.dtype == core::DType::kF32)
+        static_cast<float*>(c.param.data)[k] = cpu_fill_value(first + k);
+        static_cast<float*>(c.state1.data)[k] = s1;
+        if (c.state2.data) static_cast<float*>(c.state2.data)[k] = 0.f;
+        const float g = cpu_fill_value(first + k + n);
+        if (gd == core::DType::kF32)
           static_cast<float*>(c.grad.data)[k] = g;
         else
           static_cast<uint16_t*>(c.grad.data)[k] =
-              c.grad.dtype == core::DType::kBF16 ? core::f32_to_bf16(g) : core::f32_to_f16(g);
+              gd == core::DType::kBF16 ? core::f32_to_bf16(g) : core::f32_to_f16(g);
       }
     });
-  }
+  });
 }
 
 double CpuSegment::probe_pass(int64_t step) {
   const core::StepScalars s = core::make_step_scalars(kind_, core::default_hyper_params(kind_), step, 1.0);
-  const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
   const auto t0 = std::chrono::steady_clock::now();
-  int32_t i = 0;  // first_touch's slots, as fill_probe_data filled them
-  for (auto r = ranges_.rbegin(); r != ranges_.rend(); ++r) {
-    if (r->end <= r->begin) continue;
-    const OptimChunk c = chunk(r->begin, r->end, rings() ? i++ % slots : -1);
-    be_.step(kind_, std::span<const OptimChunk>(&c, 1), s);
-  }
+  each_range_backward(
+      [&](const SegmentRange&, const OptimChunk& c) { be_.step(kind_, std::span<const OptimChunk>(&c, 1), s); });
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -80,13 +80,14 @@ class CpuSegment {
   // first_touch does for the segment's own buffers.
   void first_touch(size_t layer, const LayerState& at);
 
-  // The engine's probe of the pages this segment got (docs/ARCHITECTURE.md, "Validation"), before its state
-  // is written: fill_probe_data() writes the measurements' values (cpu_fill_value: the master and the
-  // gradients, each range's gradient in the staging slot first_touch gave it; the states stay zero),
-  // probe_pass(step) runs the optimizer's step `step` (default hyper-parameters) over every range in
-  // backward order and returns its seconds, and first_touch() zeroes it all again. Real values, not zeros:
-  // the kernels' division and square root run faster on zeros.
-  void fill_probe_data();
+  // The values the CPU measurements run on, over every range: master element e is cpu_fill_value(e), its
+  // gradient (in the staging slot first_touch gave the range, with rings) cpu_fill_value(e + the segment's
+  // elements) rounded to its dtype, the states at the optimizer's start (0; Adagrad's initial accumulator).
+  // The multi-process measurements' workers fill with it; so does the engine's probe of the pages it got
+  // (docs/ARCHITECTURE.md, "Validation"): probe_pass(step) runs the optimizer's step `step` (default
+  // hyper-parameters) over every range in backward order and returns its seconds, then first_touch() zeroes
+  // it all again. Real values, not zeros: the kernels' division and square root run faster on zeros.
+  void fill_measurement_data();
   double probe_pass(int64_t step);
 
   // The chunk of elements [begin, end) of the segment, its gradient and copy in `slot` with rings.
@@ -98,6 +99,10 @@ class CpuSegment {
 
  private:
   const SegmentRange* find(size_t layer) const;
+  // fn(range, its chunk) for every non-empty range in backward order, the gradient and copy in the staging
+  // slot that holds the range (rings), as first_touch zeroes them.
+  template <class Fn>
+  void each_range_backward(Fn&& fn) const;
   // The layer's chunk with its master and states at `at`, its gradient and copy in `slot`.
   OptimChunk chunk_at(const SegmentRange& r, const LayerState& at, int32_t slot) const;
 

@@ -490,7 +490,7 @@ class EngineImpl final : public Engine {
   }
 
   // EngineConfig::cpu_probe_passes: the CPU pass over this rank's own pages before the state is written
-  // (cpu::CpuSegment::fill_probe_data, then every byte zeroed again). Every rank calls the barrier equally
+  // (cpu::CpuSegment::fill_measurement_data, then every byte zeroed again). Every rank calls the barrier equally
   // often (the passes are the same on every rank, and ratio 0's are empty).
   void probe_cpu_pages() {
     if (cfg_.cpu_probe_passes <= 0) return;
@@ -498,7 +498,7 @@ class EngineImpl final : public Engine {
       if (cfg_.cpu_probe_barrier) cfg_.cpu_probe_barrier();
     };
     probe_.elems = split_.cpu_elems;
-    cpu_->fill_probe_data();
+    cpu_->fill_measurement_data();
     barrier();
     cpu_->probe_pass(1);  // warm-up
     for (int i = 0; i < cfg_.cpu_probe_passes; ++i) {

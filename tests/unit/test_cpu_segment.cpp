@@ -39,8 +39,8 @@ TEST(HostRegion, TwoMebibyteAlignedZeroedAndMovable) {
 struct Buffers {
   explicit Buffers(size_t n) : master(n * 4), s1(n * 4), s2(n * 4), grad(n * 2), copy(n * 2), n(n) {
     for (size_t i = 0; i < n; ++i) {
-      master.as<float>()[i] = app::cpu_rank_fill(i);
-      grad.as<uint16_t>()[i] = core::f32_to_bf16(app::cpu_rank_fill(i + n));
+      master.as<float>()[i] = cpu_fill_value(i);
+      grad.as<uint16_t>()[i] = core::f32_to_bf16(cpu_fill_value(i + n));
     }
   }
   SegmentBuffers views() const {
@@ -149,9 +149,11 @@ TEST(CpuSegment, ProbePassesRunOnRealValuesAndFirstTouchZeroesThemAgain) {
       if (core::state_count(k) == 1) v.state2 = nullptr;
       CpuSegment segment(CpuOptions(3, false, int(isa)), k, v, kRanges);
       segment.first_touch();
-      segment.fill_probe_data();
+      segment.fill_measurement_data();
       EXPECT_EQ(b.master.as<float>()[20000], cpu_fill_value(20000));
-      EXPECT_EQ(b.s1.as<float>()[20000], 0.f);
+      EXPECT_EQ(b.s1.as<float>()[20000], k == core::OptimizerKind::kAdagrad
+                                             ? float(core::default_hyper_params(k).initial_accumulator_value)
+                                             : 0.f);
       const std::vector<float> filled(b.master.as<float>(), b.master.as<float>() + 30000);
       EXPECT_GT(segment.probe_pass(1), 0.0);
       EXPECT_GT(segment.probe_pass(2), 0.0);
