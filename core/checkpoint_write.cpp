@@ -162,7 +162,8 @@ void CheckpointWriter::save_async(const CheckpointMeta& meta) {
   error_ = nullptr;
   done_ = false;
   thread_ = std::thread([this, meta] {
-    lower_thread_priority(19);  // training first: below the CPU optimizer's workers (nice 10, cpu_tuning.h)
+    lower_thread_priority(19);  // below the issuing threads; beside the CPU optimizer's idle-class workers
+                                // (cpu_tuning.h pool_idle) it takes one core of the rank's share at most
     try {
       run_save(meta);
     } catch (...) {

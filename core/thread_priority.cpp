@@ -1,5 +1,6 @@
 #include "core/thread_priority.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -14,6 +15,12 @@ void lower_thread_priority(int by) {
   errno = 0;
   const int now = ::getpriority(PRIO_PROCESS, id_t(self));
   if (errno == 0) (void)::setpriority(PRIO_PROCESS, id_t(self), std::min(19, now + by));
+}
+
+bool run_thread_when_idle() {
+  sched_param p{};
+  p.sched_priority = 0;
+  return ::sched_setscheduler(0, SCHED_IDLE, &p) == 0;  // pid 0: the calling thread
 }
 
 }  // namespace tf::core

@@ -9,4 +9,11 @@ namespace tf::core {
 // effort: a failure changes nothing.
 void lower_thread_priority(int by);
 
+// Moves the calling thread to the idle scheduling class (Linux SCHED_IDLE): it runs only on cycles no
+// thread of the normal class wants, and any such thread that wakes on its core takes the core at once,
+// where a nice value only shortens the wait (docs/ARCHITECTURE.md, "The issuing threads before the
+// workers"). Threads it starts later inherit it. Needs no privilege; best effort: false where the kernel
+// refused (nothing changed).
+bool run_thread_when_idle();
+
 }  // namespace tf::core

@@ -142,12 +142,14 @@ void apply_tuning_spec(CpuOptions& o, std::string_view spec, const std::string& 
       o.pool_spin_us = uint32_t(num(100000));
     else if (key == "nice")
       o.pool_nice = uint32_t(num(19));
+    else if (key == "idle")
+      o.pool_idle = num(1) != 0;
     else if (key == "huge")
       o.huge_pages = num(1) != 0;
     else
       throw core::InputError(
           option + ": unknown knob '" + std::string(pair) +
-          "' (expected key=value pairs of prefetch, level, unroll, interleave, nt, block, spin, nice, huge; "
+          "' (expected key=value pairs of prefetch, level, unroll, interleave, nt, block, spin, nice, idle, huge; "
           "or 'default')");
   }
   check_tuning(o.tuning, option.c_str());
@@ -159,7 +161,7 @@ std::string tuning_spec(const CpuOptions& o) {
          ",unroll=" + std::to_string(t.unroll) + ",interleave=" + std::to_string(t.interleave) +
          ",nt=" + (t.stream_copy ? "1" : "0") + ",block=" + std::to_string(o.steal_block_tiles) +
          ",spin=" + std::to_string(o.pool_spin_us) + ",nice=" + std::to_string(o.pool_nice) +
-         ",huge=" + (o.huge_pages ? "1" : "0");
+         ",idle=" + (o.pool_idle ? "1" : "0") + ",huge=" + (o.huge_pages ? "1" : "0");
 }
 
 namespace {
@@ -183,7 +185,7 @@ void check_range(Buffer& b, size_t bytes, const char* what) {
 CpuBackend::CpuBackend(const CpuOptions& opt)
     : isa_(opt.isa < 0 ? select_isa() : static_cast<Isa>(opt.isa)),
       k_(table(isa_)),
-      pool_(opt.threads, opt.pin_threads, opt.cpus, opt.pool_spin_us, opt.pool_nice),
+      pool_(opt.threads, opt.pin_threads, opt.cpus, opt.pool_spin_us, opt.pool_nice, opt.pool_idle),
       opt_(opt) {
   check_tuning(opt.tuning, "cpu backend");
   if (!isa_available(isa_))

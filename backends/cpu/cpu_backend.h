@@ -42,12 +42,13 @@ struct CpuOptions {
   size_t steal_block_tiles = kCpuTuning.steal_block_tiles;
   uint32_t pool_spin_us = kCpuTuning.pool_spin_us;  // ThreadPool's spin before sleeping (cpu_tuning.h)
   uint32_t pool_nice = kCpuTuning.pool_nice;        // the workers' nice levels below the process (cpu_tuning.h)
+  bool pool_idle = kCpuTuning.pool_idle;            // the workers in the idle scheduling class (cpu_tuning.h)
   bool huge_pages = kCpuTuning.huge_pages;          // allocate(): 2 MiB pages requested (HostRegion)
 };
 
 // The tuning knobs of `o` (KernelTuning, steal_block_tiles, pool_spin_us, huge_pages) from a spec of
 // comma-separated key=value pairs, any subset, "default" for none: prefetch=ELEMS level=0|1 unroll=1|2|4
-// interleave=1|2 nt=0|1 (streamed copy) block=TILES spin=US nice=0..19 huge=0|1. Throws core::InputError naming
+// interleave=1|2 nt=0|1 (streamed copy) block=TILES spin=US nice=0..19 idle=0|1 huge=0|1. Throws core::InputError naming
 // `option`, the pair and the keys.
 void apply_tuning_spec(CpuOptions& o, std::string_view spec, const std::string& option);
 // Every knob of `o` as such a spec (the keys in the order above).

@@ -42,6 +42,13 @@ struct CpuTuningDefaults {
   // (bench/results/2026-11-25-threads-h100): ratio 0.4 0.887x -> 0.937x ratio 0, ratio 1 22.3k -> 23.2k
   // tokens/s against 0; 15 workers without it: 0.940x and 22.1k.
   uint32_t pool_nice = 10;
+  // The pool's workers run in the idle scheduling class (Linux SCHED_IDLE) on top of pool_nice: a
+  // thread of the normal class that wakes on a worker's core (an issuer after its CUDA wait, the engine's
+  // thread of the next step) takes the core at once. At nice 10 it still waited for the worker's slice:
+  // on two H200s (bench/results/2026-11-28-h200x2-pages, call J) the next step's first op started 2-14 ms
+  // after the host's step began whenever the CPU pass ran across the step boundary (0.2-0.3 ms when it
+  // did not).
+  bool pool_idle = true;
   // madvise(MADV_HUGEPAGE) on the host regions (2 MiB pages where THP is "madvise").
   bool huge_pages = true;
 };

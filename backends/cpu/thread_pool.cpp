@@ -24,8 +24,8 @@ void pin_to(std::thread::native_handle_type h, int cpu) {
 
 size_t available_cpus() { return affinity_cpus().size(); }
 
-ThreadPool::ThreadPool(size_t threads, bool pin, std::vector<int> cpus, uint32_t spin_us, uint32_t nice)
-    : cpus_(std::move(cpus)), pinned_(pin), spin_us_(spin_us), nice_(std::min(nice, 19u)) {
+ThreadPool::ThreadPool(size_t threads, bool pin, std::vector<int> cpus, uint32_t spin_us, uint32_t nice, bool idle)
+    : cpus_(std::move(cpus)), pinned_(pin), spin_us_(spin_us), nice_(std::min(nice, 19u)), idle_(idle) {
   if (cpus_.empty()) cpus_ = rank_cpu_share(host_topology(), 0, 1).worker_cpus;
   if (threads == 0) threads = cpus_.size();
   for (size_t i = 0; i < threads; ++i) {
@@ -80,6 +80,7 @@ void ThreadPool::run(size_t parts, const std::function<void(size_t)>& fn) {
 
 void ThreadPool::worker(size_t index) {
   core::lower_thread_priority(int(nice_));
+  if (idle_) (void)core::run_thread_when_idle();
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(size_t)>* job;

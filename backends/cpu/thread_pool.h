@@ -23,9 +23,10 @@ class ThreadPool {
   // would squeeze them onto one CPU). spin_us: after a part, a worker polls this long for the next call
   // (yielding its core now and then) before it sleeps (0: sleep at once): a call that finds its workers
   // polling starts them without a futex wake-up each. run()'s caller always sleeps. nice: each worker
-  // raises its own nice value by this much (at most 19) when it starts (core::lower_thread_priority).
+  // raises its own nice value by this much (at most 19) when it starts (core::lower_thread_priority);
+  // idle: each worker then moves to the idle scheduling class (core::run_thread_when_idle).
   explicit ThreadPool(size_t threads = 0, bool pin = false, std::vector<int> cpus = {}, uint32_t spin_us = 0,
-                      uint32_t nice = 0);
+                      uint32_t nice = 0, bool idle = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -36,6 +37,7 @@ class ThreadPool {
   bool pinned() const { return pinned_; }
   uint32_t spin_us() const { return spin_us_; }
   uint32_t nice() const { return nice_; }
+  bool idle() const { return idle_; }
 
   // Runs fn(w) for w in [0, parts) on workers 0..parts-1 (parts <= size()) and waits for all.
   // Exceptions from any part are rethrown (the first one).
@@ -57,6 +59,7 @@ class ThreadPool {
   bool pinned_ = false;
   uint32_t spin_us_ = 0;
   uint32_t nice_ = 0;
+  bool idle_ = false;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;

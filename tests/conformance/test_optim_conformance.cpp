@@ -242,7 +242,7 @@ TEST(CpuTuning, BitsIndependentOfUnrollInterleaveAndSpin) {
         backend::cpu::CpuBackend base_be(plain);
         const auto base = harness::run_backend(base_be, p);
         for (const char* spec : {"unroll=2", "unroll=4", "interleave=2", "interleave=2,nt=1", "level=1",
-                                 "level=1,unroll=2,nt=1", "spin=20,block=1", "block=0,interleave=2", "nice=5"}) {
+                                 "level=1,unroll=2,nt=1", "spin=20,block=1", "block=0,interleave=2", "nice=5", "idle=0"}) {
           backend::cpu::CpuOptions o = plain;
           backend::cpu::apply_tuning_spec(o, spec, "test");
           backend::cpu::CpuBackend be(o);
@@ -258,10 +258,11 @@ TEST(CpuTuning, BitsIndependentOfUnrollInterleaveAndSpin) {
 // options; a value out of range names the pair and its range.
 TEST(CpuTuning, SpecRoundTripsAndNamesBadValues) {
   backend::cpu::CpuOptions o;
-  backend::cpu::apply_tuning_spec(o, "nice=7,spin=20,block=3,nt=0", "test");
+  backend::cpu::apply_tuning_spec(o, "nice=7,spin=20,block=3,nt=0,idle=0", "test");
   EXPECT_EQ(o.pool_nice, 7u);
+  EXPECT_FALSE(o.pool_idle);
   const std::string spec = backend::cpu::tuning_spec(o);
-  EXPECT_NE(spec.find(",nice=7,"), std::string::npos) << spec;
+  EXPECT_NE(spec.find(",nice=7,idle=0,"), std::string::npos) << spec;
   backend::cpu::CpuOptions back;
   backend::cpu::apply_tuning_spec(back, spec, "test");
   EXPECT_EQ(backend::cpu::tuning_spec(back), spec);

@@ -1,5 +1,6 @@
 // The persistent pool: every part runs once, static split, exceptions propagate.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -84,4 +85,21 @@ TEST(ThreadPool, WorkersRaiseTheirNiceValue) {
     for (int v : seen) EXPECT_EQ(v, std::min(19, base + int(std::min(nice, 19u)))) << "nice " << nice;
   }
   EXPECT_EQ(getpriority(PRIO_PROCESS, id_t(gettid())), base);  // the caller's own is untouched
+}
+
+// idle: every worker runs in the idle scheduling class (a thread of the normal class that wakes takes its
+// core at once), on top of its nice value; without it the workers stay in the caller's class. The caller
+// (an issuing thread) keeps its own.
+TEST(ThreadPool, IdleWorkersRunInTheIdleClassAndTheCallerDoesNot) {
+  const int base = sched_getscheduler(0);
+  ASSERT_GE(base, 0);
+  ASSERT_NE(base, SCHED_IDLE) << "the test runs in the idle class already";
+  for (bool idle : {false, true}) {
+    ThreadPool pool(3, false, {}, 0, 2, idle);
+    EXPECT_EQ(pool.idle(), idle);
+    std::vector<int> policy(3, -1);
+    pool.run(3, [&](size_t w) { policy[w] = sched_getscheduler(0); });
+    for (int p : policy) EXPECT_EQ(p, idle ? SCHED_IDLE : base) << "idle " << idle;
+  }
+  EXPECT_EQ(sched_getscheduler(0), base);
 }
