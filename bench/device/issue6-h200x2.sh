@@ -6,7 +6,7 @@
 # measured). The host's CPU rate moved by 13-32% within the 2026-11-24 call
 # (bench/results/2026-11-24-h200x2-validate/README.md), so one profile for both sweeps would mix hosts;
 # the two profiles side by side are the stability check. Everything lands in $OUT/issue6-h200x2.tar.gz;
-# the tables print here. About 8 minutes (STEPS=8). STEPS (default 6) sets each ratio's step count: with the tail carried,
+# the tables print here. About 8 minutes. STEPS (default 8, validate's own) sets each ratio's step count: with the tail carried,
 # steps 3..STEPS-1 are steady, so 8 gives five steady steps, most of them with the speculation holding.
 # TRACE_STEPS (default 4) sets how many of each ratio's last steps its trace holds (validate --trace-steps).
 # MODELS (default "2b 8b") picks the sweeps and their order. Each calibrate gets its sweep's scenario only
@@ -45,7 +45,7 @@ for m in ${MODELS:-2b 8b}; do
   step "validate: ${m} MLP on 2 GPUs"
   meminfo_every 2 "$W/meminfo-${m}.log" & MEMINFO=$!
   timeout 450 $B/twinflow validate scenarios/real/mlp-${m}-h200x2.yaml --profile "$W/h200x2-cal-${m}.yaml" \
-    --steps "${STEPS:-6}" \
+    --steps "${STEPS:-8}" \
     --run-json "$W/sweep-${m}.json" --trace "$W/trace-${m}.json" --trace-steps "${TRACE_STEPS:-4}" --json "$W/validate-${m}.json" \
     --svg "$W/validate-${m}.svg" > "$W/validate-${m}.log" 2>&1
   echo "rc $?"; kill "$MEMINFO" 2> /dev/null; grep -E "^(host|pages) probe" "$W/validate-${m}.log"
