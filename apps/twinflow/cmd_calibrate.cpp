@@ -325,16 +325,26 @@ class BackgroundCpuPass {
 // that sleep on their events) from construction to stop() or destruction (which stops them, never throwing).
 class GpusCopying {
  public:
-  GpusCopying(int first, int gpus, size_t bytes, cal::DmaCopies way) {
+  // Started at once unless `start_now` is false.
+  GpusCopying(int first, int gpus, size_t bytes, cal::DmaCopies way, bool start_now = true) {
     for (int d = first; d < gpus; ++d) dma_.push_back(std::make_unique<cal::BackgroundDma>(d, bytes, way));
-    for (auto& x : dma_) x->start();
+    if (start_now) start();
   }
   size_t count() const { return dma_.size(); }
-  // Stops them; the GB/s they moved together (rethrows a copy thread's failure).
+  void start() {
+    for (auto& x : dma_) x->start();
+  }
+  // Stops them (start() may run them again); the GB/s they moved together (rethrows a copy thread's
+  // failure after stopping every one).
   double stop() {
     double gbps = 0;
-    for (auto& x : dma_) gbps += x->stop();
-    dma_.clear();
+    std::exception_ptr err;
+    for (auto& x : dma_) try {
+        gbps += x->stop();
+      } catch (...) {
+        if (!err) err = std::current_exception();
+      }
+    if (err) std::rethrow_exception(err);
     return gbps;
   }
 
@@ -963,72 +973,93 @@ class Calibrator {
         " pairs (" + per + ")";
   }
 
-  // The same all-core pass while an H2D and a D2H run: alone (the sweep's), under DMA, alone again.
-  void measure_dma_slowdown() {
-    const cal::Stat& before = rates_.back().second;
-    cal::BackgroundDma dma(0, dma_chunk_);
-    dma.start();
-    cal::Stat under;
-    try {
-      under = cpu_rate(cores_);
-    } catch (...) {
-      (void)dma.stop();
-      throw;
+  // The all-core pass alone and under a load, pass by pass: one pass to warm up, then R_ pairs of a pass
+  // alone and a pass with the load started before it and stopped after it. A pair's two passes run back
+  // to back, so a drift of the host's rate over the measurement cancels within each pair; the factor is
+  // the median of the pairs' (under / alone) seconds. Three medians minutes apart (the sweep's rate, the
+  // rate under the load, the rate after) read the drift as a slowdown: on two H200s the D2H factor came
+  // out 1.23-1.82 in four calibrations of one day, the host's rate moving 10-50% within minutes
+  // (bench/results/2026-11-28-h200x2-sched-idle).
+  struct PairedPasses {
+    cal::Stat alone, under, factor;  // Gparam/s alone, Gparam/s under the load, under/alone seconds
+    double load_gbps = 0;            // the mean of the load's stop()s: what it moved meanwhile
+  };
+  PairedPasses cpu_pass_alone_and_under(const cal::BackgroundLoad& load) {
+    backend::cpu::CpuOptions co;
+    co.threads = size_t(cores_);
+    co.pin_threads = o_.pin;
+    backend::cpu::CpuBackend be(co);
+    CpuStepPass pass(be, core::OptimizerKind::kAdamW, core::DType::kBF16, core::DType::kBF16, cpu_n_);
+    const auto timed = [&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      pass.run();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    (void)timed();
+    std::vector<double> alone, under, factor;
+    double gbps = 0;
+    for (int r = 0; r < R_; ++r) {
+      const double a = timed();
+      load.start();
+      double u = 0;
+      try {
+        u = timed();
+      } catch (...) {
+        (void)load.stop();
+        throw;
+      }
+      gbps += load.stop();
+      alone.push_back(double(cpu_n_) / a / 1e9);
+      under.push_back(double(cpu_n_) / u / 1e9);
+      factor.push_back(u / a);
     }
-    const double dma_gbps = dma.stop();
-    c_.done("cpu adamw bf16, " + std::to_string(cores_) + " threads, while H2D+D2H run", under.median, "Gparam/s",
-            under);
-    const cal::Stat after = cpu_rate(cores_);
-    const double factor = 0.5 * (before.median + after.median) / under.median;
-    cal::Stat fs = under;
-    fs.spread = std::max({before.spread, under.spread, after.spread});
-    c_.done("cpu slowdown while DMA runs (alone / under DMA)", factor, "x", fs, "cpu.dma_slowdown_factor");
-    p_.cpu.dma_slowdown_factor = std::max(1.0, sig4(factor));
-    src()["cpu.dma_slowdown_factor"] = c_.source(
-        cpu_what() + ", " + std::to_string(cores_) + " threads: " + fmt(before.median, 3) + " then " +
-            fmt(after.median, 3) + " Gparam/s alone, " + fmt(under.median, 3) + " while pinned " +
-            with_units(double(dma_chunk_)) + " H2D and D2H copies ran back to back (" + fmt(dma_gbps, 1) +
-            " GB/s both ways)" + (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
-            "; spread the largest of the three",
-        fs);
-    for (const cal::DmaCopies copies : {cal::DmaCopies::kD2H, cal::DmaCopies::kH2D})
-      measure_one_way_dma_slowdown(copies, before, after);
+    return {cal::make_stat(alone), cal::make_stat(under), cal::make_stat(factor), gbps / R_};
+  }
+
+  // One slowdown factor of the CPU pass under copies (`what`: the copies), pairwise
+  // (cpu_pass_alone_and_under), into `field` and its source under `key`.
+  void write_cpu_slowdown(const PairedPasses& m, const std::string& what, const std::string& key, double& field) {
+    const std::string threads = std::to_string(cores_) + " threads";
+    c_.done("cpu adamw bf16, " + threads + ", while " + what, m.under.median, "Gparam/s", m.under);
+    const double factor = m.factor.median;
+    c_.done("cpu slowdown while " + what + " (under / alone, pairwise)", factor, "x", m.factor, key);
+    field = std::max(1.0, sig4(factor));
+    src()[key] = c_.source(
+        cpu_what() + ", " + threads + ": " + std::to_string(R_) + " pairs of a pass alone (median " +
+            fmt(m.alone.median, 3) + " Gparam/s) and a pass while " + what + " (median " + fmt(m.under.median, 3) +
+            " Gparam/s; pinned " + with_units(double(dma_chunk_)) + " copies back to back, " + fmt(m.load_gbps, 1) +
+            " GB/s meanwhile), back to back; the median of the pairs' under/alone seconds" +
+            (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : ""),
+        m.factor);
+  }
+
+  // The same all-core pass while an H2D and a D2H run on GPU 0 (cpu.dma_slowdown_factor), then while every
+  // GPU copies one way at once (D2H, as the ranks' gradients land during backward; H2D, as their
+  // parameters go back: cpu.dma_slowdown_factor_d2h / _h2d). On 2 x H200 the engine's passes ran 1.5-1.9x
+  // slower beside the two ranks' D2Hs while the both-ways figure of one GPU said 1.33
+  // (bench/results/2026-11-24-h200x2-validate/README.md).
+  void measure_dma_slowdown() {
+    {
+      cal::BackgroundDma dma(0, dma_chunk_);
+      const cal::BackgroundLoad load{[&] { dma.start(); }, [&] { return dma.stop(); }};
+      write_cpu_slowdown(cpu_pass_alone_and_under(load), "H2D+D2H run", "cpu.dma_slowdown_factor",
+                         p_.cpu.dma_slowdown_factor);
+    }
+    for (const cal::DmaCopies copies : {cal::DmaCopies::kD2H, cal::DmaCopies::kH2D}) {
+      const bool d2h = copies == cal::DmaCopies::kD2H;
+      GpusCopying dma(0, gpus_, dma_chunk_, copies, false);
+      const cal::BackgroundLoad load{[&] { dma.start(); }, [&] { return dma.stop(); }};
+      write_cpu_slowdown(cpu_pass_alone_and_under(load),
+                         std::string(d2h ? "D2H" : "H2D") + " runs on " + std::to_string(gpus_) + " GPU(s)",
+                         d2h ? "cpu.dma_slowdown_factor_d2h" : "cpu.dma_slowdown_factor_h2d",
+                         d2h ? p_.cpu.dma_slowdown_factor_d2h : p_.cpu.dma_slowdown_factor_h2d);
+    }
     p_.cpu.name = cpu_name_;
     p_.cpu.cores = cores_;
     src()["cpu.cores"] = c_.origin() + ": physical cores among the " + std::to_string(allowed_cpus_) +
                          " CPUs of the affinity mask (sysfs topology)";
     p_.host_memory_bytes = host_memory_bytes();
     src()["host.memory_bytes"] = c_.origin() + ": sysconf(_SC_PHYS_PAGES) x sysconf(_SC_PAGE_SIZE) (free -b total)";
-  }
-
-  // The same all-core pass while every GPU copies one way at once (`copies`: D2H, as the ranks' gradients
-  // land during backward, or H2D, as their parameters go back): cpu.dma_slowdown_factor_d2h / _h2d, the
-  // mean of the alone rates (before, after) over the rate under the copies. On 2 x H200 the engine's passes
-  // ran 1.5-1.9x slower beside the two ranks' D2Hs while the both-ways figure of one GPU said 1.33
-  // (bench/results/2026-11-24-h200x2-validate/README.md).
-  void measure_one_way_dma_slowdown(cal::DmaCopies copies, const cal::Stat& before, const cal::Stat& after) {
-    const bool d2h = copies == cal::DmaCopies::kD2H;
-    const std::string name = d2h ? "D2H" : "H2D";
-    const std::string key = d2h ? "cpu.dma_slowdown_factor_d2h" : "cpu.dma_slowdown_factor_h2d";
-    GpusCopying dma(0, gpus_, dma_chunk_, copies);
-    const cal::Stat under = cpu_rate(cores_);
-    const double dma_gbps = dma.stop();
-    const std::string all = std::to_string(gpus_) + " GPU(s)";
-    c_.done("cpu adamw bf16, " + std::to_string(cores_) + " threads, while " + name + " runs on " + all, under.median,
-            "Gparam/s", under);
-    const double factor = 0.5 * (before.median + after.median) / under.median;
-    cal::Stat fs = under;
-    fs.spread = std::max({before.spread, under.spread, after.spread});
-    c_.done("cpu slowdown while " + name + " runs on " + all + " (alone / under)", factor, "x", fs, key);
-    (d2h ? p_.cpu.dma_slowdown_factor_d2h : p_.cpu.dma_slowdown_factor_h2d) = std::max(1.0, sig4(factor));
-    src()[key] =
-        c_.source(cpu_what() + ", " + std::to_string(cores_) + " threads: " + fmt(before.median, 3) + " then " +
-                      fmt(after.median, 3) + " Gparam/s alone, " + fmt(under.median, 3) + " while pinned " +
-                      with_units(double(dma_chunk_)) + " " + name + " copies ran back to back on each of " + all +
-                      " at once (" + fmt(dma_gbps, 1) + " GB/s together)" +
-                      (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
-                      "; spread the largest of the three",
-                  fs);
   }
 
   // How much slower pinned copies of the engine's size (engine_op_: one CPU layer's parameter copy) run

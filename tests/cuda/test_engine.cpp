@@ -16,6 +16,7 @@
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
 #include "core/local_kernels.h"
+#include "core/memory_fit.h"
 #include "core/scenario.h"
 #include "core/settings.h"
 #include "tests/cuda/engine_steps.h"
@@ -345,6 +346,8 @@ TEST(CudaEngine, IssuesTheSimulatorsOpsInItsOrderPerQueue) {
         e.ratio = 0.4;
         e.cpu_threads = 4;
         e.pin_threads = false;
+        // the profile's host, as the simulator plans with it (`speculation: auto` resolves from it)
+        e.host_bytes_limit = core::rank_budget(sc, 1).host_bytes;
         auto eng = cu::Engine::create(e);
         EXPECT_EQ(core::carries(eng->plan()), carry);
         const std::vector<cu::StepReport> reps = test::run_steps(*eng, 2);  // the second begins after a tail

@@ -17,6 +17,7 @@
 #include "backends/sim/functional.h"
 #include "backends/sim/sim_backend.h"
 #include "core/memory.h"
+#include "core/memory_fit.h"
 #include "core/scenario.h"
 #include "core/settings.h"
 #include "tests/cuda/engine_steps.h"
@@ -53,6 +54,9 @@ cu::EngineConfig config(const core::Scenario& sc, core::WorkloadType w, double r
   e.ratio = ratio;
   e.cpu_threads = 4;
   e.pin_threads = false;
+  // The host the scenario's profile has, as the simulator plans with it: `speculation: auto` resolves
+  // from it, and the machine's own memory would give another budget on a host unlike the profile's.
+  e.host_bytes_limit = core::rank_budget(sc, 1).host_bytes;
   return e;
 }
 
