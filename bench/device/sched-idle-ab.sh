@@ -7,18 +7,20 @@
 # thread of the normal class takes the core at once), ROUNDS interleaved rounds of RATIOS (ratio 0 once, the
 # reference). Each run's steady step time and its boundary gaps (bench/device/step_boundary.py on its trace);
 # the CPU pass's rate on rank 0's trace. MODEL (default 2b), ROUNDS (2), RATIOS ("0.2 0.5 1"), STEPS (8).
-# About 2.5 minutes for the defaults.
+# About 2.5 minutes for the defaults. On one GPU (nvidia-h200, the whole host for one rank): NPROC=1 and
+# SCENARIO=scenarios/real/mlp-2b.yaml.
 set -uo pipefail
 OUT=${OUT:-out/device}
 mkdir -p "$OUT/ab"
 export LD_LIBRARY_PATH=$PWD/.devbin:${LD_LIBRARY_PATH:-} NCCL_NVLS_ENABLE=0
 B=.devbin
 M=${MODEL:-2b}
+SCENARIO=${SCENARIO:-scenarios/real/mlp-$M-h200x2.yaml}
 VARIANTS=${VARIANTS:-"nice10=nice=10,idle=0;idle=nice=10,idle=1"}
 
 run_one() {  # NAME TUNING RATIO ROUND
   local tag="$1-r$3-$4"
-  timeout 150 $B/twinflow launch --nproc-per-node 2 -- run scenarios/real/mlp-$M-h200x2.yaml --ratio "$3" \
+  timeout 150 $B/twinflow launch --nproc-per-node "${NPROC:-2}" -- run "$SCENARIO" --ratio "$3" \
     --steps "${STEPS:-8}" --cpu-tuning "$2" --json "$OUT/ab/run-$tag.json" --trace "$OUT/ab/trace-$tag.json" \
     --trace-steps 4 > "$OUT/ab/run-$tag.log" 2>&1
   echo "$tag rc $? $(grep -A3 '^summary' "$OUT/ab/run-$tag.log" | tail -1 | awk '{print "step_ms", $3, "cpu_opt_ms", $10}')"
