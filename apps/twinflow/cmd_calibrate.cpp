@@ -1024,13 +1024,13 @@ class Calibrator {
     const double factor = m.factor.median;
     c_.done("cpu slowdown while " + what + " (under / alone, pairwise)", factor, "x", m.factor, key);
     field = std::max(1.0, sig4(factor));
-    src()[key] = c_.source(
-        cpu_what() + ", " + threads + ": " + std::to_string(R_) + " pairs of a pass alone (median " +
-            fmt(m.alone.median, 3) + " Gparam/s) and a pass while " + what + " (median " + fmt(m.under.median, 3) +
-            " Gparam/s; pinned " + with_units(double(dma_chunk_)) + " copies back to back, " + fmt(m.load_gbps, 1) +
-            " GB/s meanwhile), back to back; the median of the pairs' under/alone seconds" +
-            (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : ""),
-        m.factor);
+    src()[key] = c_.source(cpu_what() + ", " + threads + ": " + std::to_string(R_) + " pairs of a pass alone (median " +
+                               fmt(m.alone.median, 3) + " Gparam/s) and a pass while " + what + " (median " +
+                               fmt(m.under.median, 3) + " Gparam/s; pinned " + with_units(double(dma_chunk_)) +
+                               " copies back to back, " + fmt(m.load_gbps, 1) +
+                               " GB/s meanwhile), back to back; the median of the pairs' under/alone seconds" +
+                               (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : ""),
+                           m.factor);
   }
 
   // The same all-core pass while an H2D and a D2H run on GPU 0 (cpu.dma_slowdown_factor), then while every

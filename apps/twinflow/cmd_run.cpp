@@ -150,10 +150,10 @@ CommandOptions run_options() {
       "rank's share of the host's cores: LOCAL_RANK's part of LOCAL_WORLD_SIZE)");
   add("cpu-tuning", po::value<std::string>()->default_value("default"),
       "the CPU optimizer's tuning over backends/cpu/cpu_tuning.h's defaults, as `twinflow bench --tuning` takes it "
-      "(e.g. nt=1,spin=50; huge= does not apply here)");
+      "(e.g. nt=1,spin=50; idle=0 keeps the workers in the normal scheduling class; huge= does not apply here)");
   add("cuda-sync", po::value<std::string>()->default_value("block"),
       "how the rank's threads wait for the GPU: block (sleep until it is done: a waiting thread never takes a core "
-      "from the CPU optimizer's workers, which run below the issuing threads' priority), spin, yield, or auto "
+      "from the CPU optimizer's workers, which run below the issuing threads), spin, yield, or auto "
       "(CUDA's choice: spin on a host with more CPUs than GPUs)");
   add_output_options(
       o.desc,

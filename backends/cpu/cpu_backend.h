@@ -48,8 +48,8 @@ struct CpuOptions {
 
 // The tuning knobs of `o` (KernelTuning, steal_block_tiles, pool_spin_us, huge_pages) from a spec of
 // comma-separated key=value pairs, any subset, "default" for none: prefetch=ELEMS level=0|1 unroll=1|2|4
-// interleave=1|2 nt=0|1 (streamed copy) block=TILES spin=US nice=0..19 idle=0|1 huge=0|1. Throws core::InputError naming
-// `option`, the pair and the keys.
+// interleave=1|2 nt=0|1 (streamed copy) block=TILES spin=US nice=0..19 idle=0|1 huge=0|1. Throws core::InputError
+// naming `option`, the pair and the keys.
 void apply_tuning_spec(CpuOptions& o, std::string_view spec, const std::string& option);
 // Every knob of `o` as such a spec (the keys in the order above).
 std::string tuning_spec(const CpuOptions& o);

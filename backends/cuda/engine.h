@@ -40,7 +40,7 @@ core::HostAllocator pinned_host_allocator();
 // How the rank's threads wait for the GPU (cudaEventSynchronize, cudaStreamSynchronize): the device's
 // scheduling flag. kAuto is CUDA's heuristic (one context per process on a host of more CPUs than
 // contexts: spin), which makes each waiting thread take a whole core from the CPU optimizer's workers:
-// they run below the issuing threads' priority (backends/cpu/cpu_tuning.h pool_nice), so a spinning
+// they run below the issuing threads (backends/cpu/cpu_tuning.h pool_nice, pool_idle), so a spinning
 // waiter is never preempted. kBlock, the default, sleeps (docs/ARCHITECTURE.md, "CPU path").
 enum class CudaSync { kAuto, kSpin, kYield, kBlock };
 // "auto", "spin", "yield", "block"; parse_cuda_sync throws core::InputError naming `option` and the values.

@@ -241,8 +241,9 @@ TEST(CpuTuning, BitsIndependentOfUnrollInterleaveAndSpin) {
         plain.min_tiles_per_thread = 1;
         backend::cpu::CpuBackend base_be(plain);
         const auto base = harness::run_backend(base_be, p);
-        for (const char* spec : {"unroll=2", "unroll=4", "interleave=2", "interleave=2,nt=1", "level=1",
-                                 "level=1,unroll=2,nt=1", "spin=20,block=1", "block=0,interleave=2", "nice=5", "idle=0"}) {
+        for (const char* spec :
+             {"unroll=2", "unroll=4", "interleave=2", "interleave=2,nt=1", "level=1", "level=1,unroll=2,nt=1",
+              "spin=20,block=1", "block=0,interleave=2", "nice=5", "idle=0"}) {
           backend::cpu::CpuOptions o = plain;
           backend::cpu::apply_tuning_spec(o, spec, "test");
           backend::cpu::CpuBackend be(o);
