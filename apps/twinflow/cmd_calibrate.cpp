@@ -973,13 +973,11 @@ class Calibrator {
         " pairs (" + per + ")";
   }
 
-  // The all-core pass alone and under a load, pass by pass: one pass to warm up, then R_ pairs of a pass
-  // alone and a pass with the load started before it and stopped after it. A pair's two passes run back
-  // to back, so a drift of the host's rate over the measurement cancels within each pair; the factor is
-  // the median of the pairs' (under / alone) seconds. Three medians minutes apart (the sweep's rate, the
-  // rate under the load, the rate after) read the drift as a slowdown: on two H200s the D2H factor came
-  // out 1.23-1.82 in four calibrations of one day, the host's rate moving 10-50% within minutes
-  // (bench/results/2026-11-28-h200x2-sched-idle).
+  // The all-core pass alone and under a load, pass by pass (app::time_alone_and_under, one pass to warm
+  // up first): the factor is the median of the pairs' under/alone seconds. Three medians minutes apart
+  // (the sweep's rate, the rate under the load, the rate after) read the host's drift as a slowdown: on
+  // two H200s the D2H factor came out 1.23-1.82 in four calibrations of one day, the host's rate moving
+  // 10-50% within minutes (bench/results/2026-11-28-h200x2-sched-idle).
   struct PairedPasses {
     cal::Stat alone, under, factor;  // Gparam/s alone, Gparam/s under the load, under/alone seconds
     double load_gbps = 0;            // the mean of the load's stop()s: what it moved meanwhile
@@ -996,24 +994,13 @@ class Calibrator {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
     (void)timed();
-    std::vector<double> alone, under, factor;
-    double gbps = 0;
-    for (int r = 0; r < R_; ++r) {
-      const double a = timed();
-      load.start();
-      double u = 0;
-      try {
-        u = timed();
-      } catch (...) {
-        (void)load.stop();
-        throw;
-      }
-      gbps += load.stop();
-      alone.push_back(double(cpu_n_) / a / 1e9);
-      under.push_back(double(cpu_n_) / u / 1e9);
-      factor.push_back(u / a);
-    }
-    return {cal::make_stat(alone), cal::make_stat(under), cal::make_stat(factor), gbps / R_};
+    const PairedTimes t = time_alone_and_under(R_, timed, load.start, load.stop);
+    const auto rates = [&](const std::vector<double>& seconds) {
+      std::vector<double> g;
+      for (double s : seconds) g.push_back(double(cpu_n_) / s / 1e9);
+      return cal::make_stat(std::move(g));
+    };
+    return {rates(t.alone_s), rates(t.under_s), cal::make_stat(t.ratios), t.load_sum / R_};
   }
 
   // One slowdown factor of the CPU pass under copies (`what`: the copies), pairwise

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/optim/dtype.h"
@@ -75,6 +77,28 @@ double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::
   CpuStepPass pass(be, k, grad, copy, n);
   return median_seconds(
       iters, [&] { pass.run(); }, samples);
+}
+
+PairedTimes time_alone_and_under(int pairs, const std::function<double()>& pass,
+                                 const std::function<void()>& start_load, const std::function<double()>& stop_load) {
+  if (pairs < 1) throw std::invalid_argument("time_alone_and_under: pairs must be >= 1, got " + std::to_string(pairs));
+  PairedTimes t;
+  for (int i = 0; i < pairs; ++i) {
+    const double alone = pass();
+    start_load();
+    double under = 0;
+    try {
+      under = pass();
+    } catch (...) {
+      (void)stop_load();
+      throw;
+    }
+    t.load_sum += stop_load();
+    t.alone_s.push_back(alone);
+    t.under_s.push_back(under);
+    t.ratios.push_back(under / alone);
+  }
+  return t;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,20 @@ class CpuStepPass {
   backend::OptimChunk chunk_;
   int64_t step_ = 0;
 };
+
+// A pass's slowdown under a background load, measured in pairs: `pairs` times, one pass alone, then
+// start_load(), one pass, stop_load() (its return, e.g. the GB/s the load moved, summed into load_sum).
+// The two passes of a pair run back to back, so a drift of the host's rate over the measurement cancels
+// within each pair: on the 2 x H200 host medians minutes apart read the drift as the slowdown
+// (`twinflow calibrate`'s DMA factors, docs/ARCHITECTURE.md). `pass` runs one pass and returns its
+// seconds. Throws std::invalid_argument for pairs < 1; stops the load when the pass under it throws.
+struct PairedTimes {
+  std::vector<double> alone_s, under_s;  // each pair's pass alone and under the load, seconds
+  std::vector<double> ratios;            // under_s[i] / alone_s[i]
+  double load_sum = 0;                   // the sum of stop_load()'s returns
+};
+PairedTimes time_alone_and_under(int pairs, const std::function<double()>& pass,
+                                 const std::function<void()>& start_load, const std::function<double()>& stop_load);
 
 // Median seconds of `iters` fused steps over one chunk of n elements (random finite data, pages
 // first-touched by the threads that update them). `samples`, when given, receives every timed step's
