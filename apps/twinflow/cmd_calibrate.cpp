@@ -339,11 +339,13 @@ class GpusCopying {
   double stop() {
     double gbps = 0;
     std::exception_ptr err;
-    for (auto& x : dma_) try {
+    for (auto& x : dma_) {
+      try {
         gbps += x->stop();
       } catch (...) {
         if (!err) err = std::current_exception();
       }
+    }
     if (err) std::rethrow_exception(err);
     return gbps;
   }

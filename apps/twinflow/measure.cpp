@@ -90,7 +90,10 @@ PairedTimes time_alone_and_under(int pairs, const std::function<double()>& pass,
     try {
       under = pass();
     } catch (...) {
-      (void)stop_load();
+      try {
+        (void)stop_load();
+      } catch (...) {  // the pass's failure is the one to report
+      }
       throw;
     }
     t.load_sum += stop_load();
