@@ -46,8 +46,8 @@ struct CpuTuningDefaults {
   // thread of the normal class that wakes on a worker's core (an issuer after its CUDA wait, the engine's
   // thread of the next step) takes the core at once. At nice 10 it still waited for the worker's slice:
   // on two H200s (bench/results/2026-11-28-h200x2-pages, call J) the next step's first op started 2-14 ms
-  // after the host's step began whenever the CPU pass ran across the step boundary (0.2-0.3 ms when it
-  // did not).
+  // after the step's last GPU op whenever the CPU pass ran across the step boundary (0.2 ms when it did
+  // not); 1.7 ms in the idle class, 1.1-1.3 on one H200 (bench/results/2026-11-28-h200x2-sched-idle).
   bool pool_idle = true;
   // madvise(MADV_HUGEPAGE) on the host regions (2 MiB pages where THP is "madvise").
   bool huge_pages = true;

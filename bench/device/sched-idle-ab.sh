@@ -5,8 +5,8 @@
 # waiting for a core behind the CPU optimizer's workers (nice 10 shortens the wait, it does not end it)? The same
 # MLP on both GPUs, the workers at nice 10 against nice 10 in the idle scheduling class (SCHED_IDLE: a waking
 # thread of the normal class takes the core at once), ROUNDS interleaved rounds of RATIOS (ratio 0 once, the
-# reference). Each run's steady step time and its boundary gaps (bench/device/step_boundary.py on its trace);
-# the CPU pass's rate on rank 0's trace. MODEL (default 2b), ROUNDS (2), RATIOS ("0.2 0.5 1"), STEPS (8).
+# reference). Each run's steady step time, its CPU pass's time (rank 0's JSON) and its boundary gaps
+# (bench/device/step_boundary.py on its trace). MODEL (default 2b), ROUNDS (2), RATIOS ("0.2 0.5 1"), STEPS (8).
 # About 2.5 minutes for the defaults. On one GPU (nvidia-h200, the whole host for one rank): NPROC=1 and
 # SCENARIO=scenarios/real/mlp-2b.yaml.
 set -uo pipefail
