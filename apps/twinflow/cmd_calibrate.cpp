@@ -258,6 +258,14 @@ int print_process_memory(int gpus) {
   return kExitOk;
 }
 
+// The CPU optimizer's options for `threads` threads, pinned or not (every CPU pass calibrate times).
+backend::cpu::CpuOptions cpu_options(int threads, bool pin) {
+  backend::cpu::CpuOptions co;
+  co.threads = size_t(threads);
+  co.pin_threads = pin;
+  return co;
+}
+
 // The CPU optimizer pass (AdamW, bf16 gradient and copy) kept running back to back on `threads` pinned
 // workers, from a host thread of its own, while something else is timed (the copies' slowdown under the
 // CPU pass). start() returns once a first pass has ended (the pool is awake and the next pass runs);
@@ -266,7 +274,7 @@ int print_process_memory(int gpus) {
 class BackgroundCpuPass {
  public:
   BackgroundCpuPass(int threads, bool pin, size_t elems)
-      : be_(options(threads, pin)),
+      : be_(cpu_options(threads, pin)),
         pass_(be_, core::OptimizerKind::kAdamW, core::DType::kBF16, core::DType::kBF16, elems) {}
   ~BackgroundCpuPass() { halt(); }
   BackgroundCpuPass(const BackgroundCpuPass&) = delete;
@@ -301,12 +309,6 @@ class BackgroundCpuPass {
   size_t elems() const { return pass_.elems(); }
 
  private:
-  static backend::cpu::CpuOptions options(int threads, bool pin) {
-    backend::cpu::CpuOptions co;
-    co.threads = size_t(threads);
-    co.pin_threads = pin;
-    return co;
-  }
   void halt() {
     stopping_ = true;
     if (worker_.joinable()) worker_.join();
@@ -829,17 +831,18 @@ class Calibrator {
     return "tf::backend::cpu::CpuBackend AdamW, bf16 gradient and bf16 copy (" + kAdamWBf16Text + "), " +
            std::to_string(elems) + " elements, " + (o_.pin ? "pinned" : "unpinned") + " threads";
   }
+  // Gparam/s of passes over cpu_n_ elements that took `seconds` each.
+  cal::Stat cpu_gparam_s(const std::vector<double>& seconds) const {
+    std::vector<double> g;
+    for (double s : seconds) g.push_back(double(cpu_n_) / s / 1e9);
+    return cal::make_stat(std::move(g));
+  }
   // Gparam/s of `t` threads, per step.
   cal::Stat cpu_rate(int t) {
-    backend::cpu::CpuOptions co;
-    co.threads = size_t(t);
-    co.pin_threads = o_.pin;
-    backend::cpu::CpuBackend be(co);
+    backend::cpu::CpuBackend be(cpu_options(t, o_.pin));
     std::vector<double> sec;
     time_cpu_step(be, core::OptimizerKind::kAdamW, core::DType::kBF16, core::DType::kBF16, cpu_n_, R_, &sec);
-    std::vector<double> g;
-    for (double s : sec) g.push_back(double(cpu_n_) / s / 1e9);
-    return cal::make_stat(std::move(g));
+    return cpu_gparam_s(sec);
   }
 
   void measure_cpu_optimizer() {
@@ -868,10 +871,7 @@ class Calibrator {
   }
 
   void measure_cpu_memory() {
-    backend::cpu::CpuOptions co;
-    co.threads = size_t(cores_);
-    co.pin_threads = o_.pin;
-    backend::cpu::CpuBackend be(co);
+    backend::cpu::CpuBackend be(cpu_options(cores_, o_.pin));
     std::vector<double> gbps;
     measure_stream_gbps(be, core::DType::kBF16, core::DType::kBF16, cpu_n_, R_, &gbps);
     const cal::Stat st = cal::make_stat(std::move(gbps));
@@ -985,10 +985,7 @@ class Calibrator {
     double load_gbps = 0;            // the mean of the load's stop()s: what it moved meanwhile
   };
   PairedPasses cpu_pass_alone_and_under(const cal::BackgroundLoad& load) {
-    backend::cpu::CpuOptions co;
-    co.threads = size_t(cores_);
-    co.pin_threads = o_.pin;
-    backend::cpu::CpuBackend be(co);
+    backend::cpu::CpuBackend be(cpu_options(cores_, o_.pin));
     CpuStepPass pass(be, core::OptimizerKind::kAdamW, core::DType::kBF16, core::DType::kBF16, cpu_n_);
     const auto timed = [&] {
       const auto t0 = std::chrono::steady_clock::now();
@@ -997,12 +994,8 @@ class Calibrator {
     };
     (void)timed();
     const PairedTimes t = time_alone_and_under(R_, timed, load.start, load.stop);
-    const auto rates = [&](const std::vector<double>& seconds) {
-      std::vector<double> g;
-      for (double s : seconds) g.push_back(double(cpu_n_) / s / 1e9);
-      return cal::make_stat(std::move(g));
-    };
-    return {rates(t.alone_s), rates(t.under_s), cal::make_stat(t.ratios), t.load_sum / R_};
+    return {cpu_gparam_s(t.seconds.first), cpu_gparam_s(t.seconds.second), cal::make_stat(t.seconds.ratios),
+            t.load_sum / R_};
   }
 
   // One slowdown factor of the CPU pass under copies (`what`: the copies), pairwise

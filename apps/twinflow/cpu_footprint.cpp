@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 
+#include "apps/twinflow/measure.h"
 #include "backends/sim/sim_backend.h"
 #include "core/memory.h"
 #include "core/memory_fit.h"
@@ -102,11 +104,11 @@ std::optional<FootprintMeasurement> measure_footprint(HostFootprint fp, const st
   if (register_memory) big.register_memory();
   (void)big.passes(1);
   (void)ref.passes(1);
-  for (int rep = 0; rep < reps; ++rep) {
-    m.small_gparam_s.push_back(ref.pass_gparam_s());
-    m.gparam_s.push_back(big.pass_gparam_s());
-    m.factors.push_back(m.gparam_s.back() / m.small_gparam_s.back());
-  }
+  Pairs rates = alternate(
+      reps, [&] { return ref.pass_gparam_s(); }, [&] { return big.pass_gparam_s(); });
+  m.small_gparam_s = std::move(rates.first);
+  m.gparam_s = std::move(rates.second);
+  m.factors = std::move(rates.ratios);
   m.held = std::move(fp);
   return m;
 }

@@ -79,16 +79,25 @@ double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::
       iters, [&] { pass.run(); }, samples);
 }
 
+Pairs alternate(int pairs, const std::function<double()>& first, const std::function<double()>& second) {
+  if (pairs < 1) throw std::invalid_argument("alternate: pairs must be >= 1, got " + std::to_string(pairs));
+  Pairs p;
+  for (int i = 0; i < pairs; ++i) {
+    p.first.push_back(first());
+    p.second.push_back(second());
+    p.ratios.push_back(p.second.back() / p.first.back());
+  }
+  return p;
+}
+
 PairedTimes time_alone_and_under(int pairs, const std::function<double()>& pass,
                                  const std::function<void()>& start_load, const std::function<double()>& stop_load) {
-  if (pairs < 1) throw std::invalid_argument("time_alone_and_under: pairs must be >= 1, got " + std::to_string(pairs));
   PairedTimes t;
-  for (int i = 0; i < pairs; ++i) {
-    const double alone = pass();
+  const auto under = [&] {
     start_load();
-    double under = 0;
+    double s = 0;
     try {
-      under = pass();
+      s = pass();
     } catch (...) {
       try {
         (void)stop_load();
@@ -97,10 +106,9 @@ PairedTimes time_alone_and_under(int pairs, const std::function<double()>& pass,
       throw;
     }
     t.load_sum += stop_load();
-    t.alone_s.push_back(alone);
-    t.under_s.push_back(under);
-    t.ratios.push_back(under / alone);
-  }
+    return s;
+  };
+  t.seconds = alternate(pairs, pass, under);
   return t;
 }
 

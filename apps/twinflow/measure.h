@@ -31,16 +31,24 @@ class CpuStepPass {
   int64_t step_ = 0;
 };
 
-// A pass's slowdown under a background load, measured in pairs: `pairs` times, one pass alone, then
-// start_load(), one pass, stop_load() (its return, e.g. the GB/s the load moved, summed into load_sum).
-// The two passes of a pair run back to back, so a drift of the host's rate over the measurement cancels
-// within each pair: on the 2 x H200 host medians minutes apart read the drift as the slowdown
-// (`twinflow calibrate`'s DMA factors, docs/ARCHITECTURE.md). `pass` runs one pass and returns its
-// seconds. Throws std::invalid_argument for pairs < 1; stops the load when the pass under it throws.
+// Two measurements alternated `pairs` times, first then second, and each pair's ratio second / first. A
+// drift of the host over the measurement moves both of a pair, so it cancels in the ratios where medians
+// taken minutes apart read it as the effect measured (on the 2 x H200 host the rate moved 10-50% within
+// minutes: docs/ARCHITECTURE.md). measure_footprint (cpu_footprint.h) and time_alone_and_under use it.
+// Throws std::invalid_argument for pairs < 1.
+struct Pairs {
+  std::vector<double> first, second;  // each pair's two measurements
+  std::vector<double> ratios;         // second[i] / first[i]
+};
+Pairs alternate(int pairs, const std::function<double()>& first, const std::function<double()>& second);
+
+// A pass's slowdown under a background load: alternate() of one pass alone and one pass with
+// start_load() before it and stop_load() after it (whose returns, e.g. the GB/s the load moved, are
+// summed into load_sum). `pass` runs one pass and returns its seconds; `twinflow calibrate`'s DMA factors
+// are the ratios' median. Stops the load when the pass under it throws, and rethrows the pass's failure.
 struct PairedTimes {
-  std::vector<double> alone_s, under_s;  // each pair's pass alone and under the load, seconds
-  std::vector<double> ratios;            // under_s[i] / alone_s[i]
-  double load_sum = 0;                   // the sum of stop_load()'s returns
+  Pairs seconds;  // first: alone, second: under the load
+  double load_sum = 0;
 };
 PairedTimes time_alone_and_under(int pairs, const std::function<double()>& pass,
                                  const std::function<void()>& start_load, const std::function<double()>& stop_load);

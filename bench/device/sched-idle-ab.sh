@@ -42,16 +42,17 @@ python3 bench/device/step_boundary.py "$OUT"/ab/trace-*.json --json "$OUT/ab/bou
 echo "=== steady step times (rank 0, median of the steady steps)"
 python3 - "$OUT/ab" <<'PY' | tee "$OUT/ab/steps.txt"
 import glob, json, os, statistics, sys
+sys.path.insert(0, "bench/device")
+from run_summary import med  # the median over a run's steady steps
 rows = {}
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "run-*.json"))):
     d = json.load(open(f))
     p = d["points"][0]
-    steady = [s for s in p["steps"] if s.get("steady")]
     name = os.path.basename(f)[4:-5]
     variant, rest = name.split("-r", 1)
     ratio, rnd = rest.rsplit("-", 1)
-    ms = statistics.median(s["step_ns"] for s in steady) / 1e6
-    cpu = statistics.median(s["kind_ns"].get("cpu_optimizer", 0) for s in steady) / 1e6 if steady else 0
+    ms = med(p, lambda s: s["step_ns"]) / 1e6
+    cpu = med(p, lambda s: s["kind_ns"].get("cpu_optimizer", 0)) / 1e6
     rows.setdefault((float(ratio), variant), []).append((int(rnd), ms, cpu, d["cpu_tuning"]))
 print(f"{'ratio':>5} {'variant':8} {'step ms per round':28} {'median':>8} {'cpu pass ms per round':28}")
 for (ratio, variant), rs in sorted(rows.items()):

@@ -14,14 +14,9 @@ import json
 import statistics
 import sys
 
+from cpu_pass_rates import events  # the trace's complete ("X") events
+
 GPU_CATS = {"forward", "backward", "allgather", "reduce_scatter", "grad_stats", "norm_allreduce", "gpu_optimizer"}
-
-
-def events(path):
-    with open(path) as f:
-        doc = json.load(f)
-    evs = doc["traceEvents"] if isinstance(doc, dict) else doc
-    return [e for e in evs if e.get("ph") == "X"]
 
 
 def boundaries(evs):

@@ -1,4 +1,4 @@
-// app::time_alone_and_under: calibrate's slowdown factors from pairs of passes (alone, then under a load).
+// app::alternate and app::time_alone_and_under: calibrate's slowdown factors and footprint factors from pairs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +8,9 @@
 
 #include "apps/twinflow/measure.h"
 
+using tf::app::alternate;
 using tf::app::PairedTimes;
+using tf::app::Pairs;
 using tf::app::time_alone_and_under;
 
 // Each pair: a pass alone, the load started, a pass under it, the load stopped; the ratios are each pair's own,
@@ -31,9 +33,9 @@ TEST(PairedTimes, AlternatesAloneAndUnderAndRatiosArePerPair) {
   const std::vector<std::string> want = {"pass", "start", "pass", "stop",  "pass", "start",
                                          "pass", "stop",  "pass", "start", "pass", "stop"};
   EXPECT_EQ(order, want);
-  EXPECT_EQ(t.alone_s, (std::vector<double>{1.0, 1.0, 2.0}));
-  EXPECT_EQ(t.under_s, (std::vector<double>{2.0, 3.0, 2.0}));
-  EXPECT_EQ(t.ratios, (std::vector<double>{2.0, 3.0, 1.0}));
+  EXPECT_EQ(t.seconds.first, (std::vector<double>{1.0, 1.0, 2.0}));
+  EXPECT_EQ(t.seconds.second, (std::vector<double>{2.0, 3.0, 2.0}));
+  EXPECT_EQ(t.seconds.ratios, (std::vector<double>{2.0, 3.0, 1.0}));
   EXPECT_EQ(t.load_sum, 30.0);
 }
 
@@ -51,12 +53,12 @@ TEST(PairedTimes, TheHostsDriftCancelsWithinEachPair) {
         loaded = false;
         return 0.0;
       });
-  for (double r : t.ratios) {
+  for (double r : t.seconds.ratios) {
     EXPECT_GT(r, 1.5);
     EXPECT_LT(r, 1.5 * 1.021);
   }
-  std::vector<double> first(t.alone_s.begin(), t.alone_s.begin() + pairs / 2);
-  std::vector<double> last(t.under_s.begin() + pairs / 2, t.under_s.end());
+  std::vector<double> first(t.seconds.first.begin(), t.seconds.first.begin() + pairs / 2);
+  std::vector<double> last(t.seconds.second.begin() + pairs / 2, t.seconds.second.end());
   std::sort(first.begin(), first.end());
   std::sort(last.begin(), last.end());
   EXPECT_GT(last[last.size() / 2] / first[first.size() / 2], 2.0);  // what the old order would have read
@@ -81,4 +83,27 @@ TEST(PairedTimes, StopsTheLoadWhenAPassFailsAndRefusesNoPairs) {
   EXPECT_THROW(time_alone_and_under(
                    0, [] { return 1.0; }, [] {}, [] { return 0.0; }),
                std::invalid_argument);
+  EXPECT_THROW(alternate(
+                   0, [] { return 1.0; }, [] { return 1.0; }),
+               std::invalid_argument);
+}
+
+// alternate: first then second, pair by pair, and the ratios second / first (measure_footprint's factors).
+TEST(PairedTimes, AlternateRunsFirstThenSecondEachPair) {
+  std::string order;
+  double a = 0, b = 10;
+  const Pairs p = alternate(
+      3,
+      [&] {
+        order += "a";
+        return a += 1;
+      },
+      [&] {
+        order += "b";
+        return b += 10;
+      });
+  EXPECT_EQ(order, "ababab");
+  EXPECT_EQ(p.first, (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(p.second, (std::vector<double>{20, 30, 40}));
+  EXPECT_EQ(p.ratios, (std::vector<double>{20, 15, 40.0 / 3}));
 }
