@@ -74,9 +74,11 @@ struct RowKey {
   CpuRankSetup s;
   bool dma = false;
   bool huge = true;
+  CpuUpdate update = CpuUpdate::kInPlace;
   std::string key() const {
     return std::string(core::optimizer_name(s.kind)) + "/" + std::string(core::dtype_name(s.grad)) + "/" + s.tuning +
-           "/" + (dma ? "dma" : "-") + "/" + (huge ? "huge" : "4k");
+           "/" + (dma ? "dma" : "-") + "/" + (huge ? "huge" : "4k") +
+           (update == CpuUpdate::kOutOfPlace ? "/out-of-place" : "");
   }
 };
 
@@ -91,8 +93,8 @@ class RanksBench {
  public:
   explicit RanksBench(const RanksBenchOptions& o)
       : o_(o),
-        t_({"ranks", "kernel", "grad", "copy", "threads/rank", "tuning", "huge pages %", "dma", "node ms", "Gparam/s",
-            "GB/s", "% bound", "vs 1 process", "rank spread %", "bound GB/s", "bound nt GB/s", "sim ms",
+        t_({"ranks", "kernel", "grad", "copy", "update", "threads/rank", "tuning", "huge pages %", "dma", "node ms",
+            "Gparam/s", "GB/s", "% bound", "vs 1 process", "rank spread %", "bound GB/s", "bound nt GB/s", "sim ms",
             "sim error %"}) {
     if (o.profile) cpu_profile_ = core::find_hardware_profile(*o.profile).cpu;
     backend::cpu::CpuOptions check;
@@ -194,11 +196,36 @@ class RanksBench {
     return lo < 0 ? "-" : fmt(lo * 100, 1);
   }
 
+  // One row, or with --out-of-place two: the same passes in place and out of place alternating pass by
+  // pass (a drift of the host moves both), the second row saying the median of the pairs' time ratios.
   void row(CpuRankGroup& g, const RowKey& key) {
     DmaLoad dma(key.dma);
     dma.start();
-    const PassTimes t = g.passes(o_.iters);
+    if (!o_.out_of_place) {
+      const PassTimes t = g.passes(o_.iters);
+      add_row(g, key, t, dma.stop(), "in place");
+      return;
+    }
+    PassTimes in, out;
+    std::vector<double> ratios;
+    for (int i = 0; i < o_.iters; ++i) {
+      const PassTimes a = g.passes(1), b = g.passes(1, CpuUpdate::kOutOfPlace);
+      ratios.push_back(b.node_s.front() / a.node_s.front());
+      for (auto [to, from] : {std::pair{&in, &a}, std::pair{&out, &b}}) {
+        to->node_s.push_back(from->node_s.front());
+        to->rank_s.resize(from->rank_s.size());
+        for (size_t r = 0; r < from->rank_s.size(); ++r) to->rank_s[r].push_back(from->rank_s[r].front());
+      }
+    }
     const double dma_gbps = dma.stop();
+    add_row(g, key, in, dma_gbps, "in place");
+    RowKey oop = key;
+    oop.update = CpuUpdate::kOutOfPlace;
+    add_row(g, oop, out, dma_gbps, "out of place, x" + fmt(median(ratios), 3) + " time");
+  }
+
+  void add_row(const CpuRankGroup& g, const RowKey& key, const PassTimes& t, double dma_gbps,
+               const std::string& update) {
     const double sec = median(t.node_s);
     const double gparam = double(g.elems()) / sec / 1e9;
     const auto bytes = core::bytes_per_element(key.s.kind, key.s.grad, key.s.copy).total();
@@ -210,7 +237,7 @@ class RanksBench {
     const auto ref = one_.find(id);
     const std::optional<double> sim = predicted_s(g, key);
     t_.add({std::to_string(g.ranks()), std::string(core::optimizer_name(key.s.kind)),
-            std::string(core::dtype_name(key.s.grad)), std::string(core::dtype_name(key.s.copy)),
+            std::string(core::dtype_name(key.s.grad)), std::string(core::dtype_name(key.s.copy)), update,
             std::to_string(g.rank_threads().front()), key.huge ? key.s.tuning : over(key.s.tuning, "huge=0"),
             huge_text(g.huge_page_fraction()), key.dma ? fmt(dma_gbps, 1) + " GB/s" : "off", fmt(sec * 1e3, 2),
             fmt(gparam, 3), fmt_rate(gbps), fmt(gbps / std::max(bound_, bound_nt_) * 100, 1),
@@ -224,8 +251,8 @@ class RanksBench {
   // the tuning of every row, no DMA): each rank's ops back to back on the shared host (sim::HostCpuPool).
   std::optional<double> predicted_s(const CpuRankGroup& g, const RowKey& key) const {
     const CpuRankSetup d;
-    if (!cpu_profile_ || key.dma || key.s.kind != d.kind || key.s.grad != d.grad || key.s.copy != d.copy ||
-        key.s.tuning != o_.tuning || key.huge != o_.huge_pages.front())
+    if (!cpu_profile_ || key.dma || key.update != CpuUpdate::kInPlace || key.s.kind != d.kind || key.s.grad != d.grad ||
+        key.s.copy != d.copy || key.s.tuning != o_.tuning || key.huge != o_.huge_pages.front())
       return std::nullopt;
     std::vector<std::vector<int64_t>> ops;
     for (const RankLayout& l : layouts_) {

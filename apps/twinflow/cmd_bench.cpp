@@ -117,6 +117,9 @@ po::options_description bench_description() {
   add("dma", po::value<std::string>()->default_value("off"),
       "with --cpu-ranks: off | on | both: H2D and D2H copies on GPU 0 during the passes");
   add("per-layer", po::bool_switch(), "with --cpu-ranks: also each CPU op's time and rate (rank 0)");
+  add("out-of-place", po::bool_switch(),
+      "with --cpu-ranks: every row also out of place, each layer read from its state slot and written to a spare "
+      "one (the engine's speculative update), the two alternating pass by pass");
   add("register", po::bool_switch(),
       "with --cpu-ranks or --footprints: page-lock each rank's memory for the copy engines (cudaHostRegister in "
       "place, as the engine pins its host buffers) before measuring; needs CUDA");
@@ -201,6 +204,7 @@ RanksBenchOptions ranks_options(const po::variables_map& vm, const BenchOptions&
   if (r.dma != "off" && r.dma != "on" && r.dma != "both")
     throw core::InputError("--dma must be off, on or both, got '" + r.dma + "'");
   r.per_layer = vm["per-layer"].as<bool>();
+  r.out_of_place = vm["out-of-place"].as<bool>();
   r.register_memory = vm["register"].as<bool>();
   const std::string pinning = vm["pinning"].as<std::string>();
   if (pinning != "partitioned" && pinning != "identical")

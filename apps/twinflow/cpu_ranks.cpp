@@ -7,7 +7,8 @@
 //   setup KIND GRAD COPY TUNING       -> ok HUGE_FRACTION   (TUNING: cpu::apply_tuning_spec's spec)
 //   resident BYTES                    -> ok   (after setup: BYTES more host memory, written once, never read)
 //   register                          -> ok   (page-lock every region not yet locked: HostPinning)
-//   pass | bound                      -> t T0_NS T1_NS [OP_NS ...]   (steady clock, comparable across processes)
+//   pass [oop] | bound                -> t T0_NS T1_NS [OP_NS ...]   (steady clock, comparable across processes;
+//                                        oop: out of place into the other state slot, CpuUpdate)
 //   digest                            -> digest HEX (cpu_ranks.h)
 //   quit
 // and a worker answers `error WHAT` to a command it cannot run.
@@ -143,7 +144,7 @@ class Worker {
       if (cmd == "setup") return setup(in, out), true;
       if (cmd == "resident") return resident(in, out), true;
       if (cmd == "register") return register_regions(out), true;
-      if (cmd == "pass") return pass(out), true;
+      if (cmd == "pass") return pass(in, out), true;
       if (cmd == "bound") return bound(out), true;
       if (cmd == "digest") return digest(out), true;
       throw core::InputError("unknown command '" + cmd + "'");
@@ -179,7 +180,9 @@ class Worker {
     s2_ = cpu::HostRegion(size_t(elems) * 4, huge_);
     grad_ = cpu::HostRegion(size_t(elems) * 4, huge_);  // (elems) up to fp32
     copy_ = cpu::HostRegion(size_t(elems) * 2, huge_);  // (elems) bf16 / fp16
+    for (cpu::HostRegion* r : {&master_spare_, &s1_spare_, &s2_spare_}) *r = cpu::HostRegion();
     placed_ = false;
+    slot_ = 0;
   }
 
   void read_order(std::istream& in) {
@@ -252,17 +255,45 @@ class Worker {
   void fill(core::DType grad) {
     seg_->fill_measurement_data();
     filled_ = grad;
+    slot_ = 0;
   }
 
-  std::vector<int64_t> run_optimizer() {
+  // The layer's master and states in state slot `slot` (0: the segment's own buffers; 1: the spare slot).
+  cpu::LayerState state_in_slot(size_t layer, int slot) const {
+    const cpu::LayerState own = seg_->layer_state(layer);
+    if (slot == 0 || !own.master) return own;
+    const ptrdiff_t o = own.master - master_.as<float>();
+    return {master_spare_.as<float>() + o, s1_spare_.as<float>() + o, own.state2 ? s2_spare_.as<float>() + o : nullptr};
+  }
+
+  // The spare state slot of every layer (an out-of-place pass's destination, as the engine's speculated
+  // layers have one), placed by first touch by the threads that update each layer (CpuSegment::first_touch).
+  void place_spare() {
+    if (master_spare_.data()) return;
+    const size_t bytes = size_t(ranges_.empty() ? 0 : ranges_.back().end) * 4;
+    for (cpu::HostRegion* r : {&master_spare_, &s1_spare_, &s2_spare_}) *r = cpu::HostRegion(bytes, huge_);
+    for (const cpu::SegmentRange& r : ranges_) {
+      const ptrdiff_t o = r.begin;
+      seg_->first_touch(r.layer, {master_spare_.as<float>() + o, s1_spare_.as<float>() + o, s2_spare_.as<float>() + o});
+    }
+  }
+
+  // One pass over the layers in order: in place on the current slot, or out of place from it into the other
+  // (the engine's speculative update), which is current after it. Each op's nanoseconds.
+  std::vector<int64_t> run_optimizer(bool out_of_place = false) {
     const core::StepScalars s =
         core::make_step_scalars(setup_.kind, core::default_hyper_params(setup_.kind), ++step_, 1.0);
     std::vector<int64_t> ops;
     for (size_t layer : order_) {
       const int64_t a = now_ns();
-      seg_->update_layer(layer, s);
+      const cpu::LayerState from = state_in_slot(layer, slot_);
+      if (out_of_place)
+        seg_->update_layer(layer, s, state_in_slot(layer, 1 - slot_), &from, -1);
+      else
+        seg_->update_layer(layer, s, from, nullptr, -1);
       ops.push_back(now_ns() - a);
     }
+    if (out_of_place) slot_ = 1 - slot_;
     return ops;
   }
 
@@ -289,7 +320,8 @@ class Worker {
   void register_regions(std::ostream& out) {
     if (!seg_) throw core::InputError("register before setup");
     if (!pinning_.pin) throw core::InputError("register: this build has no CUDA to page-lock host memory with");
-    for (const cpu::HostRegion* r : {&master_, &s1_, &s2_, &grad_, &copy_, &resident_}) {
+    for (const cpu::HostRegion* r :
+         {&master_, &s1_, &s2_, &grad_, &copy_, &resident_, &master_spare_, &s1_spare_, &s2_spare_}) {
       if (!r->data() || r->bytes() == 0 ||
           std::find(registered_.begin(), registered_.end(), r->data()) != registered_.end())
         continue;
@@ -309,11 +341,16 @@ class Worker {
     while (!registered_.empty()) unregister(registered_.back());
   }
 
-  void pass(std::ostream& out) {
+  void pass(std::istream& in, std::ostream& out) {
+    std::string mode;
+    in >> mode;
+    if (!mode.empty() && mode != "oop") throw core::InputError("pass: unknown mode '" + mode + "' (none or oop)");
     if (!seg_) throw core::InputError("pass before setup");
     if (filled_ != setup_.grad) fill(setup_.grad);
+    const bool out_of_place = mode == "oop";
+    if (out_of_place) place_spare();
     const int64_t t0 = now_ns();
-    const std::vector<int64_t> ops = run_optimizer();
+    const std::vector<int64_t> ops = run_optimizer(out_of_place);
     const int64_t t1 = now_ns();
     out << "t " << t0 << " " << t1;
     for (int64_t x : ops) out << " " << x;
@@ -342,10 +379,10 @@ class Worker {
   void digest(std::ostream& out) const {
     if (!seg_) throw core::InputError("digest before setup");
     const auto n = size_t(ranges_.empty() ? 0 : ranges_.back().end);
-    uint64_t h = 0xCBF29CE484222325ull;
-    h = fnv1a(h, master_.data(), n * 4);
-    h = fnv1a(h, s1_.data(), n * 4);
-    if (core::state_count(setup_.kind) == 2) h = fnv1a(h, s2_.data(), n * 4);
+    uint64_t h = 0xCBF29CE484222325ull;  // the current slot's master and states
+    h = fnv1a(h, (slot_ ? master_spare_ : master_).data(), n * 4);
+    h = fnv1a(h, (slot_ ? s1_spare_ : s1_).data(), n * 4);
+    if (core::state_count(setup_.kind) == 2) h = fnv1a(h, (slot_ ? s2_spare_ : s2_).data(), n * 4);
     if (setup_.copy != core::DType::kNone) h = fnv1a(h, copy_.data(), n * core::dtype_bytes(setup_.copy));
     out << "digest " << std::hex << h << std::dec << std::endl;
   }
@@ -359,6 +396,8 @@ class Worker {
   std::vector<size_t> order_;
   cpu::HostRegion master_, s1_, s2_, grad_, copy_;
   cpu::HostRegion resident_;  // never read: the rest of the rank's host footprint (`resident`)
+  cpu::HostRegion master_spare_, s1_spare_, s2_spare_;  // the spare state slot (`pass oop`), placed at its first use
+  int slot_ = 0;                                        // the state slot that holds the current master and states
   const HostPinning& pinning_;
   std::vector<void*> registered_;  // regions page-locked by `register`
   bool placed_ = false;
@@ -569,8 +608,10 @@ void CpuRankGroup::hold_resident(const std::vector<int64_t>& bytes_per_rank) {
   for (auto& w : impl_->workers) (void)w->receive();
 }
 
-PassTimes CpuRankGroup::passes(int reps) { return impl_->timed("pass", reps); }
-double CpuRankGroup::pass_gparam_s() { return double(elems()) / passes(1).node_s.front() / 1e9; }
+PassTimes CpuRankGroup::passes(int reps, CpuUpdate u) {
+  return impl_->timed(u == CpuUpdate::kOutOfPlace ? "pass oop" : "pass", reps);
+}
+double CpuRankGroup::pass_gparam_s(CpuUpdate u) { return double(elems()) / passes(1, u).node_s.front() / 1e9; }
 PassTimes CpuRankGroup::bound_passes(int reps) { return impl_->timed("bound", reps); }
 
 NodeCpuRate measure_node_cpu_rate(int64_t engine_op_elems, int ranks, std::span<const int> spawn_cpus) {

@@ -73,6 +73,12 @@ struct PassTimes {
   std::vector<std::vector<double>> op_s;    // [rank][op]
 };
 
+// How a pass updates: in place (the engine's update of a layer) or out of place, each layer read from its
+// current state slot and written to its other (the engine's speculative update into a speculated layer's
+// spare slot, core/speculation.h; with streaming stores by default, cpu_tuning.h stream_out_of_place),
+// which is current after the pass. The spare slot is allocated and placed at the first such pass.
+enum class CpuUpdate { kInPlace, kOutOfPlace };
+
 // k worker processes (this executable, `bench --cpu-rank-worker`), one per layout.
 class CpuRankGroup {
  public:
@@ -111,9 +117,9 @@ class CpuRankGroup {
   // setup; hold_resident's memory after it is registered by another call.
   void register_memory();
   // `reps` optimizer passes over every rank's layers, all ranks started together for each.
-  PassTimes passes(int reps);
+  PassTimes passes(int reps, CpuUpdate u = CpuUpdate::kInPlace);
   // One such pass: the node's Gparam/s (elements over all ranks / first start to last end).
-  double pass_gparam_s();
+  double pass_gparam_s(CpuUpdate u = CpuUpdate::kInPlace);
   // `reps` passes of the optimizer's traffic without its arithmetic (cpu::CpuBackend::stream_pass, the
   // setup's dtypes and tuning) over each rank's layers in its op order, all ranks together: the host's
   // read-modify-write bound for k processes with the optimizer's streams (4 read, 3 read-modify-write,
@@ -154,6 +160,6 @@ int run_cpu_rank_worker(std::istream& in, std::ostream& out, const HostPinning& 
 
 // The workers' data: cpu::CpuSegment::fill_measurement_data (finite, never subnormal, so no kernel takes a slow
 // path). The worker's `digest` command answers the 64-bit FNV-1a of the segment's master, states and copy bytes,
-// in that order.
+// in that order (those of the current state slot: CpuUpdate).
 
 }  // namespace tf::app

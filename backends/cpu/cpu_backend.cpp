@@ -136,6 +136,8 @@ void apply_tuning_spec(CpuOptions& o, std::string_view spec, const std::string& 
       o.tuning.interleave = uint32_t(num(2));
     else if (key == "nt")
       o.tuning.stream_copy = num(1) != 0;
+    else if (key == "ntoop")
+      o.tuning.stream_out_of_place = num(1) != 0;
     else if (key == "block")
       o.steal_block_tiles = size_t(num(uint64_t(1) << 20));
     else if (key == "spin")
@@ -147,10 +149,10 @@ void apply_tuning_spec(CpuOptions& o, std::string_view spec, const std::string& 
     else if (key == "huge")
       o.huge_pages = num(1) != 0;
     else
-      throw core::InputError(
-          option + ": unknown knob '" + std::string(pair) +
-          "' (expected key=value pairs of prefetch, level, unroll, interleave, nt, block, spin, nice, idle, huge; "
-          "or 'default')");
+      throw core::InputError(option + ": unknown knob '" + std::string(pair) +
+                             "' (expected key=value pairs of prefetch, level, unroll, interleave, nt, ntoop, block, "
+                             "spin, nice, idle, huge; "
+                             "or 'default')");
   }
   check_tuning(o.tuning, option.c_str());
 }
@@ -159,9 +161,10 @@ std::string tuning_spec(const CpuOptions& o) {
   const KernelTuning& t = o.tuning;
   return "prefetch=" + std::to_string(t.prefetch_elems) + ",level=" + std::to_string(t.prefetch_level) +
          ",unroll=" + std::to_string(t.unroll) + ",interleave=" + std::to_string(t.interleave) +
-         ",nt=" + (t.stream_copy ? "1" : "0") + ",block=" + std::to_string(o.steal_block_tiles) +
-         ",spin=" + std::to_string(o.pool_spin_us) + ",nice=" + std::to_string(o.pool_nice) +
-         ",idle=" + (o.pool_idle ? "1" : "0") + ",huge=" + (o.huge_pages ? "1" : "0");
+         ",nt=" + (t.stream_copy ? "1" : "0") + ",ntoop=" + (t.stream_out_of_place ? "1" : "0") +
+         ",block=" + std::to_string(o.steal_block_tiles) + ",spin=" + std::to_string(o.pool_spin_us) +
+         ",nice=" + std::to_string(o.pool_nice) + ",idle=" + (o.pool_idle ? "1" : "0") +
+         ",huge=" + (o.huge_pages ? "1" : "0");
 }
 
 namespace {

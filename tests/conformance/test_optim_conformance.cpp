@@ -259,11 +259,13 @@ TEST(CpuTuning, BitsIndependentOfUnrollInterleaveAndSpin) {
 // options; a value out of range names the pair and its range.
 TEST(CpuTuning, SpecRoundTripsAndNamesBadValues) {
   backend::cpu::CpuOptions o;
-  backend::cpu::apply_tuning_spec(o, "nice=7,spin=20,block=3,nt=0,idle=0", "test");
+  backend::cpu::apply_tuning_spec(o, "nice=7,spin=20,block=3,nt=0,ntoop=0,idle=0", "test");
   EXPECT_EQ(o.pool_nice, 7u);
   EXPECT_FALSE(o.pool_idle);
+  EXPECT_FALSE(o.tuning.stream_out_of_place);
   const std::string spec = backend::cpu::tuning_spec(o);
   EXPECT_NE(spec.find(",nice=7,idle=0,"), std::string::npos) << spec;
+  EXPECT_NE(spec.find(",ntoop=0,"), std::string::npos) << spec;
   backend::cpu::CpuOptions back;
   backend::cpu::apply_tuning_spec(back, spec, "test");
   EXPECT_EQ(backend::cpu::tuning_spec(back), spec);

@@ -252,6 +252,20 @@ TEST(CpuRankWorker, RunsEveryLayerInOrderAsTheSegmentDoes) {
   ASSERT_EQ(rbad.size(), 4u);
   EXPECT_EQ(rbad[1], "error resident before setup");
   EXPECT_EQ(rbad[3], "error resident: malformed");
+  // out of place (into the spare slot and back, CpuUpdate) the same math: the digest of the current slot is the
+  // in-place one after any mix, with and without streaming stores; an unknown pass mode names the two
+  for (const char* passes : {"pass oop\npass oop\n", "pass oop\npass\n", "pass\npass oop\n"})
+    for (const char* setup : {"setup adamw bf16 bf16 default", "setup adamw bf16 bf16 ntoop=0"}) {
+      const std::vector<std::string> o =
+          worker_session("init 0 1 2 1 0\n" + layout + setup + "\n" + passes + "digest\nquit\n");
+      ASSERT_EQ(o.size(), 5u);
+      EXPECT_EQ(o[2].rfind("t ", 0), 0u) << o[2];
+      EXPECT_EQ(o[4], want.str()) << setup << " " << passes;
+    }
+  const std::vector<std::string> m =
+      worker_session("init 0 1 1 1 0\n" + layout + "setup adamw bf16 bf16 default\npass sideways\n");
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[2], "error pass: unknown mode 'sideways' (none or oop)");
   const std::vector<std::string> e = worker_session("pass\ninit 0 2 1 1 1\nbogus\nquit\n");
   EXPECT_EQ(e[0].rfind("error ", 0), 0u) << e[0];
   EXPECT_EQ(e[2].rfind("error unknown command", 0), 0u) << e[2];
