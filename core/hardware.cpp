@@ -370,6 +370,8 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
     for (auto [key, v] : {std::pair{"dma_slowdown_factor_d2h", &p.cpu.dma_slowdown_factor_d2h},
                           std::pair{"dma_slowdown_factor_h2d", &p.cpu.dma_slowdown_factor_h2d}})
       if (c.has(key)) *v = fig_num(c, key, p, 1, 100);
+    if (c.has("optimizer_out_of_place_factor"))
+      p.cpu.optimizer_out_of_place_factor = fig_num(c, "optimizer_out_of_place_factor", p, 0.25, 10);
     p.cpu.optimizer_gparam_s_by_threads = count_rate_pairs(c, "optimizer_gparam_s_by_threads", "threads", "thread", p);
     p.cpu.optimizer_node_gparam_s_by_ranks =
         count_rate_pairs(c, "optimizer_node_gparam_s_by_ranks", "ranks", "rank", p);
@@ -614,6 +616,8 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
     w.figure(2, "dma_slowdown_factor_d2h", num(c.dma_slowdown_factor_d2h));
   if (measured(c.dma_slowdown_factor_h2d, "cpu.dma_slowdown_factor_h2d"))
     w.figure(2, "dma_slowdown_factor_h2d", num(c.dma_slowdown_factor_h2d));
+  if (measured(c.optimizer_out_of_place_factor, "cpu.optimizer_out_of_place_factor"))
+    w.figure(2, "optimizer_out_of_place_factor", num(c.optimizer_out_of_place_factor));
 
   w.open("host");
   w.figure(2, "memory_bytes", integer(p.host_memory_bytes));

@@ -139,6 +139,10 @@ struct CpuProfile {
   // ranks' D2Hs in backward, their H2Ds after the passes); 0: not measured (dma_slowdown_factor then).
   double dma_slowdown_factor_d2h = 0;
   double dma_slowdown_factor_h2d = 0;
+  // CPU optimizer time x this for an out-of-place update (a speculated layer's update, read from its current
+  // state slot and written to its spare one: core/speculation.h) against the in-place update the rates above
+  // measure; 0: not measured (1 then). twinflow calibrate: the rank curve's processes at the host's ranks.
+  double optimizer_out_of_place_factor = 0;
   // Optional measured rates by thread count, ascending (threads, Gparam/s).
   std::vector<std::pair<int, double>> optimizer_gparam_s_by_threads;
   // Optional measured node rates by concurrent ranks, ascending (ranks, Gparam/s of all of them

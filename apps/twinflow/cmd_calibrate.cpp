@@ -404,6 +404,7 @@ class Calibrator {
     measure_cpu_optimizer();
     measure_cpu_memory();
     measure_cpu_ranks();
+    measure_cpu_out_of_place();
     measure_cpu_footprints();
     measure_dma_slowdown();
     measure_copies_under_cpu_pass();
@@ -426,9 +427,10 @@ class Calibrator {
     return out;
   }
   // gemms (and the scenarios' shapes on random data too, for the table: the data effect), fp16 + fp32,
-  // 2 hbm, 1 gpu optimizer, 8 pcie, 5 launch/event, the thread sweep, the rank counts, mem + 2 dma, 4
-  // copies under the CPU pass, a GEMM alone and under copies; with several GPUs the concurrent H2D, the all-gather
-  // curve and the reduce-scatter's (3 rows per size), the GEMM under both collectives
+  // 2 hbm, 1 gpu optimizer, 8 pcie, 5 launch/event, the thread sweep, the rank counts, the out-of-place
+  // factor, the footprints, mem, 3 dma factors (2 rows each), 4 copies under the CPU pass, a GEMM alone and
+  // under copies; with several GPUs the concurrent H2D, the all-gather curve and the reduce-scatter's (3 rows
+  // per size), the GEMM under both collectives
   int planned_steps() const {
     const int random_rows = o_.gemm_relu ? int(gemms_.size() - builtin_cases_) : 0;
     const int memory = 3 + (gpus_ > 1 ? 1 : 0) + int(std::size(kGranularityProbeBytes)) + 2;
@@ -436,7 +438,7 @@ class Calibrator {
     for (const core::Scenario& sc : scenarios_)
       if (decoder_kernel_shape(sc)) decoder_rows += core::kKernelClassCount - 3 + 2;
     return memory + int(gemms_.size()) + random_rows + decoder_rows + 2 + 3 + 8 + 5 + int(threads_.size()) +
-           int(cpu_ranks_.size()) + int(footprints_.size()) + 3 + 2 + 4 +
+           int(cpu_ranks_.size()) + 1 + int(footprints_.size()) + 1 + 3 * 2 + 4 + 2 +
            (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
   }
 
@@ -931,6 +933,41 @@ class Calibrator {
         " passes (" + per_k + ")";
   }
 
+  // An out-of-place update's time over an in-place one's (cpu.optimizer_out_of_place_factor): every CPU layer
+  // of a step whose speculation holds updates out of place (read from its state slot, written to the spare
+  // one), while the rates above and the engine's probe of its pages time in place. The rank curve's
+  // segments at the host's ranks (one per GPU), the spare slot placed as the engine's (first touch by the
+  // updating threads), then in-place and out-of-place passes alternating (app::alternate: a drift of the
+  // host moves both of a pair); the median of the pairs' out-of-place / in-place seconds. On two H200s the
+  // engine's passes ran 10-15% below the profile's rate with the host probe on it, and `bench --cpu-ranks
+  // --out-of-place` on the scenarios' layers read 1.07-1.09 (bench/results/2026-11-29-h200x2-out-of-place).
+  void measure_cpu_out_of_place() {
+    const int k = std::min(gpus_, cores_);
+    const auto [op, ops] = rank_curve_ops();
+    CpuRankGroup g(flat_layouts(op * ops, k, ops), 0, o_.pin);
+    g.setup(CpuRankSetup{});
+    (void)g.passes(3);
+    (void)g.passes(3, CpuUpdate::kOutOfPlace);  // the first places the spare slot
+    const Pairs p = alternate(
+        R_, [&] { return g.passes(1).node_s.front(); },
+        [&] { return g.passes(1, CpuUpdate::kOutOfPlace).node_s.front(); });
+    const cal::Stat st = cal::make_stat(p.ratios);
+    const std::string ranks = std::to_string(k) + " rank process" + (k > 1 ? "es" : "");
+    c_.done("cpu adamw bf16 out of place / in place, " + ranks + " at once (pairwise)", st.median, "x", st,
+            "cpu.optimizer_out_of_place_factor");
+    p_.cpu.optimizer_out_of_place_factor = sig4(st.median);
+    const double elems = double(g.elems());
+    src()["cpu.optimizer_out_of_place_factor"] =
+        c_.source(cpu_what() + ", " + ranks +
+                      " at once through the engine's CPU path (as the rank curve: " + std::to_string(ops) + " ops of " +
+                      std::to_string(op) + " elements over the ranks): " + std::to_string(R_) +
+                      " pairs of a pass in place (median " + fmt(elems / cal::make_stat(p.first).median / 1e9, 3) +
+                      " Gparam/s) and a pass out of place into the spare state slot (median " +
+                      fmt(elems / cal::make_stat(p.second).median / 1e9, 3) +
+                      " Gparam/s), back to back; the median of the pairs' out-of-place / in-place seconds",
+                  st);
+  }
+
   // The node rate at the scenarios' host footprints, relative to the rank curve's small segments: k rank
   // processes hold the CPU segments the engine runs at that ratio plus the rest of each rank's planned
   // pinned memory (CpuRankGroup::hold_resident), and their passes alternate with those of k processes on
@@ -1344,7 +1381,8 @@ std::vector<std::pair<std::string, double>> profile_figures(const core::Hardware
   f.insert(f.end(), {{"cpu.mem_gbps", c.mem_gbps},
                      {"cpu.dma_slowdown_factor", c.dma_slowdown_factor},
                      {"cpu.dma_slowdown_factor_d2h", c.dma_slowdown_factor_d2h},
-                     {"cpu.dma_slowdown_factor_h2d", c.dma_slowdown_factor_h2d}});
+                     {"cpu.dma_slowdown_factor_h2d", c.dma_slowdown_factor_h2d},
+                     {"cpu.optimizer_out_of_place_factor", c.optimizer_out_of_place_factor}});
   return f;
 }
 

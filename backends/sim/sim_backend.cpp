@@ -60,6 +60,9 @@ struct CostSetup {
   double cpu_footprint_factor = 1;    // the profile's at them (core::CpuProfile::optimizer_footprint_factor)
   double cpu_stats_gparam_s = 0;      // memory-bound: host mem_gbps / gradient bytes
   tf::sim::DmaSlowdown dma_slowdown;  // a CPU pass's, while its rank's link carries copies
+  // A speculative (out-of-place) CPU pass's work x this: the profile's cpu.optimizer_out_of_place_factor (1: not
+  // measured), on top of the rates above, which are of in-place passes
+  double cpu_out_of_place_factor = 1;
   // A copy's rate divides by these while a CPU optimizer pass of its link's host runs (the profile's
   // pcie.*_slowdown_under_cpu_pass; 1: not slowed)
   double h2d_slowdown_cpu_pass = 1, d2h_slowdown_cpu_pass = 1;
@@ -314,6 +317,7 @@ void cpu_costs(const core::Scenario& s, const core::RunSettings& rs, int ranks_p
   const double both = std::max(1.0, cpu.dma_slowdown_factor);
   const auto one_way = [both](double f) { return f > 0 ? std::max(1.0, f) : both; };
   c.dma_slowdown = {both, one_way(cpu.dma_slowdown_factor_d2h), one_way(cpu.dma_slowdown_factor_h2d)};
+  if (cpu.optimizer_out_of_place_factor > 0) c.cpu_out_of_place_factor = cpu.optimizer_out_of_place_factor;
 }
 
 CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, double gemm_max_efficiency,
@@ -611,9 +615,11 @@ class Simulation {
     });
   }
 
-  // A fused CPU pass over op.elems on the rank's host pool, after its host wait.
-  tf::sim::Work host_pass(int r, const core::Op& op, uint32_t id) {
-    return tf::sim::Work::async([this, r, id, elems = op.elems, wait = host_wait_ns(r, op)](tf::sim::Callback done) {
+  // A fused CPU pass over op.elems on the rank's host pool, after its host wait: in-place work, or
+  // out_of_place x that for a speculative update (cpu.optimizer_out_of_place_factor).
+  tf::sim::Work host_pass(int r, const core::Op& op, uint32_t id, double out_of_place = 1) {
+    const auto elems = int64_t(std::llround(double(op.elems) * out_of_place));
+    return tf::sim::Work::async([this, r, id, elems, wait = host_wait_ns(r, op)](tf::sim::Callback done) {
       RankState& rs = ranks_[static_cast<size_t>(r)];
       rs.start_ns[id] = queue_.now();
       start_host_cpu(*rs.host, rs.host_rank, wait, elems, std::move(done));
@@ -740,8 +746,9 @@ class Simulation {
               start_cpu(*rs.stats_pool, wait, elems, std::move(done));
             });
       case core::OpKind::kCpuOptimizer:  // a speculative one does nothing in a step that does not speculate
-        if (op.state_slot == 1 && cost_.speculation == SpeculationCase::kNotSpeculating) return fixed(r, id, 0);
-        return host_pass(r, op, id);
+        if (op.state_slot != 1) return host_pass(r, op, id);
+        if (cost_.speculation == SpeculationCase::kNotSpeculating) return fixed(r, id, 0);
+        return host_pass(r, op, id, cost_.cpu_out_of_place_factor);
       case core::OpKind::kCpuCommit:  // held: it only learns of the norm; else it redoes the layer's pass
         if (cost_.speculation == SpeculationCase::kHolds) return fixed(r, id, host_wait_ns(r, op));
         return host_pass(r, op, id);

@@ -769,6 +769,43 @@ TEST(SimSpeculation, HeldSpeculationHidesTheCpuPassAndTheOtherCasesCostWhatTheyD
   EXPECT_EQ(simulate_step(plain, 0.6, held).step_ns, simulate_step(plain, 0.6, off).step_ns);
 }
 
+// The out-of-place factor (cpu.optimizer_out_of_place_factor) lengthens the speculative passes (state slot 1,
+// out of place into the spare slot) by itself and nothing else: with the DMA slowdowns off each such pass
+// takes 1.25x its time without the factor (to the ns), an in-place pass and a held commit what they took;
+// the step after a clipped one (no speculative pass, every commit redoes in place) does not change.
+TEST(SimSpeculation, TheOutOfPlaceFactorLengthensTheSpeculativePassesOnly) {
+  using tf::backend::sim::SpeculationCase;
+  tf::core::Scenario s = decoder_scenario(1);
+  s.training.carry_tail = false;
+  tf::core::CpuProfile& cpu = s.cluster.hardware.cpu;
+  cpu.dma_slowdown_factor = 1;
+  cpu.dma_slowdown_factor_d2h = cpu.dma_slowdown_factor_h2d = 0;
+  const SimOptions rec{.record_ops = true, .keep_plans = true};
+  const SimPoint base = simulate_step(s, 0.5, rec);
+  cpu.optimizer_out_of_place_factor = 1.25;
+  const SimPoint slow = simulate_step(s, 0.5, rec);
+  int speculative = 0;
+  for (size_t i = 0; i < base.plans[0].ops.size(); ++i) {
+    const tf::core::Op& op = base.plans[0].ops[i];
+    if (op.queue != Queue::kCpu) continue;
+    const auto ns = [i](const SimPoint& p) { return double(p.ranks[0].ops[i].end_ns - p.ranks[0].ops[i].start_ns); };
+    if (op.kind == tf::core::OpKind::kCpuOptimizer && op.state_slot == 1) {
+      ++speculative;
+      EXPECT_NEAR(ns(slow), ns(base) * 1.25, 2.0) << op.label();
+    } else {
+      EXPECT_EQ(ns(slow), ns(base)) << op.label();
+    }
+  }
+  EXPECT_GT(speculative, 0);
+  EXPECT_GT(slow.step_ns, base.step_ns);
+  SimOptions after_clip;
+  after_clip.speculation = SpeculationCase::kNotSpeculating;
+  cpu.optimizer_out_of_place_factor = 0;  // not measured: 1
+  const int64_t after = simulate_step(s, 0.5, after_clip).step_ns;
+  cpu.optimizer_out_of_place_factor = 1.25;
+  EXPECT_EQ(simulate_step(s, 0.5, after_clip).step_ns, after);
+}
+
 namespace {
 
 // A tiny decoder on one H100 at ratio 0: T = 64 rows (micro-batch 1, s 64), h 64, H 4 (d 16), f 256, V 512.

@@ -72,6 +72,7 @@ HardwareProfile full_profile() {
   p.cpu.dma_slowdown_factor = 1.6834;
   p.cpu.dma_slowdown_factor_d2h = 1.8125;
   p.cpu.dma_slowdown_factor_h2d = 1.125;
+  p.cpu.optimizer_out_of_place_factor = 1.0625;
   p.cpu.optimizer_gparam_s_by_threads = {{1, 1.04}, {2, 1.66}, {4, 2.89}, {32, 5.2}};
   p.cpu.optimizer_node_gparam_s_by_ranks = {{1, 5.125}, {2, 4.75}, {4, 4.5}};
   p.cpu.optimizer_rate_factor_by_node_bytes = {{4831838208, 1}, {112400000000, 0.9921875}, {224800000000, 0.875}};
@@ -127,6 +128,7 @@ HardwareProfile full_profile() {
                           "cpu.dma_slowdown_factor",
                           "cpu.dma_slowdown_factor_d2h",
                           "cpu.dma_slowdown_factor_h2d",
+                          "cpu.optimizer_out_of_place_factor",
                           "host.memory_bytes"})
     p.sources[key] = std::string("twinflow calibrate 2026-11-22 (twinflow calibrate --out x.yaml): ") + key +
                      ", median of 20, spread 1.2%; \"quoted\" \\ back";
@@ -185,6 +187,7 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   p.pcie.pageable_h2d_gbps = p.pcie.copy_latency_ns = 0;
   p.pcie.h2d_slowdown_under_cpu_pass = p.pcie.d2h_slowdown_under_cpu_pass = 1;  // the default: not slowed
   p.cpu.dma_slowdown_factor_d2h = p.cpu.dma_slowdown_factor_h2d = 0;            // not measured
+  p.cpu.optimizer_out_of_place_factor = 0;                                      // not measured
   p.intra_node.bus_gbps_by_message_bytes.clear();
   p.intra_node.all_gather_bus_gbps_by_message_bytes.clear();
   p.intra_node.reduce_scatter_bus_gbps_by_message_bytes.clear();
@@ -199,7 +202,7 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
         "gpu.compute_slowdown_during_collectives", "gpu.compute_slowdown_during_dma", "pcie.pageable_h2d_gbps",
         "pcie.copy_latency_ns", "gpu.context_bytes", "gpu.nccl_comm_bytes", "gpu.alloc_granularity_bytes",
         "gpu.pinned_host_map_bytes_per_gb", "pcie.h2d_slowdown_under_cpu_pass", "pcie.d2h_slowdown_under_cpu_pass",
-        "cpu.dma_slowdown_factor_d2h", "cpu.dma_slowdown_factor_h2d"})
+        "cpu.dma_slowdown_factor_d2h", "cpu.dma_slowdown_factor_h2d", "cpu.optimizer_out_of_place_factor"})
     p.sources.erase(key);  // zero without a source: not measured
   const std::string text = format_hardware_profile(p);
   for (const char* key :
@@ -207,7 +210,7 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
         "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads",      "by_ranks",
         "compute_slowdown",  "description",     "context_bytes",    "nccl_comm_bytes", "alloc_granularity",
         "pinned_host_map",   "attention",       "decoder_kernel",   "under_cpu_pass",  "factor_d2h",
-        "factor_h2d",        "by_node_bytes"})
+        "factor_h2d",        "by_node_bytes",   "out_of_place"})
     EXPECT_FALSE(contains(text, key)) << key;
   HardwareProfile q = parse_hardware_profile(text, "min.yaml");
   // sources of the figures not written are not read back
@@ -236,6 +239,7 @@ TEST(HardwareWriter, CopySlowdownUnderCpuPassDefaultsToOne) {
   EXPECT_EQ(old.sources.count("pcie.h2d_slowdown_under_cpu_pass"), 0u);
   EXPECT_EQ(old.cpu.dma_slowdown_factor_d2h, 0.0);  // the CPU's one-way DMA slowdowns: not measured
   EXPECT_EQ(old.cpu.dma_slowdown_factor_h2d, 0.0);
+  EXPECT_EQ(old.cpu.optimizer_out_of_place_factor, 0.0);  // nor the out-of-place factor: 1 in the simulator
   HardwareProfile p = full_profile();
   p.pcie.d2h_slowdown_under_cpu_pass = 1;
   const std::string text = format_hardware_profile(p);
@@ -301,6 +305,8 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
        "cpu.dma_slowdown_factor_d2h.value"},
       {"dma_slowdown_factor_h2d: {value: 1.125", "dma_slowdown_factor_h2d: {value: 100.5",
        "cpu.dma_slowdown_factor_h2d.value"},
+      {"optimizer_out_of_place_factor: {value: 1.0625", "optimizer_out_of_place_factor: {value: 0.125",
+       "cpu.optimizer_out_of_place_factor.value"},
       {"event_sync_ns: {value: 9876.25", "event_sync_ns: {value: 9876.25, sauce: x", "unknown key"},
   };
   for (const auto& c : cases) {
