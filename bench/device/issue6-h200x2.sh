@@ -9,7 +9,8 @@
 # the tables print here. About 8 minutes. STEPS (default 8, validate's own) sets each ratio's step count: with the tail carried,
 # steps 3..STEPS-1 are steady, so 8 gives five steady steps, most of them with the speculation holding.
 # TRACE_STEPS (default 4) sets how many of each ratio's last steps its trace holds (validate --trace-steps).
-# MODELS (default "2b 8b") picks the sweeps and their order. Each calibrate gets its sweep's scenario only
+# MODELS (default "2b 8b") picks the sweeps and their order; SC_SUFFIX (default -h200x2) the scenarios'
+# names, scenarios/real/mlp-MODEL$SC_SUFFIX.yaml (SC_SUFFIX= MODELS=2b: the 2.15B MLP on one GPU). Each calibrate gets its sweep's scenario only
 # (its GEMM shapes); FOOTPRINTS=1 adds calibrate --footprints (the CPU rate at the host memory the scenario pins).
 # validate measures with its host check on: the run probes the node's CPU rate before every ratio and after the
 # last (run --host-probe, ~3 s each), and the table adds host_% and tracked_% per point; each ratio's engine also
@@ -37,14 +38,14 @@ meminfo_every() {
 
 for m in ${MODELS:-2b 8b}; do
   step "calibrate before the ${m} sweep"
-  timeout 240 $B/twinflow calibrate --out "$W/h200x2-cal-${m}.yaml" --scenario scenarios/real/mlp-${m}-h200x2.yaml \
+  timeout 240 $B/twinflow calibrate --out "$W/h200x2-cal-${m}.yaml" --scenario scenarios/real/mlp-${m}${SC_SUFFIX--h200x2}.yaml \
     ${FOOTPRINTS:+--footprints} \
     > "$W/calibrate-${m}.log" 2> "$W/calibrate-${m}.err"
   echo "rc $?"; tail -n 4 "$W/calibrate-${m}.err"; pack
 
   step "validate: ${m} MLP on 2 GPUs"
   meminfo_every 2 "$W/meminfo-${m}.log" & MEMINFO=$!
-  timeout 450 $B/twinflow validate scenarios/real/mlp-${m}-h200x2.yaml --profile "$W/h200x2-cal-${m}.yaml" \
+  timeout 450 $B/twinflow validate scenarios/real/mlp-${m}${SC_SUFFIX--h200x2}.yaml --profile "$W/h200x2-cal-${m}.yaml" \
     --steps "${STEPS:-8}" \
     --run-json "$W/sweep-${m}.json" --trace "$W/trace-${m}.json" --trace-steps "${TRACE_STEPS:-4}" --json "$W/validate-${m}.json" \
     --svg "$W/validate-${m}.svg" > "$W/validate-${m}.log" 2>&1
