@@ -1084,19 +1084,19 @@ class Calibrator {
   // How much slower pinned copies of the engine's size (engine_op_: one CPU layer's parameter copy) run
   // while the CPU optimizer pass streams host memory on all cores, pinned as the engine runs it (the DMA
   // and the pass share the host's DRAM: the OPT-1.3B H2D copies took 1.5x their prediction at every
-  // ratio, bench/results/2026-11-24-decval-h100). Per direction: device 0's copy alone, under the pass,
-  // alone again, while every other GPU copies the same way at once throughout (as the node's other ranks'
-  // copies run beside it: on 2 x H200 a copy beside the pass and the other rank's copy ran 1.5-1.9x its
-  // alone time); the factor is the mean alone rate over the rate under the pass, written as 1 where the
-  // copy ran faster (pcie.h2d_slowdown_under_cpu_pass, pcie.d2h_slowdown_under_cpu_pass). A pass of 2^26
-  // elements at most (1 GiB of master weights: past the caches; its set-up is what costs here, well under
-  // 5 s). Every wait of this process sleeps (cal::wait_by_sleeping), so the timing thread takes no core
-  // from the pass's workers.
+  // ratio, bench/results/2026-11-24-decval-h100). Per direction, while every other GPU copies the same way
+  // at once throughout (as the node's other ranks' copies run beside it: on 2 x H200 a copy beside the pass
+  // and the other rank's copy ran 1.5-1.9x its alone time): device 0's copy alone, then one with the pass
+  // started before it and stopped after it, pair by pair (app::time_alone_and_under, as the CPU pass's DMA
+  // factors: a drift of the host moves both of a pair; the medians before, under and after it read the
+  // H2D factor 1.51-1.77 in four calibrations of one day on 2 x H200); the factor is the median of the
+  // pairs' under/alone seconds, written as 1 where the copy ran faster (pcie.h2d_slowdown_under_cpu_pass,
+  // pcie.d2h_slowdown_under_cpu_pass). A pass of 2^26 elements at most (1 GiB of master weights: past the
+  // caches; its set-up is what costs here, well under 5 s). Every wait of this process sleeps
+  // (cal::wait_by_sleeping), so the timing thread takes no core from the pass's workers.
   void measure_copies_under_cpu_pass() {
     const size_t bytes = size_t(engine_op_.copy_bytes);
     BackgroundCpuPass pass(cores_, o_.pin, std::min(cpu_n_, size_t(1) << 26));
-    double cpu_gbps = 0;
-    const cal::BackgroundLoad load{[&] { pass.start(); }, [&] { return cpu_gbps = pass.stop(); }};
     for (const auto& [dir, name, key] : {std::tuple{cal::Direction::kH2D, "H2D", "h2d_slowdown_under_cpu_pass"},
                                          std::tuple{cal::Direction::kD2H, "D2H", "d2h_slowdown_under_cpu_pass"}}) {
       // every other GPU copies the same way throughout, as the node's other ranks do
@@ -1104,30 +1104,35 @@ class Calibrator {
       const std::string with_others = others.count() > 0 ? ", with the other " + std::to_string(others.count()) +
                                                                " GPU(s) copying " + name + " at once"
                                                          : std::string();
-      const cal::Stat before = cal::pinned_copy_gbps(0, dir, bytes, R_);
-      const cal::Stat under = cal::pinned_copy_gbps(0, dir, bytes, R_, &load);
-      const cal::Stat after = cal::pinned_copy_gbps(0, dir, bytes, R_);
+      cal::PinnedCopy copy(0, dir, bytes);
+      const PairedTimes t = time_alone_and_under(
+          R_, [&] { return copy.seconds(); }, [&] { pass.start(); }, [&] { return pass.stop(); });
       const double others_gbps = others.stop();
+      const auto gbps = [&](const std::vector<double>& secs) {
+        std::vector<double> r;
+        for (double s : secs) r.push_back(double(bytes) / s / 1e9);
+        return cal::make_stat(std::move(r));
+      };
+      const cal::Stat alone = gbps(t.seconds.first), under = gbps(t.seconds.second);
       const std::string what = std::string("pcie pinned ") + name + " " + with_units(double(bytes));
       c_.done(what + " while the CPU optimizer pass runs (" + std::to_string(cores_) + " threads" + with_others + ")",
               under.median, "GB/s", under);
-      const double factor = 0.5 * (before.median + after.median) / under.median;
-      cal::Stat fs = under;
-      fs.spread = std::max({before.spread, under.spread, after.spread});
+      const cal::Stat fs = cal::make_stat(t.seconds.ratios);
+      const double factor = fs.median;
       const std::string pkey = std::string("pcie.") + key;
-      c_.done(std::string(name) + " slowdown under the CPU pass (alone / under)", factor, "x", fs, pkey);
+      c_.done(std::string(name) + " slowdown under the CPU pass (under / alone, pairwise)", factor, "x", fs, pkey);
       (dir == cal::Direction::kH2D ? p_.pcie.h2d_slowdown_under_cpu_pass : p_.pcie.d2h_slowdown_under_cpu_pass) =
           std::max(1.0, sig4(factor));
-      src()[pkey] = c_.source("pinned cudaMemcpyAsync " + std::string(name) + " of " + std::to_string(bytes) + " B (" +
-                                  engine_op_.what + ", its parameter copy), " + gpu_label_ + with_others +
-                                  (gpus_ > 1 ? " (" + fmt(others_gbps, 1) + " GB/s)" : std::string()) + ": " +
-                                  fmt(before.median, 2) + " then " + fmt(after.median, 2) + " GB/s alone, " +
-                                  fmt(under.median, 2) + " while " + cpu_what_of(pass.elems()) +
-                                  " ran back to back on " + std::to_string(cores_) + " threads (" + fmt(cpu_gbps, 1) +
-                                  " GB/s of optimizer traffic meanwhile); the mean alone over under" +
-                                  (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : "") +
-                                  "; spread the largest of the three",
-                              fs);
+      src()[pkey] = c_.source(
+          "pinned cudaMemcpyAsync " + std::string(name) + " of " + std::to_string(bytes) + " B (" + engine_op_.what +
+              ", its parameter copy), " + gpu_label_ + with_others +
+              (gpus_ > 1 ? " (" + fmt(others_gbps, 1) + " GB/s)" : std::string()) + ": " + std::to_string(R_) +
+              " pairs of a copy alone (median " + fmt(alone.median, 2) + " GB/s) and a copy while " +
+              cpu_what_of(pass.elems()) + " ran back to back on " + std::to_string(cores_) +
+              " threads, started before it and stopped after it (median " + fmt(under.median, 2) + " GB/s; " +
+              fmt(t.load_sum / R_, 1) + " GB/s of optimizer traffic meanwhile); the median of the pairs' under/alone " +
+              "seconds" + (factor < 1 ? "; measured " + fmt(factor, 3) + ", below 1: written as 1" : ""),
+          fs);
     }
   }
 

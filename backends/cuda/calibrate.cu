@@ -411,29 +411,43 @@ struct CopyBuffers {
 };
 }  // namespace
 
-Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps, const BackgroundLoad* load) {
+Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps) {
   check_reps(reps, "pinned_copy_gbps");
+  PinnedCopy copy(device, dir, bytes);
+  std::vector<double> gbps;
+  for (int i = 0; i < reps; ++i) gbps.push_back(double(bytes) / copy.seconds() / 1e9);
+  return make_stat(std::move(gbps));
+}
+
+struct PinnedCopy::Impl {
+  int device;
+  Stream stream;
+  CopyBuffers buf;
+  Direction dir;
+  size_t bytes;
+  Impl(int dev, Direction d, size_t n) : device(dev), buf(n, stream.get()), dir(d), bytes(n) {}
+  void copy() { buf.copy(dir, bytes, stream.get()); }
+};
+
+PinnedCopy::PinnedCopy(int device, Direction dir, size_t bytes) {
   check_device(device);
   DeviceGuard guard(device);
-  Stream stream;
-  CopyBuffers buf(bytes, stream.get());
-  auto call = [&](int) { buf.copy(dir, bytes, stream.get()); };
-  for (int i = 0; i < 2; ++i) call(i);
-  if (load) {
-    stream.sync();  // the warm-up copies ran before the load
-    load->start();
-  }
-  std::vector<double> secs;
-  try {
-    secs = event_timed(stream.get(), reps, 1, call);
-  } catch (...) {
-    if (load) (void)load->stop();
-    throw;
-  }
-  if (load) (void)load->stop();
-  std::vector<double> gbps;
-  for (double s : secs) gbps.push_back(double(bytes) / s / 1e9);
-  return make_stat(std::move(gbps));
+  impl_ = std::make_unique<Impl>(device, dir, bytes);
+  for (int i = 0; i < 2; ++i) impl_->copy();  // warm-up
+  impl_->stream.sync();
+}
+
+PinnedCopy::~PinnedCopy() {  // frees on its device; never throws
+  int prev = -1;
+  const bool switched =
+      cudaGetDevice(&prev) == cudaSuccess && prev != impl_->device && cudaSetDevice(impl_->device) == cudaSuccess;
+  impl_.reset();
+  if (switched) (void)cudaSetDevice(prev);
+}
+
+double PinnedCopy::seconds() {
+  DeviceGuard guard(impl_->device);
+  return event_timed(impl_->stream.get(), 1, 1, [&](int) { impl_->copy(); }).front();
 }
 
 Stat pinned_copy_ns(int device, Direction dir, size_t bytes, int reps) {

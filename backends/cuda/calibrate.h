@@ -121,9 +121,23 @@ int64_t pinned_host_map_bytes(int device, size_t bytes);
 
 // ---- PCIe ----------------------------------------------------------------------------------------
 enum class Direction { kH2D, kD2H };
-// One pinned copy of `bytes` at a time; GB/s. With `load`, timed while it runs (started after the
-// warm-up, stopped after the last copy: a CPU pass streaming host memory shares the DRAM with the DMA).
-Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps, const BackgroundLoad* load = nullptr);
+// One pinned copy of `bytes` at a time; GB/s (PinnedCopy, `reps` copies).
+Stat pinned_copy_gbps(int device, Direction dir, size_t bytes, int reps);
+// One pinned copy of `bytes` on a stream of its own, again and again: pinned host and device buffers allocated
+// and two warm-up copies at construction; seconds() runs one copy and returns its event-timed seconds. For
+// copies interleaved with other work (calibrate's copies alone and under the CPU pass, pair by pair).
+class PinnedCopy {
+ public:
+  PinnedCopy(int device, Direction dir, size_t bytes);
+  ~PinnedCopy();
+  PinnedCopy(const PinnedCopy&) = delete;
+  PinnedCopy& operator=(const PinnedCopy&) = delete;
+  double seconds();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 // ns of one pinned copy of `bytes` (for the fixed cost per copy: use a small size).
 Stat pinned_copy_ns(int device, Direction dir, size_t bytes, int reps);
 // An H2D and a D2H of `bytes` each, on two streams, started together: GB/s of both directions added
