@@ -133,7 +133,10 @@ class RanksBench {
       measure_bounds(g);
       if (h == 0) {
         rows_every_optimizer(g, huge);
-        variants(g);
+        if (o_.alternate)
+          alternating_variants(g, huge);
+        else
+          variants(g);
         if (o_.per_layer) per_layer(g);
       } else {
         CpuRankSetup s;
@@ -187,6 +190,51 @@ class RanksBench {
       if (s.tuning == o_.tuning) continue;  // the main row
       setup(g, s);
       row(g, {s, false, o_.huge_pages.front()});
+    }
+  }
+
+  // --alternate: AdamW bf16 under the main tuning (this group) and each variant (a group of processes of its
+  // own, started and set up first), then one pass of each group in turn, --iters rounds, so that a drift of
+  // the host moves every variant alike (variants measured one after another read the host's drift: on one
+  // H200's host unroll=2 ran 4-6% faster than the default that way, bench/results/2026-11-29-h200x2-out-of-
+  // place). Out of place with --out-of-place. Each variant's row says the median of the rounds' speed over
+  // the main tuning's.
+  void alternating_variants(CpuRankGroup& main, bool huge) {
+    std::vector<CpuRankGroup*> groups = {&main};
+    std::vector<std::unique_ptr<CpuRankGroup>> own;
+    std::vector<CpuRankSetup> setups(1);
+    setups[0].tuning = o_.tuning;
+    setup(main, setups[0]);
+    for (const std::string& v : o_.variants) {
+      CpuRankSetup s;
+      s.tuning = over(o_.tuning, v);
+      if (s.tuning == o_.tuning) continue;
+      own.push_back(std::make_unique<CpuRankGroup>(layouts_, o_.threads, o_.pin, o_.identical_pinning, huge));
+      setup(*own.back(), s);
+      groups.push_back(own.back().get());
+      setups.push_back(s);
+    }
+    const CpuUpdate u = o_.out_of_place ? CpuUpdate::kOutOfPlace : CpuUpdate::kInPlace;
+    for (CpuRankGroup* g : groups) (void)g->passes(2, u);  // warm-up (out of place: places the spare slots)
+    std::vector<PassTimes> t(groups.size());
+    std::vector<std::vector<double>> speed(groups.size());  // per round: the main's time over this group's
+    for (int i = 0; i < o_.iters; ++i) {
+      std::vector<double> round;
+      for (size_t j = 0; j < groups.size(); ++j) {
+        const PassTimes one = groups[j]->passes(1, u);
+        round.push_back(one.node_s.front());
+        t[j].node_s.push_back(one.node_s.front());
+        t[j].rank_s.resize(one.rank_s.size());
+        for (size_t r = 0; r < one.rank_s.size(); ++r) t[j].rank_s[r].push_back(one.rank_s[r].front());
+      }
+      for (size_t j = 0; j < groups.size(); ++j) speed[j].push_back(round[0] / round[j]);
+    }
+    const std::string update = u == CpuUpdate::kOutOfPlace ? "out of place" : "in place";
+    for (size_t j = 0; j < groups.size(); ++j) {
+      RowKey key{setups[j], false, huge, u};
+      key.s.tuning += " (alternating)";
+      add_row(*groups[j], key, t[j], 0,
+              update + (j == 0 ? ", the main" : ", x" + fmt(median(speed[j]), 3) + " the main's speed"));
     }
   }
 

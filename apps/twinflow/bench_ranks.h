@@ -35,6 +35,7 @@ struct RanksBenchOptions {
   std::string dma = "off";             // off | on | both: H2D+D2H copies on GPU 0 during the passes
   bool per_layer = false;              // also each op's rate (k = 1: how op size costs)
   bool out_of_place = false;           // every row also out of place (CpuUpdate), the two alternating
+  bool alternate = false;              // the variants in groups of their own, alternating pass by pass
   std::optional<std::string> profile;  // the simulator's host model with this profile, beside
                                        // the measured AdamW bf16 rows (no DMA, default tuning)
   bool register_memory = false;        // page-lock each rank's memory (CpuRankGroup::register_memory)

@@ -120,6 +120,10 @@ po::options_description bench_description() {
   add("out-of-place", po::bool_switch(),
       "with --cpu-ranks: every row also out of place, each layer read from its state slot and written to a spare "
       "one (the engine's speculative update), the two alternating pass by pass");
+  add("alternate", po::bool_switch(),
+      "with --cpu-ranks and --variants: AdamW bf16 under --tuning and under each variant, each in a group of "
+      "processes of its own, one pass of each in turn (a drift of the host moves them alike); with --out-of-place "
+      "out of place");
   add("register", po::bool_switch(),
       "with --cpu-ranks or --footprints: page-lock each rank's memory for the copy engines (cudaHostRegister in "
       "place, as the engine pins its host buffers) before measuring; needs CUDA");
@@ -205,6 +209,9 @@ RanksBenchOptions ranks_options(const po::variables_map& vm, const BenchOptions&
     throw core::InputError("--dma must be off, on or both, got '" + r.dma + "'");
   r.per_layer = vm["per-layer"].as<bool>();
   r.out_of_place = vm["out-of-place"].as<bool>();
+  r.alternate = vm["alternate"].as<bool>();
+  if (r.alternate && r.variants.empty())
+    throw core::InputError("--alternate needs --variants (or --blocks/--prefetches): the tunings to alternate");
   r.register_memory = vm["register"].as<bool>();
   const std::string pinning = vm["pinning"].as<std::string>();
   if (pinning != "partitioned" && pinning != "identical")

@@ -174,6 +174,23 @@ for r in rows:
     assert r["Gparam/s"] > 0 and r["bound GB/s"] > 0 and r["sim ms"] > 0, r
 assert rows[0]["vs 1 process"] == "100.0%", rows[0]
 PY
+# out of place (the speculative update into the spare slot) beside in place, and the variants alternating
+expect 0 "bench --out-of-place --alternate" -- "$tf" bench --cpu-ranks 1,2 --n 65536 --layers 2 --iters 2 \
+  --optimizers adamw --grads bf16 --out-of-place --alternate --variants "unroll=2" --json "$tmp/oop.json"
+python3 - "$tmp/oop.json" <<'PY' && pass=$((pass + 1)) || { fails=$((fails + 1)); echo "FAIL: bench --out-of-place JSON"; }
+import json, sys
+rows = json.load(open(sys.argv[1]))
+# per k: the main row in place, out of place (paired), then the alternation: the main and unroll=2, both out of place
+assert [r["ranks"] for r in rows] == [1] * 4 + [2] * 4, rows
+for k in (0, 4):
+    ip, oop, main, var = rows[k:k + 4]
+    assert ip["update"] == "in place" and oop["update"].startswith("out of place, x"), (ip, oop)
+    assert main["update"] == "out of place, the main" and main["tuning"] == "default (alternating)", main
+    assert var["update"].startswith("out of place, x") and var["tuning"] == "unroll=2 (alternating)", var
+    assert all(r["Gparam/s"] > 0 for r in (ip, oop, main, var))
+PY
+expect 2 "bench --alternate without variants" -- "$tf" bench --cpu-ranks 1 --alternate
+contains "$tmp/err" "--alternate needs --variants" "bench --alternate names what is missing"
 expect 0 "bench: the engine's CPU ops of a scenario, per layer" -- "$tf" bench --cpu-ranks 1 \
   --scenario "$src/scenarios/real/mlp-2b.yaml" --ratio 0.001 --iters 1 --optimizers adamw --grads bf16 --per-layer
 contains "$tmp/out" "rank 0's CPU ops at 1 rank(s)" "bench --per-layer prints the ops"
