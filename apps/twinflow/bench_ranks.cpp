@@ -82,6 +82,13 @@ struct RowKey {
   }
 };
 
+// One pass's times (PassTimes of passes(1)) added to `to`'s repetitions.
+void append_pass(PassTimes& to, const PassTimes& one) {
+  to.node_s.push_back(one.node_s.front());
+  to.rank_s.resize(one.rank_s.size());
+  for (size_t r = 0; r < one.rank_s.size(); ++r) to.rank_s[r].push_back(one.rank_s[r].front());
+}
+
 // `base` with `variant`'s knobs over it, as one spec ("default" stands for no knobs).
 std::string over(const std::string& base, const std::string& variant) {
   if (variant == "default") return base;
@@ -223,9 +230,7 @@ class RanksBench {
       for (size_t j = 0; j < groups.size(); ++j) {
         const PassTimes one = groups[j]->passes(1, u);
         round.push_back(one.node_s.front());
-        t[j].node_s.push_back(one.node_s.front());
-        t[j].rank_s.resize(one.rank_s.size());
-        for (size_t r = 0; r < one.rank_s.size(); ++r) t[j].rank_s[r].push_back(one.rank_s[r].front());
+        append_pass(t[j], one);
       }
       for (size_t j = 0; j < groups.size(); ++j) speed[j].push_back(round[0] / round[j]);
     }
@@ -259,11 +264,8 @@ class RanksBench {
     for (int i = 0; i < o_.iters; ++i) {
       const PassTimes a = g.passes(1), b = g.passes(1, CpuUpdate::kOutOfPlace);
       ratios.push_back(b.node_s.front() / a.node_s.front());
-      for (auto [to, from] : {std::pair{&in, &a}, std::pair{&out, &b}}) {
-        to->node_s.push_back(from->node_s.front());
-        to->rank_s.resize(from->rank_s.size());
-        for (size_t r = 0; r < from->rank_s.size(); ++r) to->rank_s[r].push_back(from->rank_s[r].front());
-      }
+      append_pass(in, a);
+      append_pass(out, b);
     }
     const double dma_gbps = dma.stop();
     add_row(g, key, in, dma_gbps, "in place");

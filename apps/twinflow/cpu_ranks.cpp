@@ -267,7 +267,8 @@ class Worker {
   }
 
   // The spare state slot of every layer (an out-of-place pass's destination, as the engine's speculated
-  // layers have one), placed by first touch by the threads that update each layer (CpuSegment::first_touch).
+  // layers have one), placed by first touch by the threads that update each layer (CpuSegment::first_touch),
+  // and page-locked where the segment was.
   void place_spare() {
     if (master_spare_.data()) return;
     const size_t bytes = size_t(ranges_.empty() ? 0 : ranges_.back().end) * 4;
@@ -276,6 +277,7 @@ class Worker {
       const ptrdiff_t o = r.begin;
       seg_->first_touch(r.layer, {master_spare_.as<float>() + o, s1_spare_.as<float>() + o, s2_spare_.as<float>() + o});
     }
+    if (!registered_.empty()) lock_regions();  // page-locked as the rest was (`register`), as the engine's
   }
 
   // One pass over the layers in order: in place on the current slot, or out of place from it into the other
@@ -320,6 +322,10 @@ class Worker {
   void register_regions(std::ostream& out) {
     if (!seg_) throw core::InputError("register before setup");
     if (!pinning_.pin) throw core::InputError("register: this build has no CUDA to page-lock host memory with");
+    lock_regions();
+    out << "ok" << std::endl;
+  }
+  void lock_regions() {
     for (const cpu::HostRegion* r :
          {&master_, &s1_, &s2_, &grad_, &copy_, &resident_, &master_spare_, &s1_spare_, &s2_spare_}) {
       if (!r->data() || r->bytes() == 0 ||
@@ -329,7 +335,6 @@ class Worker {
       if (!pinning_.pin(r->data(), r->bytes(), &why)) throw core::RuntimeFailure("register: " + why);
       registered_.push_back(r->data());
     }
-    out << "ok" << std::endl;
   }
   void unregister(void* p) {
     const auto it = std::find(registered_.begin(), registered_.end(), p);
