@@ -232,6 +232,13 @@ std::vector<int> rank_counts(int cores, int gpus) {
   return k;
 }
 
+// `amount` (elements, bytes) per second of each measurement, in billions: the Stat of the rates.
+cal::Stat giga_per_second(double amount, const std::vector<double>& seconds) {
+  std::vector<double> r;
+  for (double sec : seconds) r.push_back(amount / sec / 1e9);
+  return cal::make_stat(std::move(r));
+}
+
 std::vector<int64_t> nccl_sizes(bool quick) {
   if (quick) return {int64_t(64) << 10, int64_t(1) << 20, int64_t(16) << 20, int64_t(256) << 20};
   std::vector<int64_t> s = {int64_t(64) << 10, int64_t(256) << 10};
@@ -403,8 +410,7 @@ class Calibrator {
     measure_launch_and_events();
     measure_cpu_optimizer();
     measure_cpu_memory();
-    measure_cpu_ranks();
-    measure_cpu_out_of_place();
+    measure_cpu_ranks();  // and the out-of-place factor on its group at the host's ranks
     measure_cpu_footprints();
     measure_dma_slowdown();
     measure_copies_under_cpu_pass();
@@ -834,11 +840,7 @@ class Calibrator {
            std::to_string(elems) + " elements, " + (o_.pin ? "pinned" : "unpinned") + " threads";
   }
   // Gparam/s of passes over cpu_n_ elements that took `seconds` each.
-  cal::Stat cpu_gparam_s(const std::vector<double>& seconds) const {
-    std::vector<double> g;
-    for (double s : seconds) g.push_back(double(cpu_n_) / s / 1e9);
-    return cal::make_stat(std::move(g));
-  }
+  cal::Stat cpu_gparam_s(const std::vector<double>& seconds) const { return giga_per_second(double(cpu_n_), seconds); }
   // Gparam/s of `t` threads, per step.
   cal::Stat cpu_rate(int t) {
     backend::cpu::CpuBackend be(cpu_options(t, o_.pin));
@@ -931,22 +933,23 @@ class Calibrator {
         "every k's processes started and warmed up (" + std::to_string(warm) +
         " passes), then the k alternating pass by pass; [ranks, Gparam/s], each the median of " + std::to_string(R_) +
         " passes (" + per_k + ")";
+    // the host's ranks: the largest k measured that is at most the GPU count (rank_counts: it, unless it
+    // exceeds the cores)
+    const auto host = std::upper_bound(cpu_ranks_.begin(), cpu_ranks_.end(), gpus_) - 1;
+    measure_cpu_out_of_place(*groups[size_t(host - cpu_ranks_.begin())], op, ops);
   }
 
   // An out-of-place update's time over an in-place one's (cpu.optimizer_out_of_place_factor): every CPU layer
   // of a step whose speculation holds updates out of place (read from its state slot, written to the spare
   // one), while the rates above and the engine's probe of its pages time in place. The rank curve's
-  // segments at the host's ranks (one per GPU), the spare slot placed as the engine's (first touch by the
-  // updating threads), then in-place and out-of-place passes alternating (app::alternate: a drift of the
-  // host moves both of a pair); the median of the pairs' out-of-place / in-place seconds. On two H200s the
+  // segments at the host's ranks (one per GPU: that k's group of measure_cpu_ranks, set up and warm), the
+  // spare slot placed as the engine's (first touch by the updating threads), then in-place and out-of-place
+  // passes alternating (app::alternate: a drift of the host moves both of a pair); the median of the pairs'
+  // out-of-place / in-place seconds. On two H200s the
   // engine's passes ran 10-15% below the profile's rate with the host probe on it, and `bench --cpu-ranks
   // --out-of-place` on the scenarios' layers read 1.07-1.09 (bench/results/2026-11-29-h200x2-out-of-place).
-  void measure_cpu_out_of_place() {
-    const int k = std::min(gpus_, cores_);
-    const auto [op, ops] = rank_curve_ops();
-    CpuRankGroup g(flat_layouts(op * ops, k, ops), 0, o_.pin);
-    g.setup(CpuRankSetup{});
-    (void)g.passes(3);
+  void measure_cpu_out_of_place(CpuRankGroup& g, int64_t op, int ops) {
+    const int k = g.ranks();
     (void)g.passes(3, CpuUpdate::kOutOfPlace);  // the first places the spare slot
     const Pairs p = alternate(
         R_, [&] { return g.passes(1).node_s.front(); },
@@ -956,14 +959,14 @@ class Calibrator {
     c_.done("cpu adamw bf16 out of place / in place, " + ranks + " at once (pairwise)", st.median, "x", st,
             "cpu.optimizer_out_of_place_factor");
     p_.cpu.optimizer_out_of_place_factor = sig4(st.median);
-    const double elems = double(g.elems());
+    const auto elems = double(g.elems());
     src()["cpu.optimizer_out_of_place_factor"] =
         c_.source(cpu_what() + ", " + ranks +
                       " at once through the engine's CPU path (as the rank curve: " + std::to_string(ops) + " ops of " +
                       std::to_string(op) + " elements over the ranks): " + std::to_string(R_) +
-                      " pairs of a pass in place (median " + fmt(elems / cal::make_stat(p.first).median / 1e9, 3) +
+                      " pairs of a pass in place (median " + fmt(giga_per_second(elems, p.first).median, 3) +
                       " Gparam/s) and a pass out of place into the spare state slot (median " +
-                      fmt(elems / cal::make_stat(p.second).median / 1e9, 3) +
+                      fmt(giga_per_second(elems, p.second).median, 3) +
                       " Gparam/s), back to back; the median of the pairs' out-of-place / in-place seconds",
                   st);
   }
@@ -1108,12 +1111,8 @@ class Calibrator {
       const PairedTimes t = time_alone_and_under(
           R_, [&] { return copy.seconds(); }, [&] { pass.start(); }, [&] { return pass.stop(); });
       const double others_gbps = others.stop();
-      const auto gbps = [&](const std::vector<double>& secs) {
-        std::vector<double> r;
-        for (double s : secs) r.push_back(double(bytes) / s / 1e9);
-        return cal::make_stat(std::move(r));
-      };
-      const cal::Stat alone = gbps(t.seconds.first), under = gbps(t.seconds.second);
+      const cal::Stat alone = giga_per_second(double(bytes), t.seconds.first);
+      const cal::Stat under = giga_per_second(double(bytes), t.seconds.second);
       const std::string what = std::string("pcie pinned ") + name + " " + with_units(double(bytes));
       c_.done(what + " while the CPU optimizer pass runs (" + std::to_string(cores_) + " threads" + with_others + ")",
               under.median, "GB/s", under);
