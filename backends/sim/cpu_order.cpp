@@ -72,7 +72,9 @@ std::vector<core::CpuPassOrder> window(const PilotTimes& p) {
     bool waits = false;
     const std::vector<int64_t> ends = replay(p, m, waits);
     const auto k0 = int(std::count_if(ends.begin(), ends.end(), [&](int64_t e) { return e <= p.norm_end_ns; }));
-    for (int k = std::max(m, k0 - 1); k <= std::min(n, k0 + 1); ++k) out.push_back({m, k});
+    // k >= m: where fewer than m passes end before the norm (it lands early), the window starts at k = m
+    const int k_lo = std::max(m, k0 - 1);
+    for (int k = k_lo; k <= std::min(n, k_lo + 2); ++k) out.push_back({m, k});
   }
   return out;
 }

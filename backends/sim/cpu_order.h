@@ -37,7 +37,8 @@ inline constexpr double kCpuOrderMinGain = 0.005;
 // for each m gives m0, the fewest arrival-order passes that keep the CPU busy until the last gradient
 // lands (fewer leave it idle, more delay the next forward's first CPU layers), and k0(m), the passes that
 // end before the norm does (the commits then find the norm decided). kWindow simulates m0 - 1 .. m0 + 1,
-// each with k0(m) - 1 .. k0(m) + 1. The fastest wins (equal predictions: the earlier candidate, m then k
+// each with three k from max(m, k0(m) - 1) (k0(m) - 1 .. k0(m) + 1, or m .. m + 2 where the norm lands before
+// m passes have ended). The fastest wins (equal predictions: the earlier candidate, m then k
 // ascending), and only when it beats today's order by kCpuOrderMinGain.
 CpuOrderChoice choose_cpu_order(const core::Scenario& s, double ratio, const SimOptions& opt = {},
                                 CpuOrderSearch search = CpuOrderSearch::kWindow);
