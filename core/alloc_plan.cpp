@@ -329,7 +329,7 @@ int resolve_staging_slots(const ModelDesc& model, const Partition& part, const R
 
 int64_t resolve_speculation_bytes(const ModelDesc& model, const Partition& part, const RankShard& shard,
                                   const TwinFlowSplit& split, const MemoryOptions& opt) {
-  if (opt.step.speculation_bytes != kSpeculationAuto || opt.host_bytes_per_rank <= 0) return opt.step.speculation_bytes;
+  if (opt.step.speculation_bytes != kSpeculationMax || opt.host_bytes_per_rank <= 0) return opt.step.speculation_bytes;
   MemoryOptions without = opt;
   without.step.staging_slots = resolve_staging_slots(model, part, shard, split, opt);
   without.step.speculation_bytes = 0;

@@ -220,10 +220,10 @@ StagingChoice choose_staging(const ModelDesc& model, const Partition& part, cons
 int resolve_staging_slots(const ModelDesc& model, const Partition& part, const RankShard& shard,
                           const TwinFlowSplit& split, const MemoryOptions& opt);
 
-// The speculation budget one rank plans with: opt.step.speculation_bytes, where kSpeculationAuto becomes
+// The speculation budget one rank plans with: opt.step.speculation_bytes, where kSpeculationMax becomes
 // the host bytes opt.host_bytes_per_rank leaves beyond the allocation plan without speculation (its
 // staging resolved: resolve_staging_slots) (0 when
-// nothing is left), or stays kSpeculationAuto (every eligible layer) when that is not known. Either
+// nothing is left), or stays kSpeculationMax (every eligible layer) when that is not known. Either
 // way core::speculated_layers stops at the layers whose gradients land early enough to matter.
 int64_t resolve_speculation_bytes(const ModelDesc& model, const Partition& part, const RankShard& shard,
                                   const TwinFlowSplit& split, const MemoryOptions& opt);

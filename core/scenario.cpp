@@ -560,10 +560,12 @@ std::vector<ReportedSetting> settings_report(const Scenario& s) {
   num("training.gradient_clipping", t.gradient_clipping);
   text("training.prescale_gradients", bool_text(t.prescale_gradients));
   text("training.activation_checkpointing", bool_text(t.activation_checkpointing));
-  if (t.speculation_bytes)
-    num("training.speculation", double(*t.speculation_bytes));
-  else
+  if (!t.speculation_bytes)
     text("training.speculation", "auto");
+  else if (*t.speculation_bytes == kSpeculationMax)
+    text("training.speculation", "max");
+  else
+    num("training.speculation", double(*t.speculation_bytes));
   text("training.gpu_headroom", margin_text(t.gpu_headroom));
   text("training.host_reserve", margin_text(t.host_reserve));
   text("training.carry_tail", bool_text(t.carry_tail));

@@ -66,7 +66,8 @@ struct TrainingConfig {
   bool activation_checkpointing = false;
   bool prescale_gradients = false;  // divide by world size before the reduction (DeepSpeed)
   // Twin-Flow's speculative CPU updates (docs/ARCHITECTURE.md, "Speculation"): host bytes per rank for the
-  // speculated layers' second state slot; 0 off; nullopt `auto` (what the host has beyond the plan).
+  // speculated layers' second state slot; 0 off; kSpeculationMax `max` (what the host has beyond the plan);
+  // nullopt `auto` (the cost model's choice of how many layers, within `max`).
   std::optional<int64_t> speculation_bytes;
   // GPU memory `ratio: auto` keeps free beyond the plan (a ratio fits when plan + headroom <= the GPU); an
   // explicit ratio is checked without it and warned about when it eats into it.

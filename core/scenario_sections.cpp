@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/scenario_read.h"
+#include "core/step.h"
 #include "core/strings.h"
 
 namespace tf::core::detail {
@@ -161,12 +162,18 @@ void record_loss_scale_defaults(Ctx& ctx, const Node* given, const LossScaleConf
   }
 }
 
-// training.speculation: `auto`, or the host bytes per rank for the speculated layers' second state slot
-// (0: off).
+// training.speculation: `auto` (nullopt), `max` (kSpeculationMax), or the host bytes per rank for the
+// speculated layers' second state slot (0: off).
 std::optional<int64_t> read_speculation(const Node& v) {
   if (v.is_scalar() && ascii_lower(v.scalar) == "auto") return std::nullopt;
-  if (!v.is_scalar() || v.quoted)
-    config::fail(v, "expected `auto` or a number of bytes (0 turns speculation off), got " + v.describe());
+  if (v.is_scalar() && ascii_lower(v.scalar) == "max") return kSpeculationMax;
+  const bool number = v.is_scalar() && !v.quoted && !v.scalar.empty() &&
+                      v.scalar.find_first_not_of("0123456789+-.eE") == std::string::npos;
+  if (!number)
+    config::fail(v,
+                 "expected `auto` (the cost model's choice), `max` (every eligible layer the host holds) or a "
+                 "number of bytes (0 turns speculation off), got " +
+                     v.describe());
   return config::read_int(v, 0, int64_t(1) << 50);
 }
 

@@ -57,10 +57,14 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   s.policy =
       make_step_policy(sc.optimizer.kind, sc.optimizer.hp, sc.training.gradient_clipping, grad, sc.optimizer.schedule);
   const int64_t speculation = o.speculation_bytes.value_or(sc.training.speculation_bytes.value_or(kSpeculationAuto));
-  if (speculation < 0 && speculation != kSpeculationAuto)
-    throw InputError("speculation must be auto or >= 0 bytes, got " + std::to_string(speculation));
+  if (speculation < 0 && speculation != kSpeculationMax && speculation != kSpeculationAuto)
+    throw InputError("speculation must be auto, max or >= 0 bytes, got " + std::to_string(speculation));
+  s.speculation_auto = speculation == kSpeculationAuto && !o.speculation_layers;
   s.step = make_step_config(s.policy, grad, sc.training.micro_batch, grad_accum, sc.training.activation_checkpointing,
-                            speculation);
+                            speculation == kSpeculationAuto ? kSpeculationMax : speculation);
+  s.step.speculation_layers = o.speculation_layers.value_or(kEveryEligibleLayer);
+  if (s.step.speculation_layers < kEveryEligibleLayer)
+    throw InputError("speculated layers must be >= 0, got " + std::to_string(s.step.speculation_layers));
   s.step.staging_slots = o.staging_slots.value_or(kStagingAuto);
   s.step.carry_tail = o.carry_tail.value_or(sc.training.carry_tail);
   const CpuOrderSetting order = o.cpu_order.value_or(CpuOrderSetting{sc.training.cpu_order_auto, {}});

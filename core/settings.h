@@ -37,8 +37,11 @@ struct SettingsOverrides {
   // What set world and grad_accum, as errors name it: "--world", "WORLD_SIZE", "run.json: grad_accum".
   std::string world_from = "the world override";
   std::string grad_accum_from = "the grad_accum override";
-  // training.speculation (run/simulate --speculation): bytes, or kSpeculationAuto
+  // training.speculation (run/simulate --speculation): bytes, kSpeculationMax or kSpeculationAuto
   std::optional<int64_t> speculation_bytes = {};
+  // How many CPU layers speculate at most (StepConfig::speculation_layers): the cost model's choice for
+  // `speculation: auto`, once made (backends/sim speculation_budget.h); it clears RunSettings::speculation_auto
+  std::optional<int> speculation_layers = {};
   // training.carry_tail (run/simulate --carry-tail on|off)
   std::optional<bool> carry_tail = {};
   // training.cpu_order (run/simulate --cpu-order): the cost model's choice (`auto`) or this order
@@ -59,6 +62,11 @@ struct RunSettings {
   // which `run` and the cost-only simulator do before planning (backends/sim cpu_order.h); an executor
   // that plans without choosing runs today's order
   bool cpu_order_auto = false;
+  // training.speculation auto: step.speculation_layers (every eligible layer meanwhile, within
+  // step.speculation_bytes = kSpeculationMax) is for the cost model to choose, which `run` and the cost-only
+  // simulator do before planning (backends/sim speculation_budget.h); an executor that plans without
+  // choosing speculates every eligible layer the host holds
+  bool speculation_auto = false;
   LossScaler loss_scaler;  // fp16: the scenario's initial scale and dynamics; else 1 and fixed
   WorkloadType workload = WorkloadType::kSynthetic;  // what `run` trains: the scenario's, resolved against the model
   uint64_t seed = 1;                                 // data, initial weights, synthetic gradients

@@ -2,6 +2,7 @@
 #include "core/speculation.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -14,8 +15,11 @@ std::vector<int32_t> speculated_layers(const TwinFlowSplit& split, const StepCon
   std::vector<int32_t> out;
   if (!(cfg.clip_gradients || cfg.loss_scaling) || cfg.speculation_bytes == 0) return out;
   const int64_t budget =
-      cfg.speculation_bytes == kSpeculationAuto ? std::numeric_limits<int64_t>::max() : cfg.speculation_bytes;
-  if (budget < 0) throw std::invalid_argument("speculated_layers: speculation_bytes must be >= 0 or auto");
+      cfg.speculation_bytes == kSpeculationMax ? std::numeric_limits<int64_t>::max() : cfg.speculation_bytes;
+  if (budget < 0) throw std::invalid_argument("speculated_layers: speculation_bytes must be >= 0 or max");
+  if (cfg.speculation_layers < kEveryEligibleLayer)
+    throw std::invalid_argument("speculated_layers: speculation_layers must be >= 0 or every eligible layer");
+  const size_t most = cfg.speculation_layers == kEveryEligibleLayer ? SIZE_MAX : size_t(cfg.speculation_layers);
   const int64_t per_elem = spare_slot_bytes_per_element(cfg.optimizer);
   const int slots = staging_ring(split, cfg).slots;  // the D2Hs that land before the norm
   int64_t used = 0;
@@ -25,7 +29,8 @@ std::vector<int32_t> speculated_layers(const TwinFlowSplit& split, const StepCon
     if (it->count == 0) continue;
     if (landed++ >= slots) break;  // its D2H waits for a commit, after the norm (core::plan_step)
     const int64_t bytes = it->count * per_elem;
-    if (bytes > budget - used) break;  // a prefix in backward order: the spare slots stay contiguous
+    if (bytes > budget - used || out.size() >= most)
+      break;  // a prefix in backward order: the spare slots stay contiguous
     used += bytes;
     out.push_back(int32_t(it->layer));
   }

@@ -25,8 +25,8 @@ int64_t spare_slot_bytes_per_element(OptimizerKind k);
 // follows it at once: speculating it hides nothing) and among the first cfg.staging_slots CPU layers in
 // backward order (a later one's D2H reuses a staging slot, so it waits for the commit of the slot's
 // previous layer, after the norm: speculating it hides nothing either), taken in backward order while
-// their spare slots fit in speculation_bytes (all of them with kSpeculationAuto). So they are the tail
-// of the CPU segment.
+// their spare slots fit in speculation_bytes (all of them with kSpeculationMax) and at most
+// cfg.speculation_layers of them. So they are the tail of the CPU segment.
 std::vector<int32_t> speculated_layers(const TwinFlowSplit& split, const StepConfig& cfg);
 
 // The spare slots' place in the CPU segment: elements [begin, begin + elems) of the segment (the

@@ -135,6 +135,15 @@ struct CpuPassOrder {
 // Throws core::InputError for a count below kAllPasses; `where` names its origin ("--cpu-order").
 void check_cpu_pass_order(const CpuPassOrder& o, const std::string& where);
 
+// StepConfig::speculation_bytes: every eligible layer whose spare slot the host holds (`speculation: max`).
+inline constexpr int64_t kSpeculationMax = -1;
+// A scenario's or command's `speculation: auto` (core::SettingsOverrides, Scenario::TrainingConfig): the cost
+// model chooses how many layers speculate (RunSettings::speculation_auto, StepConfig::speculation_layers)
+// within kSpeculationMax. Resolved by core::resolve_settings; never a StepConfig's value.
+inline constexpr int64_t kSpeculationAuto = -2;
+// StepConfig::speculation_layers: no cap but the bytes.
+inline constexpr int kEveryEligibleLayer = -1;
+
 struct StepConfig {
   int64_t micro_batch = 1;
   int grad_accum = 1;
@@ -149,9 +158,14 @@ struct StepConfig {
   // Speculative CPU updates (core/speculation.h, docs/ARCHITECTURE.md "Speculation"): with clipping or
   // loss scaling, the CPU layers whose gradients land first update into a second state slot before the
   // norm is known, and a commit adopts or redoes them after it. The host bytes those second slots may
-  // take: 0 turns speculation off; kSpeculationAuto is what the host has beyond the plan without them
+  // take: 0 turns speculation off; kSpeculationMax is what the host has beyond the plan without them
   // (core::resolve_speculation_bytes), every eligible layer where the host's memory is not known.
   int64_t speculation_bytes = 0;
+  // At most this many CPU layers speculate, the first in backward order (kEveryEligibleLayer: as many as
+  // speculation_bytes holds): the cost model's choice for `training.speculation: auto` (backends/sim
+  // speculation_budget.h), since a speculated pass that starts after the norm has landed hides nothing and
+  // pays the out-of-place pass and a second state slot.
+  int speculation_layers = kEveryEligibleLayer;
   // Carry the step's CPU-side tail into the next step (Op::carried): the step ends when its GPU and
   // collective work ends, and the next step's ops that touch what the tail writes or reads wait for it
   // (Op::carried_deps). false: every op is awaited at the step's end (the schedule before issue 15).
@@ -179,14 +193,12 @@ constexpr int kMaxStagingSlots = 1024;
 // is a settings value, resolved before planning).
 void check_staging_slots(int slots);
 
-inline constexpr int64_t kSpeculationAuto = -1;
-
 // The step configuration of a policy: the optimizer, clipping and loss scaling it implies, gradients
 // of `grad_dtype` (bf16/fp16 gradients with bf16 parameters; fp32 both), the batch shape and the
 // speculation budget. The one derivation shared by the settings resolver (core/settings.h) and the
 // functional simulator.
 StepConfig make_step_config(const StepPolicy& policy, DType grad_dtype, int64_t micro_batch, int grad_accum,
-                            bool checkpointing, int64_t speculation_bytes = kSpeculationAuto);
+                            bool checkpointing, int64_t speculation_bytes = kSpeculationMax);
 
 // The ops of one step of one rank, in issue order; deps only point backwards, and ops on one queue
 // run in issue order (so same-queue deps are implicit and not listed), across steps too: step t + 1's ops

@@ -263,8 +263,10 @@ void apply_profile_option(const po::variables_map& vm, core::Scenario& sc) {
 
 void add_speculation_option(po::options_description& desc) {
   desc.add_options()("speculation", po::value<std::string>(),
-                     "host bytes per rank for the speculated CPU layers' second state slot: auto (what the host "
-                     "has beyond the plan), 0 (off) or a number (default: the scenario's training.speculation)");
+                     "the speculated CPU layers (their second state slot, host bytes per rank): auto (as many as "
+                     "the cost model predicts fastest, within max), max (every eligible layer the host has room "
+                     "for beyond the plan), 0 (off) or a number of bytes (default: the scenario's "
+                     "training.speculation)");
 }
 
 std::optional<int64_t> read_speculation_option(const po::variables_map& vm) {
@@ -274,12 +276,13 @@ std::optional<int64_t> read_speculation_option(const po::variables_map& vm) {
 
 int64_t parse_speculation_text(const std::string& v) {
   if (core::ascii_lower(v) == "auto") return core::kSpeculationAuto;
+  if (core::ascii_lower(v) == "max") return core::kSpeculationMax;
   char* end = nullptr;
   errno = 0;
   const long long n = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE || n < 0)
     throw core::InputError("--speculation '" + core::printable(v, 40) +
-                           "': expected auto or a number of bytes >= 0 (0 turns speculation off)");
+                           "': expected auto, max or a number of bytes >= 0 (0 turns speculation off)");
   return int64_t(n);
 }
 

@@ -126,12 +126,14 @@ void apply_profile_option(const po::variables_map& vm, core::Scenario& sc);
 void add_staging_slots_option(po::options_description& desc);
 std::optional<int> read_staging_slots(const po::variables_map& vm);
 
-// ---- speculation (--speculation auto|BYTES) ----------------------------------------------------------
+// ---- speculation (--speculation auto|max|BYTES) ----------------------------------------------------------
 // The speculated CPU layers' host budget (docs/ARCHITECTURE.md, "Speculation"): overrides the scenario's
-// training.speculation. `auto` gives core::kSpeculationAuto, 0 turns it off; none: not given.
+// training.speculation. `auto` gives core::kSpeculationAuto (the cost model's choice), `max`
+// core::kSpeculationMax, 0 turns it off; none: not given.
 void add_speculation_option(po::options_description& desc);
 std::optional<int64_t> read_speculation_option(const po::variables_map& vm);
-// One --speculation value: "auto" (core::kSpeculationAuto) or bytes >= 0; InputError otherwise.
+// One --speculation value: "auto" (core::kSpeculationAuto), "max" (core::kSpeculationMax) or bytes >= 0;
+// InputError otherwise.
 int64_t parse_speculation_text(const std::string& v);
 
 // ---- carrying the tail (--carry-tail on|off) ----------------------------------------------------------

@@ -40,6 +40,7 @@
 #include "backends/sim/cpu_order.h"
 #include "backends/sim/functional.h"
 #include "backends/sim/sim_backend.h"
+#include "backends/sim/speculation_budget.h"
 #include "core/error.h"
 #include "core/scenario.h"
 #include "core/settings.h"
@@ -504,6 +505,12 @@ class RunMetrics {
 
 // ---- one ratio ------------------------------------------------------------------------------------------
 
+// What the cost model chose for a ratio before its engine planned (training.speculation and cpu_order auto).
+struct ModelChoices {
+  std::optional<backend::sim::SpeculationChoice> speculation;  // how many CPU layers speculate
+  std::optional<backend::sim::CpuOrderChoice> cpu_order;       // their passes' order
+};
+
 struct RunPoint {
   double requested = 0, actual = 0;
   std::vector<cu::StepReport> steps;
@@ -515,6 +522,8 @@ struct RunPoint {
   int64_t speculated_elems = 0;         // their CPU elements (core::spare_range)
   core::CpuPassOrder cpu_order;         // the speculated passes' order the plan ran (StepConfig::cpu_order)
   std::optional<backend::sim::CpuOrderChoice> cpu_order_choice;  // how the cost model chose it (auto)
+  int speculation_layers = core::kEveryEligibleLayer;  // the plan's cap on them (StepConfig::speculation_layers)
+  std::optional<backend::sim::SpeculationChoice> speculation_choice;  // how the cost model chose it (auto)
   int64_t speculated_steps = 0, failed_speculations = 0;
   std::optional<MemoryCheck> memory_check;  // after step 1
   // --host-probe: the node's CPU optimizer rate (Gparam/s, local rank 0's probe) right before this ratio's
@@ -780,8 +789,7 @@ void print_pages_probe(const cu::CpuPassProbe& p, int ranks_per_host) {
 
 // One ratio from scratch (or from --resume's checkpoint): the engine, its steps, then the checks and
 // files that need its state.
-RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec,
-                   const std::optional<backend::sim::CpuOrderChoice>& order_choice, RunMetrics& metrics,
+RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, const ModelChoices& chosen, RunMetrics& metrics,
                    backend::launch::Rendezvous* rdv, const StopSignals* signals) {
   const int rank = ec.rank;
   const std::unique_ptr<cu::Engine> eng = cu::Engine::create(ec);
@@ -798,7 +806,9 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec,
   pt.speculated_layers = speculated.size();
   pt.speculated_elems = core::spare_range(eng->split(), speculated).elems;
   pt.cpu_order = eng->plan().config.cpu_order;
-  pt.cpu_order_choice = order_choice;
+  pt.cpu_order_choice = chosen.cpu_order;
+  pt.speculation_layers = eng->plan().config.speculation_layers;
+  pt.speculation_choice = chosen.speculation;
   pt.pages = eng->cpu_pass_probe();
   if (rank == 0 && pt.pages.elems > 0 && !pt.pages.all_s.empty()) print_pages_probe(pt.pages, o.ranks_per_host);
   if (rank == 0)
@@ -808,11 +818,12 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec,
               << core::format_gb(pt.memory.host_pinned) << "\n";
   if (rank == 0) std::cerr << "model's " << core::unnamed_gpu_text(pt.memory.plan) << "\n";
   if (rank == 0 && pt.cpu_elems > 0) std::cerr << core::staging_choice_text(pt.memory.staging) << "\n";
+  if (rank == 0 && pt.speculation_choice) std::cerr << speculation_choice_text(*pt.speculation_choice) << "\n";
   if (rank == 0 && pt.speculated_layers > 0)
     std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "
               << core::format_gb(spare_bytes(pt.memory.plan)) << " of host memory for their second state slot\n";
   if (rank == 0 && core::ordered_cpu_passes(eng->plan()) > 0)
-    std::cerr << cpu_order_text(pt.cpu_order, order_choice) << "\n";
+    std::cerr << cpu_order_text(pt.cpu_order, chosen.cpu_order) << "\n";
   train(*eng, o, ec, metrics, pt, ck.get());
   pt.speculated_steps = eng->speculated_steps();
   pt.failed_speculations = eng->failed_speculations();
@@ -1015,6 +1026,8 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     jp["carry_tail"] = p.carry_tail;               // what `validate` simulates this point with
     jp["staging_slots"] = p.memory.staging.slots;  // the host staging it planned with (core::choose_staging)
     jp["speculated_layers"] = p.speculated_layers;
+    jp["speculation_layers"] = p.speculation_layers;  // the cap: what `validate` simulates this point with
+    if (p.speculation_choice) jp["speculation_choice"] = speculation_choice_json(*p.speculation_choice);
     jp["cpu_order"] = cpu_order_json(p.cpu_order, p.cpu_order_choice);  // what `validate` simulates this point with
     jp["spare_slot_bytes"] = spare_bytes(p.memory.plan);
     jp["speculated_steps"] = p.speculated_steps;
@@ -1116,14 +1129,18 @@ int cmd_run(const std::vector<std::string>& args) {
       ec.cpu_probe_passes = kPagesProbePasses;
       if (rdv) ec.cpu_probe_barrier = [r = rdv.get()] { r->barrier(); };
     }
-    // training.cpu_order auto, before the engine plans: the cost model's order at this ratio, as `simulate`
-    // chooses it. The engine resolves the staging and speculation against this machine's memory where the
-    // simulator takes the profile's: the order's counts then apply to the engine's speculated layers
-    // (clamped to them: core::CpuPassOrder).
-    const std::optional<backend::sim::CpuOrderChoice> order =
-        backend::sim::resolve_cpu_order(ec.settings, o.sc, ec.ratio, run_sim_options(o, env));
+    // training.speculation and cpu_order auto, before the engine plans: the cost model's count of speculated
+    // layers at this ratio, then their order with that count, as `simulate` chooses them. The engine resolves
+    // the staging and the speculation bytes against this machine's memory where the simulator takes the
+    // profile's: the counts then cap the engine's speculated layers (core::speculated_layers,
+    // core::CpuPassOrder).
+    ModelChoices chosen;
+    backend::sim::SimOptions so = run_sim_options(o, env);
+    chosen.speculation = backend::sim::resolve_speculation(ec.settings, o.sc, ec.ratio, so);
+    if (chosen.speculation) so.overrides.speculation_layers = chosen.speculation->layers;
+    chosen.cpu_order = backend::sim::resolve_cpu_order(ec.settings, o.sc, ec.ratio, so);
     metrics.set_ratio(ec.ratio);
-    points.push_back(run_ratio(o, ec, order, metrics, rdv.get(), signals ? &*signals : nullptr));
+    points.push_back(run_ratio(o, ec, chosen, metrics, rdv.get(), signals ? &*signals : nullptr));
     all_ok = all_ok && points.back().parity_ok;
     points.back().host_before_gparam_s = host_rate;
     host_rate = probe("after ratio " + num(ec.ratio, 3));  // and before the next

@@ -516,9 +516,12 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
   if (b.ratio > 0)
     std::cout << "at ratio " << fmt(b.ratio, 3) << ": " << host_bytes_line(b.host_per_cpu_param) << "; "
               << core::staging_choice_text(b.staging) << "\n";
-  for (const auto& p : w.pts)
+  for (const auto& p : w.pts) {
+    if (p.speculation_choice && p.speculation_choice->eligible > 0)
+      std::cout << "at ratio " << fmt(p.ratio, 3) << ": " << speculation_choice_text(*p.speculation_choice) << "\n";
     if (p.cpu_order_choice && p.cpu_order_choice->passes > 0)
       std::cout << "at ratio " << fmt(p.ratio, 3) << ": " << cpu_order_text(p.cpu_order, p.cpu_order_choice) << "\n";
+  }
   if (const std::string f = footprint_line(w); !f.empty()) std::cout << f << "\n";
   return {{"ratio", b.ratio},
           {"step_ms", ms(b.step_ns)},
@@ -529,7 +532,9 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
             {"staging", b.host_per_cpu_param.staging},
             {"total", b.host_per_cpu_param.total()}}},
           {"staging_slots", b.staging.slots},
-          {"cpu_order", cpu_order_json(b.cpu_order, b.cpu_order_choice)}};
+          {"cpu_order", cpu_order_json(b.cpu_order, b.cpu_order_choice)},
+          {"speculation_layers", b.speculation_layers},
+          {"speculation_choice", b.speculation_choice ? speculation_choice_json(*b.speculation_choice) : nullptr}};
 }
 
 void write_sweep_json(const core::Scenario& sc, const Sweep& w, const Table& t, const nlohmann::json& best,
@@ -543,6 +548,11 @@ void write_sweep_json(const core::Scenario& sc, const Sweep& w, const Table& t, 
   j["step_ms_at_ratio_1"] = ms(w.full.step_ns);
   j["cpu_orders"] = nlohmann::json::array();  // per point, as simulated (and as `run` would plan it)
   for (const auto& p : w.pts) j["cpu_orders"].push_back(cpu_order_json(p.cpu_order, p.cpu_order_choice));
+  j["speculation"] = nlohmann::json::array();  // per point: the cap planned and how it was chosen (auto)
+  for (const auto& p : w.pts)
+    j["speculation"].push_back(
+        {{"layers", p.speculation_layers},
+         {"chosen", p.speculation_choice ? speculation_choice_json(*p.speculation_choice) : nullptr}});
   j["cpu_footprint"] = nlohmann::json::array();  // per point: the node's pinned bytes and the CPU rate's factor
   for (const auto& p : w.pts)
     j["cpu_footprint"].push_back({{"node_host_bytes", p.cpu_node_host_bytes}, {"factor", p.cpu_footprint_factor}});

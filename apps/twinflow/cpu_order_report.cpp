@@ -1,4 +1,4 @@
-// The speculated CPU passes' order in words and JSON (see cpu_order_report.h).
+// The speculated CPU passes' count and order in words and JSON (see cpu_order_report.h).
 #include "apps/twinflow/cpu_order_report.h"
 
 #include <nlohmann/json.hpp>
@@ -37,6 +37,26 @@ nlohmann::json cpu_order_json(const core::CpuPassOrder& order,
                    {"arrival_order_step_ms", double(choice->arrival_ns) / 1e6},
                    {"candidates", choice->candidates}};
   return j;
+}
+
+std::string speculation_choice_text(const backend::sim::SpeculationChoice& c) {
+  if (c.eligible == 0) return "speculation: no CPU layer can speculate (training.speculation auto)";
+  const auto ms = [](int64_t ns) { return fmt(double(ns) / 1e6, 1); };
+  return "speculation: the cost model's choice of " + std::to_string(c.layers) + " of " + std::to_string(c.eligible) +
+         " eligible CPU layer(s) (" + std::to_string(c.candidates) + " counts simulated, " +
+         std::to_string(c.suggested) +
+         " passes start before the norm lands with every layer speculating): " + ms(c.step_ns) + " ms predicted, " +
+         ms(c.every_ns) + " with every eligible layer, " + ms(c.none_ns) + " with none";
+}
+
+nlohmann::json speculation_choice_json(const backend::sim::SpeculationChoice& c) {
+  return {{"layers", c.layers},
+          {"eligible", c.eligible},
+          {"suggested", c.suggested},
+          {"step_ms", double(c.step_ns) / 1e6},
+          {"every_layer_step_ms", double(c.every_ns) / 1e6},
+          {"no_layer_step_ms", double(c.none_ns) / 1e6},
+          {"candidates", c.candidates}};
 }
 
 }  // namespace tf::app

@@ -155,6 +155,8 @@ MeasuredPoint read_point(const json& j, const std::string& file, const std::stri
   p.ratio = num_field(j, file, at, "ratio", 0, 1);
   p.actual_ratio = num_field(j, file, at, "actual_ratio", 0, 1);
   if (j.contains("speculation_bytes")) p.speculation_bytes = int_field(j, file, at, "speculation_bytes", 0, INT64_MAX);
+  if (j.contains("speculation_layers"))
+    p.speculation_layers = int(int_field(j, file, at, "speculation_layers", core::kEveryEligibleLayer, kInt32Max));
   if (j.contains("carry_tail")) p.carry_tail = bool_field(j, file, at, "carry_tail");
   if (j.contains("staging_slots")) p.staging_slots = int(int_field(j, file, at, "staging_slots", 0, 1024));
   if (j.contains("cpu_order")) {
@@ -322,6 +324,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
   std::vector<std::pair<double, double>> step_errors, memory_errors, tracked_errors, pages_errors;
   for (const MeasuredPoint& p : m.points) {
     opt.overrides.speculation_bytes = p.speculation_bytes;
+    opt.overrides.speculation_layers = p.speculation_layers;  // as it ran, never the scenario's auto
     opt.overrides.staging_slots = p.staging_slots;
     opt.overrides.carry_tail = p.carry_tail;
     opt.overrides.cpu_order = core::CpuOrderSetting{false, p.cpu_order};  // as it ran, never the scenario's auto

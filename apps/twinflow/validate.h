@@ -28,7 +28,10 @@ struct MeasuredPoint {
   };
   std::vector<Step> steps;
   int64_t speculation_bytes = 0;  // the budget the run planned with (0 where the run predates speculation)
-  bool carry_tail = false;        // the run carried its tail into the next step (false where it predates that)
+  // The cap on its speculated layers (run --json's speculation_layers: the cost model's count where
+  // training.speculation was auto); every eligible layer where the run predates it.
+  int speculation_layers = core::kEveryEligibleLayer;
+  bool carry_tail = false;  // the run carried its tail into the next step (false where it predates that)
   // The host staging the run planned with (core::StagingChoice::slots); none where the run predates
   // `staging_slots: auto` (validate then resolves auto against the profile's host memory).
   std::optional<int> staging_slots;

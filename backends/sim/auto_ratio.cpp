@@ -54,6 +54,7 @@ SimPoint predicted_step(const core::Scenario& s, double r, const SimOptions& opt
   SimOptions after_clip = opt;
   after_clip.speculation = SpeculationCase::kNotSpeculating;
   after_clip.overrides.cpu_order = core::CpuOrderSetting{false, p.cpu_order};  // the plan's, chosen once
+  after_clip.overrides.speculation_layers = p.speculation_layers;              // likewise
   p.step_ns = std::max(p.step_ns, simulate_step(s, r, after_clip).step_ns);
   return p;
 }

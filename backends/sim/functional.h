@@ -50,9 +50,9 @@ struct FunctionalConfig {
   // min_scale; doubled after `window` clean steps). bf16: 1, never updated (an overflow stops).
   core::LossScaler loss_scaler{1.0, 0, 1.0, 0};
   int overflow_at_step = -1;  // fp16: this step's gradient holds an Inf (1-based), -1: none
-  // Speculative CPU updates (core/speculation.h; StepConfig::speculation_bytes): 0 off; kSpeculationAuto
+  // Speculative CPU updates (core/speculation.h; StepConfig::speculation_bytes): 0 off; kSpeculationMax
   // every eligible layer (no host memory limit here). The bits do not depend on it.
-  int64_t speculation_bytes = core::kSpeculationAuto;
+  int64_t speculation_bytes = core::kSpeculationMax;
   // Carry each step's CPU-side tail into the next step (core::StepConfig::carry_tail): the carried ops run
   // as late as the plan allows (when a later op waits for them, or at a drain: a checkpoint, the end).
   // The bits do not depend on it.

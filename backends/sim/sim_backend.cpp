@@ -11,6 +11,7 @@
 
 #include "backends/backend.h"
 #include "backends/sim/cpu_order.h"
+#include "backends/sim/speculation_budget.h"
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/local_kernels.h"
@@ -938,6 +939,14 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   if (!(ratio >= 0 && ratio <= 1)) throw core::InputError("ratio " + std::to_string(ratio) + " is outside [0, 1]");
   core::check_simulation_size(s, opt.overrides);  // every rank's plan is held: bounded, naming what set the size
   const core::RunSettings rs = core::resolve_settings(s, opt.overrides);
+  if (rs.speculation_auto) {  // the cost model's count of speculated layers (each with its order), then the step
+    SimOptions chosen = opt;
+    const SpeculationChoice choice = choose_speculation(s, ratio, opt);
+    chosen.overrides.speculation_layers = choice.layers;
+    SimPoint p = simulate_step(s, ratio, chosen);
+    p.speculation_choice = choice;
+    return p;
+  }
   if (rs.cpu_order_auto) {  // the cost model's pass order, then the step with it
     SimOptions chosen = opt;
     const CpuOrderChoice choice = choose_cpu_order(s, ratio, opt);
@@ -960,6 +969,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   p.ratio = rp.largest.split.actual_ratio;
   p.pcie_bytes_each_way = rp.largest.step.pcie_d2h_bytes;
   p.cpu_order = rs.step.cpu_order;
+  p.speculation_layers = rs.step.speculation_layers;
   p.memory = core::sum_by_kind(rp.largest.alloc);
   CostSetup cost = make_cost_setup(s, rs, opt.gemm_max_efficiency, p.memory.host_total);
   cost.speculation = opt.speculation;

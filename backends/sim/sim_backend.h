@@ -42,6 +42,17 @@ struct CpuOrderChoice {
   int candidates = 0;        // orders simulated
 };
 
+// How `training.speculation: auto` chose how many CPU layers speculate (backends/sim/speculation_budget.h).
+struct SpeculationChoice {
+  int layers = core::kEveryEligibleLayer;  // the chosen count (StepConfig::speculation_layers)
+  int eligible = 0;      // the most layers a rank's plan speculates without a count (0: nothing to choose)
+  int suggested = 0;     // the pilot's suggestion (choose_speculation)
+  int64_t step_ns = 0;   // the chosen count's predicted step
+  int64_t every_ns = 0;  // every eligible layer's (`speculation: max`)
+  int64_t none_ns = 0;   // no layer's (what `speculation: 0` plans, the speculation case aside)
+  int candidates = 0;    // counts simulated, the pilot included
+};
+
 struct SimPoint {
   double requested_ratio = 0;
   double ratio = 0;  // actual (element-granular split of the largest shard)
@@ -71,8 +82,10 @@ struct SimPoint {
   double cpu_footprint_factor = 1;
   core::CpuPassOrder cpu_order;                    // the speculated CPU passes' order planned (StepConfig::cpu_order)
   std::optional<CpuOrderChoice> cpu_order_choice;  // how it was chosen (training.cpu_order auto)
-  std::vector<core::StepPlan> plans;               // per rank (only with SimOptions::keep_plans)
-  std::vector<RankTiming> ranks;                   // per rank
+  int speculation_layers = core::kEveryEligibleLayer;   // the cap planned (StepConfig::speculation_layers)
+  std::optional<SpeculationChoice> speculation_choice;  // how it was chosen (training.speculation auto)
+  std::vector<core::StepPlan> plans;                    // per rank (only with SimOptions::keep_plans)
+  std::vector<RankTiming> ranks;                        // per rank
 };
 
 // What the plan's speculated CPU layers do in the simulated step (core/speculation.h).

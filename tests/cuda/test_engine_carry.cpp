@@ -32,7 +32,7 @@ struct Case {
   int overflow_at = -1;
   int steps = 6;
   int stage = 3;
-  int64_t speculation_bytes = core::kSpeculationAuto;
+  int64_t speculation_bytes = core::kSpeculationMax;
   int staging_slots = core::kStagingAuto;
   core::CpuPassOrder order;  // the speculated CPU passes' order (today's by default)
   std::string what() const {
@@ -147,7 +147,7 @@ TEST(CudaEngineCarry, SameBitsAsWithoutCarryWhenSomeStepsClip) {
   const double clip = mid_clip(m, Case{});
   for (int stage : {3, 2})
     for (double ratio : {0.3, 1.0})
-      for (int64_t spec : {core::kSpeculationAuto, int64_t(0)}) {
+      for (int64_t spec : {core::kSpeculationMax, int64_t(0)}) {
         Case c;
         c.stage = stage;
         c.ratio = ratio;

@@ -79,9 +79,9 @@ bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.
 // Speculating against not speculating on the engine, and against the functional simulator; the per-step
 // speculation outcome is the simulator's.
 void expect_same_bits(const core::ModelDesc& m, const Case& c, const std::string& what) {
-  const EngineRun on = run_engine(m, c, core::kSpeculationAuto);
+  const EngineRun on = run_engine(m, c, core::kSpeculationMax);
   const EngineRun off = run_engine(m, c, 0);
-  const backend::sim::FunctionalResult ref = run_functional(m, c, core::kSpeculationAuto);
+  const backend::sim::FunctionalResult ref = run_functional(m, c, core::kSpeculationMax);
   ASSERT_EQ(on.master.size(), off.master.size());
   int64_t differ = 0, differ_ref = 0;
   for (size_t i = 0; i < on.master.size(); ++i) {
@@ -133,7 +133,7 @@ TEST(CudaEngineSpeculation, SameBitsAcrossAnFp16Overflow) {
   c.overflow_at = 3;
   c.ratio = 1.0;
   expect_same_bits(m, c, "fp16");
-  const EngineRun on = run_engine(m, c, core::kSpeculationAuto);
+  const EngineRun on = run_engine(m, c, core::kSpeculationMax);
   EXPECT_TRUE(on.steps[2].skipped);
   EXPECT_TRUE(on.steps[2].speculated);
   EXPECT_FALSE(on.steps[2].speculation_held);
@@ -151,7 +151,7 @@ TEST(CudaEngineSpeculation, CurrentStateSlotHoldsTheMasterWeights) {
   c.clip = 1e30;  // every step holds: the speculated layers flip every step
   for (int steps : {1, 2}) {
     c.steps = steps;
-    const EngineRun on = run_engine(m, c, core::kSpeculationAuto);
+    const EngineRun on = run_engine(m, c, core::kSpeculationMax);
     const core::TwinFlowSplit& split = on.engine->split();
     std::vector<float> by_shard(size_t(split.cpu_elems));  // (cpu_elems) fp32
     for (const core::ShardPiece& p : split.cpu) {

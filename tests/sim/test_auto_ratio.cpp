@@ -35,7 +35,7 @@ Scenario gpt2_scenario(const std::string& training = "micro_batch: 2, gradient_c
 }
 
 // The memory of the largest shard at `ratio`, by the allocation plan, with `speculation_bytes` for the
-// speculated layers' spare slots (0: none; kSpeculationAuto resolved against `host_bytes_per_rank`).
+// speculated layers' spare slots (0: none; kSpeculationMax resolved against `host_bytes_per_rank`).
 tf::core::RankMemory memory_at(const Scenario& s, double ratio, int64_t speculation_bytes = 0,
                                int64_t host_bytes_per_rank = 0) {
   const tf::core::RunSettings rs = tf::core::resolve_settings(
@@ -177,13 +177,13 @@ TEST(AutoRatio, NothingFitsNamesTheShortfallAndWhatToChange) {
   }
 }
 
-// `speculation: auto` (with clipping, the speculated CPU layers' second state slots) fills what the host has
-// beyond the plan: the ratios that fit are those of the plan without spare slots, every point of the table
-// counts the spare slots auto resolved to at that point and stays within the rank's host memory, and the
-// chosen ratio fits. An explicit budget counts in full: it narrows the range.
-TEST(AutoRatio, SpeculationAutoFitsWithItsSpareSlotsCounted) {
-  using tf::core::kSpeculationAuto;
-  Scenario s = gpt2_scenario("micro_batch: 2, gradient_clipping: 1.0, speculation: auto");
+// `speculation: max` (with clipping, the speculated CPU layers' second state slots; auto's ceiling) fills what
+// the host has beyond the plan: the ratios that fit are those of the plan without spare slots, every point of
+// the table counts the spare slots max resolved to at that point and stays within the rank's host memory,
+// and the chosen ratio fits. An explicit budget counts in full: it narrows the range.
+TEST(AutoRatio, SpeculationMaxFitsWithItsSpareSlotsCounted) {
+  using tf::core::kSpeculationMax;
+  Scenario s = gpt2_scenario("micro_batch: 2, gradient_clipping: 1.0, speculation: max");
   const int64_t slack = 300'000'000;  // host bytes per rank beyond the plan (no spare slots) at ratio 0.6
   // the host: the ranks' share and the default reserve, max(8 GiB, 10%): 8 GiB below 80 GiB
   const int64_t reserve = int64_t(8) << 30;
@@ -206,7 +206,7 @@ TEST(AutoRatio, SpeculationAutoFitsWithItsSpareSlotsCounted) {
 
   int with_spare = 0;
   for (const auto& p : a.table) {
-    const tf::core::RankMemory plan = memory_at(s, p.requested, kSpeculationAuto, host_budget);
+    const tf::core::RankMemory plan = memory_at(s, p.requested, kSpeculationMax, host_budget);
     const tf::core::RankMemory bare = memory_at(s, p.requested);
     EXPECT_EQ(p.host_bytes, plan.host_total) << "ratio " << p.ratio;
     EXPECT_EQ(p.gpu_bytes, plan.gpu_total) << "ratio " << p.ratio;
@@ -217,10 +217,10 @@ TEST(AutoRatio, SpeculationAutoFitsWithItsSpareSlotsCounted) {
   EXPECT_GT(with_spare, 0) << "no point of the table has a spare slot: the test does not test them";
   const tf::backend::sim::SimPoint chosen = simulate_step(s, a.ratio, full_staging().sim);
   EXPECT_FALSE(chosen.oom) << chosen.oom_reason;
-  EXPECT_EQ(chosen.memory.host_total, memory_at(s, a.ratio, kSpeculationAuto, host_budget).host_total);
+  EXPECT_EQ(chosen.memory.host_total, memory_at(s, a.ratio, kSpeculationMax, host_budget).host_total);
   // the memory model's report resolves auto the same way
   const tf::core::FitReport fit = tf::core::check_fit(s, full_staging().sim.overrides);
-  EXPECT_EQ(fit.at_max.host_total, memory_at(s, fit.range.max_ratio, kSpeculationAuto, host_budget).host_total);
+  EXPECT_EQ(fit.at_max.host_total, memory_at(s, fit.range.max_ratio, kSpeculationMax, host_budget).host_total);
   EXPECT_LE(fit.at_max.host_total, host_budget);
 
   // An explicit budget of the slack's size counts in full: at the old end it no longer fits.

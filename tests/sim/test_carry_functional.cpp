@@ -62,7 +62,7 @@ void expect_same_bits_everywhere(FunctionalConfig c, const std::string& what) {
   for (int stage : {1, 2, 3})
     for (int world : {1, 2, 4})
       for (double ratio : {0.0, 0.3, 1.0})
-        for (int64_t speculation : {int64_t(0), core::kSpeculationAuto}) {
+        for (int64_t speculation : {int64_t(0), core::kSpeculationMax}) {
           c.stage = stage;
           c.world = world;
           c.ratio = ratio;
@@ -116,7 +116,7 @@ TEST(FunctionalCarry, SameBitsOnEveryStagingRing) {
   for (int slots : {1, 2, 3, core::kUnboundedStaging})
     for (int stage : {2, 3})
       for (double ratio : {0.3, 1.0})
-        for (int64_t speculation : {int64_t(0), core::kSpeculationAuto}) {
+        for (int64_t speculation : {int64_t(0), core::kSpeculationMax}) {
           c.staging_slots = slots;
           c.stage = stage;
           c.world = 2;
@@ -180,7 +180,7 @@ int speculated_of(const FunctionalConfig& c) {
 TEST(FunctionalCarry, SameBitsInEveryCpuPassOrder) {
   FunctionalConfig c = test::optimizer_config(core::OptimizerKind::kAdamW, 5);
   c.staging_slots = core::kUnboundedStaging;
-  c.speculation_bytes = core::kSpeculationAuto;
+  c.speculation_bytes = core::kSpeculationMax;
   c.carry_tail = true;
   const std::vector<double> clips = test::clips_between_norms(deep_mlp(), c);
   for (double clip : {clips.at(clips.size() / 2), 1e30})

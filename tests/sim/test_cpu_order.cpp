@@ -28,6 +28,7 @@ core::Scenario opt13_held() {
   s.cluster.hardware =
       core::find_hardware_profile(dir + "/bench/results/2026-11-24-hostmodel-h100/call2/h100-hostmodel.yaml");
   s.training.gradient_clipping = 100;
+  s.training.speculation_bytes = core::kSpeculationMax;  // every eligible layer: the orders of all of them
   return s;
 }
 
@@ -65,6 +66,7 @@ TEST(CpuOrder, TheWindowHasCandidatesWhereTheNormLandsEarly) {
   core::Scenario s = core::load_scenario(dir + "/scenarios/real/mlp-2b.yaml");
   s.cluster.hardware = core::find_hardware_profile(
       dir + "/bench/results/2026-11-29-h200x2-out-of-place/call4-h200-1gpu/h200-cal-2b.yaml");
+  s.training.speculation_bytes = core::kSpeculationMax;  // every eligible layer (auto speculates 4 or 5 here)
   for (double ratio : {0.9, 1.0}) {
     const CpuOrderChoice w = backend::sim::choose_cpu_order(s, ratio, {}, CpuOrderSearch::kWindow);
     const CpuOrderChoice all = backend::sim::choose_cpu_order(s, ratio, {}, CpuOrderSearch::kExhaustive);

@@ -166,7 +166,8 @@ TEST(Functional, SameOpSequencePerQueueAsTheCostOnlySimulator) {
       "name: trace-parity\n"
       "model: {type: mlp, dims: [256, 512, 256]}\n"
       "cluster: {profile: h200x2-32core, gpus_per_node: 2}\n"
-      "training: {micro_batch: 1, grad_accum: 4, steps: 1, precision: bf16, gradient_clipping: 0.5}\n"
+      "training: {micro_batch: 1, grad_accum: 4, steps: 1, precision: bf16, gradient_clipping: 0.5,\n"
+      "           speculation: max}\n"  // the functional simulator plans every eligible layer (it chooses nothing)
       "optimizer: {type: adamw, params: {lr: 0.001}}\n"
       "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 0.5}}\n";
   const core::Scenario sc = core::parse_scenario(text, {}, "trace-parity");

@@ -183,7 +183,7 @@ TEST(FunctionalCheckpoint, ResumeWithSpeculatedLayersInTheirSpareSlot) {
       const std::string what = std::string(core::optimizer_name(kind)) + " ratio " + std::to_string(ratio);
       FunctionalConfig c = config(kind, 10);
       c.ratio = ratio;
-      c.speculation_bytes = core::kSpeculationAuto;
+      c.speculation_bytes = core::kSpeculationMax;
       const std::optional<double> clip = clip_leaving_spare_slots(m, c);
       ASSERT_TRUE(clip) << what << ": no clip leaves the speculated layers in their spare slot at step 5";
       c.clip = *clip;

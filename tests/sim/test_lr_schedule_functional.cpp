@@ -101,7 +101,7 @@ TEST(LrScheduleFunctional, SpeculationHoldsUnderASchedule) {
     c.clip = 1e30;
     c.world = 2;
     c.ratio = 1.0;
-    c.speculation_bytes = core::kSpeculationAuto;
+    c.speculation_bytes = core::kSpeculationMax;
     const FunctionalResult r = backend::sim::run_functional(m, c);
     EXPECT_EQ(r.speculated_steps.size(), 10u) << name(c);
     EXPECT_TRUE(r.failed_speculations.empty()) << name(c);

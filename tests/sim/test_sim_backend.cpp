@@ -10,7 +10,9 @@
 #include <string>
 
 #include "backends/backend.h"
+#include "backends/sim/cpu_order.h"
 #include "backends/sim/sim_backend.h"
+#include "backends/sim/speculation_budget.h"
 #include "core/error.h"
 #include "core/local_kernels.h"
 #include "core/memory.h"
@@ -389,11 +391,18 @@ TEST(SimBackend, DefaultScenarioSweepRuns) {
 }  // namespace
 
 namespace {
-// Every rank the simulator runs is core::plan_rank's, the call the CUDA engine builds its rank with.
+// Every rank the simulator runs is core::plan_rank's, the call the CUDA engine builds its rank with, after
+// the cost model's choices `run` makes before the engine plans (training.speculation and cpu_order auto).
 TEST(SimBackend, RanksRunThePlanTheEngineBuilds) {
   const tf::core::Scenario s = decoder_scenario(4);
   const SimPoint p = simulate_step(s, 0.3, {.record_ops = true, .keep_plans = true});
-  const tf::core::RunSettings rs = tf::core::resolve_settings(s);
+  tf::core::RunSettings rs = tf::core::resolve_settings(s);
+  SimOptions chose;
+  const auto spec = tf::backend::sim::resolve_speculation(rs, s, 0.3, chose);
+  ASSERT_TRUE(spec.has_value());
+  ASSERT_GT(spec->eligible, 0);
+  chose.overrides.speculation_layers = spec->layers;
+  tf::backend::sim::resolve_cpu_order(rs, s, 0.3, chose);
   const tf::core::Partition part = tf::core::make_partition(rs.model, rs.partition);
   ASSERT_EQ(p.plans.size(), 4u);
   for (int r = 0; r < 4; ++r) {
@@ -483,6 +492,7 @@ TEST(SimHost, BothRanksOfAHostRunAtTheTwoRankRate) {
 // same run with the rank curve of BothRanksOfAHostRunAtTheTwoRankRate takes elements / (2.1 x factor).
 TEST(SimHost, TheFootprintFactorScalesThePassAtTheNodesPinnedBytes) {
   tf::core::Scenario s = decoder_scenario(2);
+  s.training.speculation_bytes = tf::core::kSpeculationMax;  // the host bytes do not follow the CPU rate
   tf::core::CpuProfile& cpu = s.cluster.hardware.cpu;
   cpu = shared_host_cpu();
   cpu.dma_slowdown_factor = 1;

@@ -50,7 +50,7 @@ std::optional<double> mixed_clip(const FunctionalConfig& base) {
   for (double clip : test::clips_between_norms(test::toy_mlp(), base)) {
     FunctionalConfig c = base;
     c.clip = clip;
-    const FunctionalResult r = run(c, core::kSpeculationAuto, 1, 1.0);
+    const FunctionalResult r = run(c, core::kSpeculationMax, 1, 1.0);
     const size_t failed = r.failed_speculations.size(), held = r.speculated_steps.size() - failed;
     if (failed >= 2 && held >= 2 && int(r.speculated_steps.size()) < c.steps) return c.clip;
   }
@@ -66,7 +66,7 @@ void expect_same_bits_everywhere(const FunctionalConfig& c, const FunctionalResu
       for (double ratio : {0.0, 0.3, 1.0}) {
         const std::string at = what + " stage " + std::to_string(stage) + " world " + std::to_string(world) +
                                " ratio " + std::to_string(ratio);
-        const FunctionalResult on = run(c, core::kSpeculationAuto, world, ratio, stage);
+        const FunctionalResult on = run(c, core::kSpeculationMax, world, ratio, stage);
         const FunctionalResult off = run(c, 0, world, ratio, stage);
         ASSERT_EQ(first_diff(on.master, ref.master), -1) << at;
         ASSERT_EQ(first_diff(off.master, ref.master), -1) << at;
@@ -112,7 +112,7 @@ TEST(FunctionalSpeculation, SameBitsAcrossAnFp16Overflow) {
     base.clip = 1e30;  // only the overflow spoils a speculation
     const FunctionalResult ref = backend::sim::run_reference_loop(test::toy_mlp(), base);
     ASSERT_EQ(ref.skipped_steps, std::vector<int>{3});
-    const FunctionalResult on = run(base, core::kSpeculationAuto, 2, 0.3);
+    const FunctionalResult on = run(base, core::kSpeculationMax, 2, 0.3);
     EXPECT_EQ(on.speculated_steps, (std::vector<int>{1, 2, 3, 5, 6, 7}));
     EXPECT_EQ(on.failed_speculations, std::vector<int>{3});
     expect_same_bits_everywhere(base, ref, std::string(core::optimizer_name(kind)) + " fp16");
@@ -151,7 +151,7 @@ TEST(FunctionalSpeculation, StagingRingsWithSpeculationKeepTheBits) {
   FunctionalConfig clipped = test::optimizer_config(core::OptimizerKind::kAdamW, 8);
   clipped.ratio = 1.0;  // the search's run: world 1, every layer on the CPU
   clipped.staging_slots = 3;
-  clipped.speculation_bytes = core::kSpeculationAuto;
+  clipped.speculation_bytes = core::kSpeculationMax;
   std::optional<double> clip;
   for (double candidate : test::clips_between_norms(m, clipped)) {
     clipped.clip = candidate;
@@ -183,7 +183,7 @@ TEST(FunctionalSpeculation, StagingRingsWithSpeculationKeepTheBits) {
           const FunctionalResult ref = backend::sim::run_functional(m, c);
           ASSERT_TRUE(ref.speculated_steps.empty());
           for (int slots : {1, 2, 3})
-            for (int64_t speculation : {int64_t(0), core::kSpeculationAuto}) {
+            for (int64_t speculation : {int64_t(0), core::kSpeculationMax}) {
               c.staging_slots = slots;
               c.speculation_bytes = speculation;
               const FunctionalResult r = backend::sim::run_functional(m, c);

@@ -52,6 +52,7 @@ nlohmann::json sweep_json(const tf::core::Scenario& s, const std::vector<double>
     const tf::backend::sim::SimPoint sp = tf::backend::sim::simulate_step(s, r, o);
     nlohmann::json p = {{"ratio", r}, {"actual_ratio", sp.ratio}, {"carry_tail", tf::core::carries(sp.plans[0])}};
     if (speculating) p["speculation_bytes"] = sp.plans[0].config.speculation_bytes;
+    if (speculating) p["speculation_layers"] = sp.speculation_layers;  // as `run` writes them
     if (order) p["cpu_order"] = {{"arrival", sp.cpu_order.arrival}, {"before_norm", sp.cpu_order.before_norm}};
     for (int step = 1; step <= 4; ++step) {
       const auto ns = int64_t(std::llround(double(sp.step_ns) * scale * (step == 1 ? 2.0 : 1.0)));

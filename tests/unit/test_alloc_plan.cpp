@@ -470,7 +470,7 @@ TEST(AllocPlan, StagingAutoIsResolvedBeforeTheSpeculationBudget) {
   MemoryOptions o;
   o.workload = WorkloadType::kSynthetic;
   o.step.clip_gradients = true;
-  o.step.speculation_bytes = kSpeculationAuto;
+  o.step.speculation_bytes = kSpeculationMax;
   o.step.staging_slots = kStagingAuto;
   // full-size staging fits with room for 2 speculated layers
   o.host_bytes_per_rank = full + 2 * 12 * layer;

@@ -49,7 +49,7 @@ StepConfig config(int waits, int slots, int64_t speculation, bool carry) {
 }
 
 // Where the order applies: a carried tail at full-size staging, a norm wait, speculation.
-StepConfig applying(int waits = 1) { return config(waits, kUnboundedStaging, kSpeculationAuto, true); }
+StepConfig applying(int waits = 1) { return config(waits, kUnboundedStaging, kSpeculationMax, true); }
 
 // "cpu_optimizer L3 spare": a speculative pass (into the spare slot); "cpu_commit L3", "h2d L3", ...
 std::string entry(const Op& o) {
@@ -98,7 +98,7 @@ TEST(CpuPassOrder, DefaultAndAllAreTodaysPlan) {
   for (int stage : {1, 2, 3})
     for (int waits : {0, 1, 2})
       for (int slots : {kStagingSlots, 1, kUnboundedStaging})
-        for (int64_t speculation : {int64_t(0), kSpeculationAuto})
+        for (int64_t speculation : {int64_t(0), kSpeculationMax})
           for (bool carry : {false, true})
             for (double ratio : {0.5, 1.0}) {
               StepConfig c = config(waits, slots, speculation, carry);
@@ -120,7 +120,7 @@ TEST(CpuPassOrder, AppliesOnlyToACarriedTailAtFullSizeStagingWithSpeculation) {
   for (int stage : {1, 3})
     for (int waits : {0, 1, 2})
       for (int slots : {kStagingSlots, 1, kUnboundedStaging})
-        for (int64_t speculation : {int64_t(0), kSpeculationAuto})
+        for (int64_t speculation : {int64_t(0), kSpeculationMax})
           for (bool carry : {false, true}) {
             StepConfig c = config(waits, slots, speculation, carry);
             const Planned today = plan_of(stage, 2, 1.0, c);

@@ -55,7 +55,7 @@ TEST(PlanHazards, NoneOnAnyConfiguration) {
             for (double ratio : {0.0, 0.3, 1.0})
               for (int waits : {0, 1, 2})  // nothing, clipping, fp16 loss scaling
                 for (int slots : {kStagingSlots, 1, kUnboundedStaging})
-                  for (int64_t speculation : {int64_t(0), kSpeculationAuto})
+                  for (int64_t speculation : {int64_t(0), kSpeculationMax})
                     for (bool carry : {false, true}) {
                       StepConfig c;
                       c.carry_tail = carry;
@@ -160,7 +160,7 @@ TEST(PlanHazards, ARemovedStagingRingDependencyIsFound) {
     StepConfig c;
     c.staging_slots = 2;
     c.clip_gradients = waits > 0;
-    c.speculation_bytes = waits == 2 ? kSpeculationAuto : 0;
+    c.speculation_bytes = waits == 2 ? kSpeculationMax : 0;
     const StepPlan base = plan_of(m, 3, 2, 1.0, c);
     ASSERT_TRUE(check_plan_hazards(base).empty());
     const auto is_pass = [](OpKind k) { return k == OpKind::kCpuOptimizer || k == OpKind::kCpuCommit; };
@@ -198,7 +198,7 @@ TEST(PlanHazards, RemovedSpeculationDependenciesAreFound) {
   StepConfig c;
   c.grad_accum = 2;
   c.clip_gradients = true;
-  c.speculation_bytes = kSpeculationAuto;
+  c.speculation_bytes = kSpeculationMax;
   const StepPlan base = plan_of(describe_model(make_mlp({512, 1024, 1024, 1024, 256})), 3, 2, 0.6, c);
   ASSERT_TRUE(check_plan_hazards(base).empty());
   const auto find = [](StepPlan& p, OpKind k, int8_t slot) {
@@ -236,7 +236,7 @@ TEST(PlanHazards, RemovedSpeculationDependenciesAreFound) {
 TEST(PlanHazards, WhatSpeculationOpsTouch) {
   StepConfig c;
   c.clip_gradients = true;
-  c.speculation_bytes = kSpeculationAuto;
+  c.speculation_bytes = kSpeculationMax;
   const StepPlan p = plan_of(describe_model(make_mlp({512, 1024, 1024, 1024, 256})), 3, 1, 1.0, c);
   for (const Op& o : p.ops) {
     const std::vector<BufferUse> u = op_buffers(p, o);
@@ -350,7 +350,7 @@ std::vector<StepConfig> carrying_configs() {
   std::vector<StepConfig> out;
   for (int waits : {0, 1, 2})
     for (int slots : {kStagingSlots, 1, kUnboundedStaging})
-      for (int64_t speculation : {int64_t(0), kSpeculationAuto}) {
+      for (int64_t speculation : {int64_t(0), kSpeculationMax}) {
         StepConfig c;
         c.carry_tail = true;
         c.grad_accum = 2;

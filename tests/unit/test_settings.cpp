@@ -156,12 +156,26 @@ TEST(Settings, SimulationSizeNamesWhatSetIt) {
             std::string::npos);
 }
 
-// training.speculation: auto by default, 0 off, a byte count, or the command's override; anything else
-// names the key.
+// training.speculation: auto by default (the cost model's count within max: every eligible layer until it is
+// chosen), max, 0 off, a byte count, or the command's override; anything else names the key. The count, once
+// chosen (SettingsOverrides::speculation_layers), ends auto.
 TEST(Settings, SpeculationBudget) {
-  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, gradient_clipping: 1.0")).step.speculation_bytes,
-            kSpeculationAuto);
-  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: auto")).step.speculation_bytes, kSpeculationAuto);
+  const RunSettings by_default = resolve_settings(scenario("micro_batch: 1, gradient_clipping: 1.0"));
+  EXPECT_EQ(by_default.step.speculation_bytes, kSpeculationMax);
+  EXPECT_EQ(by_default.step.speculation_layers, kEveryEligibleLayer);
+  EXPECT_TRUE(by_default.speculation_auto);
+  EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: auto")).step.speculation_bytes, kSpeculationMax);
+  EXPECT_TRUE(resolve_settings(scenario("micro_batch: 1, speculation: auto")).speculation_auto);
+  const RunSettings max = resolve_settings(scenario("micro_batch: 1, speculation: MAX"));
+  EXPECT_EQ(max.step.speculation_bytes, kSpeculationMax);
+  EXPECT_EQ(max.step.speculation_layers, kEveryEligibleLayer);
+  EXPECT_FALSE(max.speculation_auto);
+  EXPECT_FALSE(resolve_settings(scenario("micro_batch: 1, speculation: 0")).speculation_auto);
+  const RunSettings chosen = resolve_settings(scenario("micro_batch: 1"), {.speculation_layers = 3});
+  EXPECT_FALSE(chosen.speculation_auto);
+  EXPECT_EQ(chosen.step.speculation_layers, 3);
+  EXPECT_EQ(chosen.step.speculation_bytes, kSpeculationMax);
+  EXPECT_THROW(resolve_settings(scenario("micro_batch: 1"), {.speculation_layers = -2}), InputError);
   EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: 0")).step.speculation_bytes, 0);
   EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: 8000000000")).step.speculation_bytes, 8000000000);
   SettingsOverrides o;
@@ -169,7 +183,8 @@ TEST(Settings, SpeculationBudget) {
   EXPECT_EQ(resolve_settings(scenario("micro_batch: 1, speculation: auto"), o).step.speculation_bytes, 0);
   o.speculation_bytes = -5;
   EXPECT_THROW(resolve_settings(scenario("micro_batch: 1"), o), InputError);
-  for (const char* bad : {"speculation: -1", "speculation: lots", "speculation: '12'", "speculation: [1]"}) {
+  for (const char* bad :
+       {"speculation: -1", "speculation: lots", "speculation: '12'", "speculation: [1]", "speculation: all"}) {
     try {
       resolve_settings(scenario(std::string("micro_batch: 1, ") + bad));
       ADD_FAILURE() << bad << " was accepted";
@@ -181,6 +196,10 @@ TEST(Settings, SpeculationBudget) {
   bool listed = false;
   for (const ReportedSetting& r : settings_report(scenario("micro_batch: 1, speculation: 0")))
     if (r.key == "training.speculation") listed = r.value == "0";
+  EXPECT_TRUE(listed);
+  listed = false;
+  for (const ReportedSetting& r : settings_report(scenario("micro_batch: 1, speculation: max")))
+    if (r.key == "training.speculation") listed = r.value == "max";
   EXPECT_TRUE(listed);
 }
 

@@ -51,16 +51,28 @@ TEST(Speculation, LayersInBackwardOrderWithinTheBudgetNeverLayerZero) {
   const Partition part = make_partition(mlp(), {3, 1, 2048});
   const TwinFlowSplit split = split_shard(part.ranks[0], 1.0, 2048);
   ASSERT_EQ(part.layer_slice, (std::vector<int64_t>{526336, 1050624, 1050624, 264192}));
-  EXPECT_EQ(speculated_layers(split, clipped(kSpeculationAuto)), (std::vector<int32_t>{3, 2, 1}));
+  EXPECT_EQ(speculated_layers(split, clipped(kSpeculationMax)), (std::vector<int32_t>{3, 2, 1}));
   EXPECT_TRUE(speculated_layers(split, clipped(0)).empty());
   // layer 3 alone: 264192 x 12 = 3170304 bytes; layers 3 and 2: + 1050624 x 12 = 15777792
   EXPECT_EQ(speculated_layers(split, clipped(3170304)), (std::vector<int32_t>{3}));
   EXPECT_EQ(speculated_layers(split, clipped(15777791)), (std::vector<int32_t>{3}));
   EXPECT_EQ(speculated_layers(split, clipped(15777792)), (std::vector<int32_t>{3, 2}));
   EXPECT_TRUE(speculated_layers(split, clipped(3170303)).empty());
+  // at most speculation_layers of them (the cost model's count for `speculation: auto`), within the bytes
+  for (int most : {0, 1, 2, 3, 4}) {
+    StepConfig capped = clipped(kSpeculationMax);
+    capped.speculation_layers = most;
+    const std::vector<int32_t> all{3, 2, 1};
+    EXPECT_EQ(speculated_layers(split, capped), std::vector<int32_t>(all.begin(), all.begin() + std::min(most, 3)));
+    capped.speculation_bytes = 15777792;  // layers 3 and 2
+    EXPECT_EQ(speculated_layers(split, capped).size(), size_t(std::min(most, 2)));
+  }
+  StepConfig below = clipped(kSpeculationMax);
+  below.speculation_layers = -2;
+  EXPECT_THROW(speculated_layers(split, below), std::invalid_argument);
   // without clipping or loss scaling the CPU updates do not wait for the norm: nothing to speculate
   StepConfig plain;
-  plain.speculation_bytes = kSpeculationAuto;
+  plain.speculation_bytes = kSpeculationMax;
   EXPECT_TRUE(speculated_layers(split, plain).empty());
   StepConfig fp16 = plain;
   fp16.loss_scaling = true;
@@ -72,7 +84,7 @@ TEST(Speculation, LayersInBackwardOrderWithinTheBudgetNeverLayerZero) {
   // the staging rings (core::staging_ring): with K slots only the first K CPU layers in backward order
   // land before the norm (the next D2H waits for a commit), so only they speculate
   for (int slots : {1, 2}) {
-    StepConfig ring = clipped(kSpeculationAuto);
+    StepConfig ring = clipped(kSpeculationMax);
     ring.staging_slots = slots;
     const std::vector<int32_t> all{3, 2, 1};
     EXPECT_EQ(speculated_layers(split, ring), std::vector<int32_t>(all.begin(), all.begin() + slots)) << slots;
@@ -80,7 +92,7 @@ TEST(Speculation, LayersInBackwardOrderWithinTheBudgetNeverLayerZero) {
     EXPECT_EQ(count(p, OpKind::kCpuOptimizer, 1), size_t(slots));
     EXPECT_EQ(count(p, OpKind::kCpuCommit, 1), size_t(slots));
   }
-  StepConfig unbounded = clipped(kSpeculationAuto);
+  StepConfig unbounded = clipped(kSpeculationMax);
   unbounded.staging_slots = kUnboundedStaging;
   EXPECT_EQ(speculated_layers(split, unbounded), (std::vector<int32_t>{3, 2, 1}));
 }
@@ -94,7 +106,7 @@ TEST(Speculation, SpareRangeIsTheTailOfTheCpuSegment) {
   // a partial first CPU piece: ratio 0.3 of 2891776 elements = 867532.8 -> 424 units of 2048 = 868352
   const TwinFlowSplit part_split = split_shard(part.ranks[0], 0.3, 2048);
   ASSERT_EQ(part_split.cpu_elems, 868352);
-  const std::vector<int32_t> layers = speculated_layers(part_split, clipped(kSpeculationAuto));
+  const std::vector<int32_t> layers = speculated_layers(part_split, clipped(kSpeculationMax));
   EXPECT_EQ(layers, (std::vector<int32_t>{3, 2}));  // layer 2's last 604160 elements and layer 3
   EXPECT_EQ(spare_range(part_split, layers), (SpareRange{0, 868352}));
 }
@@ -102,7 +114,7 @@ TEST(Speculation, SpareRangeIsTheTailOfTheCpuSegment) {
 TEST(Speculation, ThePlanSpeculatesRightAfterTheCopyAndCommitsAfterTheNorm) {
   const Partition part = make_partition(mlp(), {3, 2, 2048});
   const TwinFlowSplit split = split_shard(part.ranks[0], 1.0, 2048);
-  const StepPlan p = plan_step(mlp(), part, split, clipped(kSpeculationAuto));
+  const StepPlan p = plan_step(mlp(), part, split, clipped(kSpeculationMax));
   EXPECT_EQ(count(p, OpKind::kCpuOptimizer, 1), 3u);  // layers 3, 2, 1
   EXPECT_EQ(count(p, OpKind::kCpuCommit, 1), 3u);
   EXPECT_EQ(count(p, OpKind::kCpuOptimizer, -1), 1u);  // layer 0, after the norm
@@ -159,7 +171,7 @@ TEST(Speculation, SpareSlotsInTheAllocationPlanAndTheMemoryModel) {
   const RankShard& shard = part.ranks[0];
   const TwinFlowSplit split = split_shard(shard, 1.0, 2048);
   MemoryOptions mo;
-  mo.step = clipped(kSpeculationAuto);
+  mo.step = clipped(kSpeculationMax);
   mo.workload = WorkloadType::kSynthetic;
   const AllocPlan with = plan_allocations(mlp(), part, shard, split, mo);
   const int64_t spare = 1050624 + 1050624 + 264192;  // layers 1, 2, 3
@@ -190,7 +202,7 @@ TEST(Speculation, SpareSlotsInTheAllocationPlanAndTheMemoryModel) {
   EXPECT_EQ(plan_allocations(mlp(), part, shard, split, limited).at(buf::kHostMasterSpare).bytes, 264192 * 4);
   limited.host_bytes_per_rank = base - 1;  // nothing left
   EXPECT_EQ(resolve_speculation_bytes(mlp(), part, shard, split, limited), 0);
-  EXPECT_EQ(resolve_speculation_bytes(mlp(), part, shard, split, mo), kSpeculationAuto);  // limit unknown
+  EXPECT_EQ(resolve_speculation_bytes(mlp(), part, shard, split, mo), kSpeculationMax);  // limit unknown
   // plan_rank plans the step and the allocations with the same resolved budget
   limited.host_bytes_per_rank = base + 264192 * 12;
   const RankPlan rp = plan_rank(mlp(), part, 0, 1.0, limited);
@@ -278,7 +290,7 @@ TEST(Speculation, SameBitsComparesEveryField) {
 TEST(Speculation, TheRuleAcrossSteps) {
   const Partition part = make_partition(mlp(), {3, 1, 2048});
   const TwinFlowSplit split = split_shard(part.ranks[0], 1.0, 2048);
-  StepConfig cfg = clipped(kSpeculationAuto);
+  StepConfig cfg = clipped(kSpeculationMax);
   cfg.loss_scaling = true;
   const StepPlan plan = plan_step(mlp(), part, split, cfg);
   Speculation spec(plan);
@@ -331,7 +343,7 @@ TEST(Speculation, TheRuleAcrossSteps) {
 TEST(Speculation, ResetSlotsForARestore) {
   const Partition part = make_partition(mlp(), {3, 1, 2048});
   const TwinFlowSplit split = split_shard(part.ranks[0], 1.0, 2048);
-  Speculation spec(plan_step(mlp(), part, split, clipped(kSpeculationAuto)));
+  Speculation spec(plan_step(mlp(), part, split, clipped(kSpeculationMax)));
   const StepPolicy policy =
       make_step_policy(OptimizerKind::kAdamW, default_hyper_params(OptimizerKind::kAdamW), 1.0, DType::kBF16);
   spec.begin_step(policy, 1, 1.0, 0);  // clean: every speculated layer adopts its spare slot
@@ -357,7 +369,7 @@ TEST(Speculation, StagesOneAndTwoCarryTheSpeculativeOps) {
   for (int stage : {1, 2}) {
     const Partition part = make_partition(mlp(), {stage, 2, 2048});
     const TwinFlowSplit split = split_shard(part.ranks[0], 1.0, 2048);
-    const StepPlan p = plan_step(mlp(), part, split, clipped(kSpeculationAuto));
+    const StepPlan p = plan_step(mlp(), part, split, clipped(kSpeculationMax));
     EXPECT_EQ(count(p, OpKind::kCpuOptimizer, 1), 3u) << "stage " << stage;  // layers 3, 2, 1
     EXPECT_EQ(count(p, OpKind::kCpuCommit, 1), 3u) << "stage " << stage;
     EXPECT_EQ(count(p, OpKind::kCpuOptimizer, -1), 1u) << "stage " << stage;  // layer 0, after the norm
