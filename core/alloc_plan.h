@@ -183,8 +183,8 @@ struct MemoryOptions {
   // GPU memory the rank uses that no buffer names (the plan's kContext entries).
   UnnamedGpuMemory unnamed;
   // Host bytes the rank may use: what `staging_slots: auto` checks full-size staging against
-  // (core::resolve_staging_slots) and `speculation: auto` fills (core::resolve_speculation_bytes). 0: not
-  // known, full-size staging and every eligible layer speculates.
+  // (core::resolve_staging_slots) and `speculation: max` (auto's ceiling) fills (core::resolve_speculation_bytes). 0:
+  // not known, full-size staging and every eligible layer speculates.
   int64_t host_bytes_per_rank = 0;
 };
 

@@ -133,8 +133,8 @@ const RankShard& largest(const Partition& part) {
                            [](const RankShard& a, const RankShard& b) { return a.elems < b.elems; });
 }
 
-// `speculation: auto` fills what the host has beyond the plan (core::resolve_speculation_bytes): checked
-// against the limit it is checked with, it never makes a ratio not fit; an explicit budget may.
+// `speculation: max` (auto's ceiling) fills what the host has beyond the plan (core::resolve_speculation_bytes):
+// checked against the limit it is checked with, it never makes a ratio not fit; an explicit budget may.
 MemoryOptions with_host_limit(MemoryOptions opt, int64_t host_bytes_per_rank) {
   opt.host_bytes_per_rank = host_bytes_per_rank;
   return opt;

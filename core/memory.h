@@ -55,7 +55,7 @@ RankMemory rank_memory_at(const ModelDesc& model, const Partition& part, const M
 
 // The ratios whose memory fits: GPU bytes fall and host bytes rise with the ratio, so the feasible
 // set is an interval [min_ratio, max_ratio] (on the alignment grid of the largest shard). Both this and
-// check_ratio_fits resolve `speculation: auto` against host_bytes_per_rank (opt.host_bytes_per_rank is
+// check_ratio_fits resolve `speculation: max` (auto's ceiling) against host_bytes_per_rank (opt.host_bytes_per_rank is
 // replaced), so auto never changes which ratios fit; an explicit speculation budget counts in full.
 struct RatioRange {
   bool feasible = false;
@@ -91,7 +91,7 @@ std::string margin_text(const MemoryMargin& m);
 // What one rank may pin (docs/ARCHITECTURE.md, "Choosing the ratio"): the host's memory less the reserve
 // (margin_bytes of the whole host), shared equally by the host's `local_ranks` (>= 1); 0 when the reserve
 // takes it all. The memory model's host limit (core::rank_budget, from the profile), `staging_slots: auto`,
-// `speculation: auto` and the engine (`twinflow run`, from the machine) all take it from here.
+// `speculation: max` and the engine (`twinflow run`, from the machine) all take it from here.
 int64_t pinnable_host_bytes_per_rank(int64_t host_bytes, int local_ranks, const MemoryMargin& reserve);
 
 // The warning for a ratio that fits but eats into the GPU headroom (an explicit ratio: `ratio: auto` keeps

@@ -39,7 +39,8 @@ std::string ratio_range_text(const RatioRange& r) {
 namespace {
 
 // The settings and memory options the fit is of: the override's workload, else the model trained for real;
-// `speculation: auto` resolved against the rank's host budget (the plan's spare slots fill what is left).
+// `speculation: max` (auto's ceiling) resolved against the rank's host budget (the plan's spare slots fill what is
+// left).
 struct FitInputs {
   RunSettings rs;
   MemoryOptions mo;

@@ -262,7 +262,7 @@ class EngineImpl final : public Engine {
   }
 
   // The rank's split, step plan and allocation plan: core::plan_rank, as the simulator builds its ranks
-  // (`speculation: auto` fills the host memory beyond the plan, up to the layers that gain from it).
+  // (`speculation: max`, auto's ceiling, fills the host memory beyond the plan; auto's count caps it).
   void plan_rank() {
     part_ = core::make_partition(s_.model, s_.partition);
     shard_ = part_.ranks[size_t(cfg_.rank)];

@@ -958,7 +958,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   core::MemoryOptions mo = rs.memory_options();
   mo.workload = core::WorkloadType::kAuto;  // the model trained for real: what the step's costs are of
   const core::Partition part = core::make_partition(rs.model, rs.partition);
-  // `speculation: auto` fills the rank's host memory beyond the plan (core::resolve_speculation_bytes)
+  // `speculation: max` (auto's ceiling) fills the rank's host memory beyond the plan (core::resolve_speculation_bytes)
   const core::RankBudget budget = core::rank_budget(s, rs.world);
   mo.host_bytes_per_rank = budget.host_bytes;
 
