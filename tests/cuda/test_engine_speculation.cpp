@@ -29,6 +29,7 @@ struct Case {
   int overflow_at = -1;
   int steps = 6;
   core::OptimizerKind kind = core::OptimizerKind::kAdamW;
+  int speculation_layers = core::kEveryEligibleLayer;  // the cost model's count for `speculation: auto`
 };
 
 core::RunSettings settings(const core::ModelDesc& m, const Case& c, int64_t speculation_bytes) {
@@ -41,6 +42,7 @@ core::RunSettings settings(const core::ModelDesc& m, const Case& c, int64_t spec
   hp.lr = 1e-2;
   s.policy = core::make_step_policy(c.kind, hp, c.clip, grad);
   s.step = core::make_step_config(s.policy, grad, 1, 2, false, speculation_bytes);
+  s.step.speculation_layers = c.speculation_layers;
   s.loss_scaler = {c.fp16 ? 1024.0 : 1.0, 0, 1.0, 0};
   s.workload = core::WorkloadType::kSynthetic;
   s.seed = 11;
@@ -122,6 +124,26 @@ TEST(CudaEngineSpeculation, SameBitsAsWithoutSpeculationWhenSomeStepsClip) {
       c.clip = mid_clip(m, c);
       expect_same_bits(m, c, std::string(core::optimizer_name(k)) + " ratio " + std::to_string(ratio));
     }
+}
+
+// A count of speculated layers (`speculation: auto`'s choice, StepConfig::speculation_layers): the engine
+// speculates that many, the last in backward order, takes their spare slots only, and the bits stay those of
+// no speculation and of the functional simulator (which speculates every eligible layer).
+TEST(CudaEngineSpeculation, ACountOfLayersSpeculatesThatManyWithTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const core::ModelDesc m = small_model();
+  Case c;
+  c.ratio = 1.0;
+  c.clip = mid_clip(m, c);
+  const EngineRun every = run_engine(m, c, core::kSpeculationMax);
+  const std::vector<int32_t> all = core::speculated_layers(every.engine->split(), every.engine->plan().config);
+  ASSERT_EQ(all.size(), 2u);  // layers 2 and 1 (never layer 0)
+  c.speculation_layers = 1;
+  expect_same_bits(m, c, "one layer");
+  const EngineRun one = run_engine(m, c, core::kSpeculationMax);
+  EXPECT_EQ(core::speculated_layers(one.engine->split(), one.engine->plan().config), std::vector<int32_t>{all[0]});
+  EXPECT_LT(one.engine->memory().planned.host_total, every.engine->memory().planned.host_total);
+  EXPECT_GT(one.engine->speculated_steps(), 0);
 }
 
 TEST(CudaEngineSpeculation, SameBitsAcrossAnFp16Overflow) {
