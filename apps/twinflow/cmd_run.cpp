@@ -37,10 +37,10 @@
 #include "backends/cpu/host_topology.h"
 #include "backends/launch/rank_env.h"
 #include "backends/launch/rendezvous.h"
+#include "backends/sim/choices.h"
 #include "backends/sim/cpu_order.h"
 #include "backends/sim/functional.h"
 #include "backends/sim/sim_backend.h"
-#include "backends/sim/speculation_budget.h"
 #include "core/error.h"
 #include "core/scenario.h"
 #include "core/settings.h"
@@ -505,12 +505,6 @@ class RunMetrics {
 
 // ---- one ratio ------------------------------------------------------------------------------------------
 
-// What the cost model chose for a ratio before its engine planned (training.speculation and cpu_order auto).
-struct ModelChoices {
-  std::optional<backend::sim::SpeculationChoice> speculation;  // how many CPU layers speculate
-  std::optional<backend::sim::CpuOrderChoice> cpu_order;       // their passes' order
-};
-
 struct RunPoint {
   double requested = 0, actual = 0;
   std::vector<cu::StepReport> steps;
@@ -789,8 +783,8 @@ void print_pages_probe(const cu::CpuPassProbe& p, int ranks_per_host) {
 
 // One ratio from scratch (or from --resume's checkpoint): the engine, its steps, then the checks and
 // files that need its state.
-RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, const ModelChoices& chosen, RunMetrics& metrics,
-                   backend::launch::Rendezvous* rdv, const StopSignals* signals) {
+RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, const backend::sim::ModelChoices& chosen,
+                   RunMetrics& metrics, backend::launch::Rendezvous* rdv, const StopSignals* signals) {
   const int rank = ec.rank;
   const std::unique_ptr<cu::Engine> eng = cu::Engine::create(ec);
   const std::unique_ptr<RunCheckpoints> ck = make_checkpoints(*eng, o, ec, rdv, signals);
@@ -1134,11 +1128,8 @@ int cmd_run(const std::vector<std::string>& args) {
     // the staging and the speculation bytes against this machine's memory where the simulator takes the
     // profile's: the counts then cap the engine's speculated layers (core::speculated_layers,
     // core::CpuPassOrder).
-    ModelChoices chosen;
-    backend::sim::SimOptions so = run_sim_options(o, env);
-    chosen.speculation = backend::sim::resolve_speculation(ec.settings, o.sc, ec.ratio, so);
-    if (chosen.speculation) so.overrides.speculation_layers = chosen.speculation->layers;
-    chosen.cpu_order = backend::sim::resolve_cpu_order(ec.settings, o.sc, ec.ratio, so);
+    const backend::sim::ModelChoices chosen =
+        backend::sim::resolve_model_choices(ec.settings, o.sc, ec.ratio, run_sim_options(o, env));
     metrics.set_ratio(ec.ratio);
     points.push_back(run_ratio(o, ec, chosen, metrics, rdv.get(), signals ? &*signals : nullptr));
     all_ok = all_ok && points.back().parity_ok;

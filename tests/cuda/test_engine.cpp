@@ -11,7 +11,7 @@
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/engine.h"
 #include "backends/cuda/launch.h"
-#include "backends/sim/cpu_order.h"
+#include "backends/sim/choices.h"
 #include "backends/sim/functional.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
@@ -321,7 +321,7 @@ TEST(CudaEngine, AllocatesExactlyTheAllocationPlan) {
 
 // The engine runs the simulator's plan and issues each queue's ops in the simulator's order, with the
 // optimizer tail carried into the next step and without, and with the CPU pass order the cost model
-// chooses (resolved before the engine plans, as `run` does) and today's.
+// chooses (resolved before the engine plans, as `run` does, after the count of speculated layers) and today's.
 TEST(CudaEngine, IssuesTheSimulatorsOpsInItsOrderPerQueue) {
   SKIP_WITHOUT_GPU();
   core::Scenario sc = core::parse_scenario(
@@ -342,7 +342,7 @@ TEST(CudaEngine, IssuesTheSimulatorsOpsInItsOrderPerQueue) {
         o.overrides.workload = w;
         cu::EngineConfig e;
         e.settings = core::resolve_settings(sc, {.workload = w});
-        backend::sim::resolve_cpu_order(e.settings, sc, 0.4, o);
+        backend::sim::resolve_model_choices(e.settings, sc, 0.4, o);
         e.ratio = 0.4;
         e.cpu_threads = 4;
         e.pin_threads = false;

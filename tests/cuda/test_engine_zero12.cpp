@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backends/cuda/engine.h"
-#include "backends/sim/cpu_order.h"
+#include "backends/sim/choices.h"
 #include "backends/sim/functional.h"
 #include "backends/sim/sim_backend.h"
 #include "core/memory.h"
@@ -50,7 +50,7 @@ const char* const kGptTiny = "{preset: gpt-tiny, heads: 1}";  // a decoder with 
 cu::EngineConfig config(const core::Scenario& sc, core::WorkloadType w, double ratio) {
   cu::EngineConfig e;
   e.settings = core::resolve_settings(sc, {.workload = w});
-  backend::sim::resolve_cpu_order(e.settings, sc, ratio, {.overrides = {.workload = w}});
+  backend::sim::resolve_model_choices(e.settings, sc, ratio, {.overrides = {.workload = w}});
   e.ratio = ratio;
   e.cpu_threads = 4;
   e.pin_threads = false;

@@ -10,9 +10,8 @@
 #include <string>
 
 #include "backends/backend.h"
-#include "backends/sim/cpu_order.h"
+#include "backends/sim/choices.h"
 #include "backends/sim/sim_backend.h"
-#include "backends/sim/speculation_budget.h"
 #include "core/error.h"
 #include "core/local_kernels.h"
 #include "core/memory.h"
@@ -397,12 +396,9 @@ TEST(SimBackend, RanksRunThePlanTheEngineBuilds) {
   const tf::core::Scenario s = decoder_scenario(4);
   const SimPoint p = simulate_step(s, 0.3, {.record_ops = true, .keep_plans = true});
   tf::core::RunSettings rs = tf::core::resolve_settings(s);
-  SimOptions chose;
-  const auto spec = tf::backend::sim::resolve_speculation(rs, s, 0.3, chose);
-  ASSERT_TRUE(spec.has_value());
-  ASSERT_GT(spec->eligible, 0);
-  chose.overrides.speculation_layers = spec->layers;
-  tf::backend::sim::resolve_cpu_order(rs, s, 0.3, chose);
+  const auto chosen = tf::backend::sim::resolve_model_choices(rs, s, 0.3, {});
+  ASSERT_TRUE(chosen.speculation.has_value());
+  ASSERT_GT(chosen.speculation->eligible, 0);
   const tf::core::Partition part = tf::core::make_partition(rs.model, rs.partition);
   ASSERT_EQ(p.plans.size(), 4u);
   for (int r = 0; r < 4; ++r) {

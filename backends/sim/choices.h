@@ -1,0 +1,26 @@
+// The cost model's choices an executor's plan needs before it is made, resolved in one call: how many CPU
+// layers speculate (training.speculation auto, speculation_budget.h), then their passes' order with that
+// count (training.cpu_order auto, cpu_order.h). `run` resolves them per ratio before the CUDA engine plans;
+// `simulate_step` makes the same choices itself.
+#pragma once
+
+#include <optional>
+
+#include "backends/sim/cpu_order.h"
+#include "backends/sim/sim_backend.h"
+#include "backends/sim/speculation_budget.h"
+
+namespace tf::backend::sim {
+
+struct ModelChoices {
+  std::optional<SpeculationChoice> speculation;  // how many CPU layers speculate (nullopt: not auto)
+  std::optional<CpuOrderChoice> cpu_order;       // their passes' order (nullopt: not auto)
+};
+
+// Both auto settings of `settings` (core::resolve_settings of `s` with opt.overrides) resolved at `ratio`:
+// the count written to settings.step.speculation_layers, then the order chosen with that count written to
+// settings.step.cpu_order, as simulate_step chooses them.
+ModelChoices resolve_model_choices(core::RunSettings& settings, const core::Scenario& s, double ratio,
+                                   const SimOptions& opt);
+
+}  // namespace tf::backend::sim
