@@ -812,7 +812,8 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, const backen
               << core::format_gb(pt.memory.host_pinned) << "\n";
   if (rank == 0) std::cerr << "model's " << core::unnamed_gpu_text(pt.memory.plan) << "\n";
   if (rank == 0 && pt.cpu_elems > 0) std::cerr << core::staging_choice_text(pt.memory.staging) << "\n";
-  if (rank == 0 && pt.speculation_choice) std::cerr << speculation_choice_text(*pt.speculation_choice) << "\n";
+  if (rank == 0 && pt.speculation_choice && pt.speculation_choice->eligible > 0)
+    std::cerr << speculation_choice_text(*pt.speculation_choice) << "\n";
   if (rank == 0 && pt.speculated_layers > 0)
     std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "
               << core::format_gb(spare_bytes(pt.memory.plan)) << " of host memory for their second state slot\n";

@@ -7,9 +7,17 @@ ModelChoices resolve_model_choices(core::RunSettings& settings, const core::Scen
                                    const SimOptions& opt) {
   ModelChoices c;
   SimOptions o = opt;
-  c.speculation = resolve_speculation(settings, s, ratio, o);
-  if (c.speculation) o.overrides.speculation_layers = c.speculation->layers;
-  c.cpu_order = resolve_cpu_order(settings, s, ratio, o);
+  if (settings.speculation_auto) {
+    c.speculation = choose_speculation(s, ratio, o);
+    settings.step.speculation_layers = c.speculation->layers;
+    o.overrides.speculation_layers = c.speculation->layers;
+    settings.speculation_auto = false;
+  }
+  if (settings.cpu_order_auto) {  // with the count just chosen
+    c.cpu_order = choose_cpu_order(s, ratio, o);
+    settings.step.cpu_order = c.cpu_order->order;
+    settings.cpu_order_auto = false;
+  }
   return c;
 }
 

@@ -17,9 +17,10 @@ struct ModelChoices {
   std::optional<CpuOrderChoice> cpu_order;       // their passes' order (nullopt: not auto)
 };
 
-// Both auto settings of `settings` (core::resolve_settings of `s` with opt.overrides) resolved at `ratio`:
-// the count written to settings.step.speculation_layers, then the order chosen with that count written to
-// settings.step.cpu_order, as simulate_step chooses them.
+// Both auto settings of `settings` (core::resolve_settings of `s` with opt.overrides) resolved at `ratio`,
+// as simulate_step chooses them: the count written to settings.step.speculation_layers, then the order chosen
+// with that count to settings.step.cpu_order, each auto flag cleared; a setting that was not auto stays as it
+// is (its choice nullopt). The same on every rank (the simulator is deterministic).
 ModelChoices resolve_model_choices(core::RunSettings& settings, const core::Scenario& s, double ratio,
                                    const SimOptions& opt);
 

@@ -114,13 +114,4 @@ CpuOrderChoice choose_cpu_order(const core::Scenario& s, double ratio, const Sim
   return c;
 }
 
-std::optional<CpuOrderChoice> resolve_cpu_order(core::RunSettings& settings, const core::Scenario& s, double ratio,
-                                                const SimOptions& opt) {
-  if (!settings.cpu_order_auto) return std::nullopt;
-  const CpuOrderChoice c = choose_cpu_order(s, ratio, opt);
-  settings.step.cpu_order = c.order;
-  settings.cpu_order_auto = false;
-  return c;
-}
-
 }  // namespace tf::backend::sim

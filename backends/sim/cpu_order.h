@@ -8,7 +8,6 @@
 
 #include "backends/sim/sim_backend.h"
 #include "core/scenario.h"
-#include "core/settings.h"
 #include "core/step.h"
 
 namespace tf::backend::sim {
@@ -42,12 +41,5 @@ inline constexpr double kCpuOrderMinGain = 0.005;
 // ascending), and only when it beats today's order by kCpuOrderMinGain.
 CpuOrderChoice choose_cpu_order(const core::Scenario& s, double ratio, const SimOptions& opt = {},
                                 CpuOrderSearch search = CpuOrderSearch::kWindow);
-
-// `training.cpu_order: auto` in `settings` (core::resolve_settings of `s` with opt.overrides), resolved
-// before an executor plans at `ratio`, as `run` does before the CUDA engine plans: the choice written to
-// settings.step.cpu_order (settings.cpu_order_auto cleared) and returned; nullopt, settings unchanged,
-// where the order was given. The same on every rank (the simulator is deterministic).
-std::optional<CpuOrderChoice> resolve_cpu_order(core::RunSettings& settings, const core::Scenario& s, double ratio,
-                                                const SimOptions& opt);
 
 }  // namespace tf::backend::sim

@@ -58,7 +58,7 @@ SpeculationChoice choose_speculation(const core::Scenario& s, double ratio, cons
   o.speculation = SpeculationCase::kHolds;
   o.overrides.speculation_layers = core::kEveryEligibleLayer;
   SimOptions pilot_opt = o;
-  pilot_opt.record_ops = pilot_opt.keep_plans = true;     // the pilot's plans and timeline suggest the count
+  pilot_opt.record_ops = pilot_opt.keep_plans = true;       // the pilot's plans and timeline suggest the count
   pilot_opt.overrides.cpu_order = core::CpuOrderSetting{};  // arrival order: each pass as its gradient lands
   const SimPoint pilot = simulate_step(s, ratio, pilot_opt);
   SpeculationChoice c;
@@ -90,15 +90,6 @@ SpeculationChoice choose_speculation(const core::Scenario& s, double ratio, cons
     }
   c.every_ns = step.at(c.eligible);
   c.none_ns = step.at(0);
-  return c;
-}
-
-std::optional<SpeculationChoice> resolve_speculation(core::RunSettings& settings, const core::Scenario& s, double ratio,
-                                                     const SimOptions& opt) {
-  if (!settings.speculation_auto) return std::nullopt;
-  const SpeculationChoice c = choose_speculation(s, ratio, opt);
-  settings.step.speculation_layers = c.layers;
-  settings.speculation_auto = false;
   return c;
 }
 

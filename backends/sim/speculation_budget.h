@@ -8,7 +8,6 @@
 
 #include "backends/sim/sim_backend.h"
 #include "core/scenario.h"
-#include "core/settings.h"
 
 namespace tf::backend::sim {
 
@@ -43,12 +42,5 @@ inline constexpr double kSpeculationMinGain = 0.005;
 // fastest count wins, and the fewest within kSpeculationMinGain of it.
 SpeculationChoice choose_speculation(const core::Scenario& s, double ratio, const SimOptions& opt = {},
                                      SpeculationSearch search = SpeculationSearch::kWindow);
-
-// `training.speculation: auto` in `settings` (core::resolve_settings of `s` with opt.overrides), resolved
-// before an executor plans at `ratio`, as `run` does before the CUDA engine plans: the count written to
-// settings.step.speculation_layers (settings.speculation_auto cleared) and returned; nullopt, settings
-// unchanged, where it was not auto. The same on every rank (the simulator is deterministic).
-std::optional<SpeculationChoice> resolve_speculation(core::RunSettings& settings, const core::Scenario& s, double ratio,
-                                                     const SimOptions& opt);
 
 }  // namespace tf::backend::sim

@@ -13,18 +13,13 @@
 # HOST_PROBE=1 probes the host's CPU rate before every ratio and after the last (`run --host-probe`). Everything
 # lands in $OUT/speculation-budget.tar.gz.
 set -uo pipefail
-OUT=${OUT:-out/device}
 W=/tmp/speculation-budget
-mkdir -p "$OUT" "$W"
-export LD_LIBRARY_PATH=$PWD/.devbin:${LD_LIBRARY_PATH:-} NCCL_NVLS_ENABLE=0
-B=.devbin
+. bench/device/device_env.sh
+export NCCL_NVLS_ENABLE=0
 SC=${SCENARIO:-scenarios/real/mlp-2b.yaml}
-step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 pack() { tar czf "$OUT/speculation-budget.tar.gz" -C "$W" .; }
 
-step "machine"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2
-  lscpu | grep -E "Model name|NUMA|Socket|Thread"; } | tee "$W/machine.txt"
+LOG=$W machine_info
 
 step "calibrate on $SC"
 timeout 200 $B/twinflow calibrate --out "$W/cal.yaml" --scenario "$SC" > "$W/calibrate.log" 2> "$W/calibrate.err"

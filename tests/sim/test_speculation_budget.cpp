@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "backends/sim/choices.h"
 #include "backends/sim/sim_backend.h"
 #include "backends/sim/speculation_budget.h"
 #include "core/hardware.h"
@@ -92,8 +93,7 @@ TEST(SpeculationBudget, TheSimulatorRunsTheCountItChose) {
     EXPECT_EQ(every.step_ns, c.every_ns);
     EXPECT_LT(chosen.memory.host_total, every.memory.host_total);
     // the spare slots of the chosen layers, 8192 x 8193 elements x 12 B each
-    EXPECT_EQ(every.memory.host_total - chosen.memory.host_total,
-              int64_t(c.eligible - c.layers) * 8192 * 8193 * 12);
+    EXPECT_EQ(every.memory.host_total - chosen.memory.host_total, int64_t(c.eligible - c.layers) * 8192 * 8193 * 12);
   }
 }
 
@@ -129,13 +129,21 @@ TEST(SpeculationBudget, NothingToChooseWhereNothingSpeculatesOrTheBudgetIsGiven)
     SimOptions o;
     o.overrides.speculation_bytes = given;
     core::RunSettings rs = core::resolve_settings(s, o.overrides);
-    EXPECT_FALSE(backend::sim::resolve_speculation(rs, s, 1.0, o).has_value()) << given;
+    EXPECT_FALSE(backend::sim::resolve_model_choices(rs, s, 1.0, o).speculation.has_value()) << given;
     EXPECT_EQ(rs.step.speculation_layers, core::kEveryEligibleLayer);
   }
   core::RunSettings rs = core::resolve_settings(s, {});
   ASSERT_TRUE(rs.speculation_auto);
-  const auto chosen = backend::sim::resolve_speculation(rs, s, 1.0, {});
-  ASSERT_TRUE(chosen.has_value());
+  ASSERT_TRUE(rs.cpu_order_auto);
+  const backend::sim::ModelChoices chosen = backend::sim::resolve_model_choices(rs, s, 1.0, {});
+  ASSERT_TRUE(chosen.speculation.has_value());
+  ASSERT_TRUE(chosen.cpu_order.has_value());
   EXPECT_FALSE(rs.speculation_auto);
-  EXPECT_EQ(rs.step.speculation_layers, chosen->layers);
+  EXPECT_FALSE(rs.cpu_order_auto);
+  EXPECT_EQ(rs.step.speculation_layers, chosen.speculation->layers);
+  EXPECT_EQ(rs.step.cpu_order, chosen.cpu_order->order);
+  // the order is the one chosen with that count: what simulate_step plans
+  const backend::sim::SimPoint p = backend::sim::simulate_step(s, 1.0, {});
+  EXPECT_EQ(p.speculation_layers, rs.step.speculation_layers);
+  EXPECT_EQ(p.cpu_order, rs.step.cpu_order);
 }
