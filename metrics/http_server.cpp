@@ -81,7 +81,8 @@ struct Shared {
   Shared(const Registry& r, const ServerOptions& o) : registry(r), opt(o) {}
   const Registry& registry;
   const ServerOptions opt;
-  std::atomic<uint64_t> connections{0}, requests{0}, scrapes{0}, bad_requests{0}, timeouts{0}, rejected{0}, evicted{0};
+  std::atomic<uint64_t> connections{0}, requests{0}, scrapes{0}, bad_requests{0}, timeouts{0}, rejected{0}, evicted{0},
+      idle_waits{0};
   std::atomic<int> live{0};  // open sessions
   std::mutex sessions_mutex;
   std::list<std::weak_ptr<Session>> sessions;  // oldest first
@@ -149,7 +150,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void wait_for_request() {
     if (buffer_.size() > 0) return read();  // a pipelined request is already here
     State busy = State::kBusy;
-    if (!state_.compare_exchange_strong(busy, State::kIdle) && state_ == State::kEvicted) return close();
+    if (state_.compare_exchange_strong(busy, State::kIdle))
+      ++server_.idle_waits;
+    else if (state_ == State::kEvicted)
+      return close();
     idle_timer_.expires_after(server_.opt.idle_timeout);
     idle_timer_.async_wait([self = shared_from_this()](ErrorCode ec) {
       if (!ec) self->on_idle_timeout();
@@ -355,7 +359,7 @@ std::string MetricsServer::url() const {
 ServerStats MetricsServer::stats() const {
   const Shared& m = impl_->shared;
   return {m.connections.load(), m.requests.load(), m.scrapes.load(), m.bad_requests.load(),
-          m.timeouts.load(),    m.rejected.load(), m.evicted.load()};
+          m.timeouts.load(),    m.rejected.load(), m.evicted.load(), m.idle_waits.load()};
 }
 
 std::optional<std::string> exposure_warning(const std::string& address, uint16_t port) {

@@ -39,6 +39,9 @@ struct ServerStats {
   uint64_t timeouts = 0;      // connections closed by the read or write deadline, or idle without a request
   uint64_t rejected = 0;      // connections closed at once: max_connections open and none idle
   uint64_t evicted = 0;       // idle connections closed to make room for a new one
+  // Times a connection began to wait idle for a request (once opened, and after each response it was kept
+  // open for): from then on it may be evicted.
+  uint64_t idle_waits = 0;
 };
 
 // The warning to print when metrics are served on `address` beyond this machine (0.0.0.0, ::, or any

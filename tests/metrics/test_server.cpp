@@ -320,6 +320,13 @@ TEST_F(ServerTest, AtTheLimitANewConnectionTakesTheLongestIdleOnesPlace) {
   EXPECT_EQ(status_of(a->read_response(milliseconds(5000))), 200);
   b->send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(status_of(b->read_response(milliseconds(5000))), 200);
+  // Both idle again on the server's side (opened, then served: two idle waits each). A client has its
+  // response before the server's write handler marks the connection idle: under load `a` could still be busy
+  // when the third arrives, and `b` was taken instead (seen once in CI on a loaded 2-core machine).
+  for (const auto deadline = Clock::now() + milliseconds(5000);
+       server.stats().idle_waits < 4 && Clock::now() < deadline;)
+    std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_EQ(server.stats().idle_waits, 4u);
   // a third is served; `a`, idle longest, is closed to make room
   EXPECT_EQ(status_of(get(server.port(), "/metrics")), 200);
   EXPECT_TRUE(a->read_all(milliseconds(5000)).empty());
