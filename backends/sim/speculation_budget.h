@@ -1,7 +1,7 @@
 // How many CPU layers speculate (core::StepConfig::speculation_layers) where the cost model predicts the
 // shortest step: what `training.speculation: auto` resolves to before a plan is made, for `run` (the CUDA
 // engine's plan) and the cost-only simulator (`simulate`, `ratio: auto`) alike (docs/ARCHITECTURE.md,
-// "Speculation", "How many layers"). It lives here, not in core/, because it runs the simulator.
+// "Speculation": "How many layers speculate"). It lives here, not in core/, because it runs the simulator.
 #pragma once
 
 #include <optional>
@@ -14,7 +14,7 @@ namespace tf::backend::sim {
 // How the candidates are found.
 enum class SpeculationSearch : uint8_t {
   // The counts around the pilot's suggestion, and none and every eligible layer (choose_speculation):
-  // at most 6 candidates, what `run`, `simulate` and `ratio: auto` use.
+  // at most 6 counts besides the pilot, what `run`, `simulate` and `ratio: auto` use.
   kWindow,
   // Every count from 0 to every eligible layer (the tests hold the window to it).
   kExhaustive,
@@ -30,7 +30,6 @@ inline constexpr double kSpeculationMinGain = 0.005;
 // per count; its speculation_layers is ignored), the speculation holding (SpeculationCase::kHolds: the
 // case the speculated layers are for; in a step after a clipped one nothing speculates, and in a step that
 // clips every speculated pass is wasted, so neither asks for more layers). SpeculationChoice: sim_backend.h.
-
 // The pilot is every eligible layer speculating in arrival order (every pass right after its gradient's
 // D2H): its rank 0 timeline gives each speculated pass's start had the CPU queue run them back to back from
 // the first gradient's landing, and the norm's end; the suggestion is the count of passes that start
