@@ -36,9 +36,9 @@ inline constexpr double kSpeculationMinGain = 0.005;
 // before the norm ends. A pass that starts after it updates out of place for nothing (its commit could
 // have run the in-place update at once) and takes a second state slot; one that starts before it moves
 // CPU work ahead of the norm. kWindow simulates 0, the suggestion - 1 .. + 2 and every eligible layer
-// (the pilot's CPU order aside; the best count was the suggestion + 1 on the 2.15B MLP at ratios 0.8 and 1
-// and on OPT-1.3B, where the layers after it run in place in forward order once the norm is in); the
-// fastest count wins, and the fewest within kSpeculationMinGain of it.
+// (the pilot's CPU order aside; the best count was the suggestion + 1 or + 2 on the 2.15B MLP at ratios
+// 0.3-1, where the layers after it run in place in forward order once the norm is in); the fastest count
+// wins, and the fewest within kSpeculationMinGain of it.
 SpeculationChoice choose_speculation(const core::Scenario& s, double ratio, const SimOptions& opt = {},
                                      SpeculationSearch search = SpeculationSearch::kWindow);
 
