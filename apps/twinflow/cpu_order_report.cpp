@@ -40,7 +40,6 @@ nlohmann::json cpu_order_json(const core::CpuPassOrder& order,
 }
 
 std::string speculation_choice_text(const backend::sim::SpeculationChoice& c) {
-  if (c.eligible == 0) return "speculation: no CPU layer can speculate (training.speculation auto)";
   const auto ms = [](int64_t ns) { return fmt(double(ns) / 1e6, 1); };
   return "speculation: the cost model's choice of " + std::to_string(c.layers) + " of " + std::to_string(c.eligible) +
          " eligible CPU layer(s) (" + std::to_string(c.candidates) + " counts simulated, " +

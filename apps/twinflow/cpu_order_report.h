@@ -21,7 +21,7 @@ nlohmann::json cpu_order_json(const core::CpuPassOrder& order,
                               const std::optional<backend::sim::CpuOrderChoice>& choice);
 
 // "speculation: the cost model's choice of J of E eligible layers ...: X ms predicted, Y with every eligible
-// layer, Z with none".
+// layer, Z with none" (for a choice with eligible layers: the commands print none otherwise).
 std::string speculation_choice_text(const backend::sim::SpeculationChoice& choice);
 // {"layers", "eligible", "suggested", "step_ms", "every_layer_step_ms", "no_layer_step_ms", "candidates"}.
 nlohmann::json speculation_choice_json(const backend::sim::SpeculationChoice& choice);

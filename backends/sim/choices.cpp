@@ -13,8 +13,8 @@ ModelChoices resolve_model_choices(core::RunSettings& settings, const core::Scen
     o.overrides.speculation_layers = c.speculation->layers;
     settings.speculation_auto = false;
   }
-  if (settings.cpu_order_auto) {  // with the count just chosen
-    c.cpu_order = choose_cpu_order(s, ratio, o);
+  if (settings.cpu_order_auto) {  // with the count just chosen (chosen with it where it was)
+    c.cpu_order = c.speculation && c.speculation->cpu_order ? *c.speculation->cpu_order : choose_cpu_order(s, ratio, o);
     settings.step.cpu_order = c.cpu_order->order;
     settings.cpu_order_auto = false;
   }

@@ -2,60 +2,14 @@
 #include "backends/sim/cpu_order.h"
 
 #include <algorithm>
-#include <map>
 #include <utility>
 #include <vector>
+
+#include "backends/sim/pilot.h"
 
 namespace tf::backend::sim {
 
 namespace {
-
-// A speculated layer's pass as the pilot ran it.
-struct PilotPass {
-  int layer = 0;
-  int64_t ready_ns = 0;  // its gradient landed (its D2H's end)
-  int64_t pass_ns = 0;   // its speculative pass took
-};
-
-// What the pilot's rank 0 timeline says of the passes: each in arrival order, and the norm's end.
-struct PilotTimes {
-  std::vector<PilotPass> passes;  // arrival order (the pilot's cpu queue order)
-  int64_t norm_end_ns = 0;
-};
-
-PilotTimes pilot_times(const SimPoint& pilot) {
-  const core::StepPlan& plan = pilot.plans.at(0);
-  const std::vector<OpTiming>& t = pilot.ranks.at(0).ops;
-  PilotTimes out;
-  std::map<int, int64_t> d2h_end;  // layer -> its D2H's end
-  for (const core::Op& op : plan.ops) {
-    const OpTiming& ot = t.at(op.id);
-    if (op.kind == core::OpKind::kD2HGrad) d2h_end[op.layer] = ot.end_ns;
-    if (op.kind == core::OpKind::kNormAllReduce) out.norm_end_ns = ot.end_ns;
-    if (op.kind == core::OpKind::kCpuOptimizer && op.state_slot == 1)
-      out.passes.push_back({op.layer, d2h_end.at(op.layer), ot.end_ns - ot.start_ns});
-  }
-  return out;
-}
-
-// The pass ends of the cpu queue in the order (m, all before the norm) sets, at the pilot's times: m in
-// arrival order, the rest in forward order, each starting when its gradient has landed and the one
-// before it ended, from the first gradient's landing. `waits`: whether the CPU sat idle before a pass
-// after the first m (its gradient had not landed while earlier ones had).
-std::vector<int64_t> replay(const PilotTimes& p, int m, bool& waits) {
-  std::vector<const PilotPass*> order;
-  for (int i = 0; i < m; ++i) order.push_back(&p.passes[size_t(i)]);
-  for (int i = int(p.passes.size()) - 1; i >= m; --i) order.push_back(&p.passes[size_t(i)]);  // forward order
-  std::vector<int64_t> ends;
-  int64_t t = p.passes.front().ready_ns;
-  waits = false;
-  for (size_t i = 0; i < order.size(); ++i) {
-    waits = waits || (int(i) >= m && order[i]->ready_ns > t);
-    t = std::max(t, order[i]->ready_ns) + order[i]->pass_ns;
-    ends.push_back(t);
-  }
-  return ends;
-}
 
 // The candidates around the pilot's suggestion (cpu_order.h), m then k ascending.
 std::vector<core::CpuPassOrder> window(const PilotTimes& p) {

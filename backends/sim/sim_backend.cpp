@@ -943,8 +943,10 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
     SimOptions chosen = opt;
     const SpeculationChoice choice = choose_speculation(s, ratio, opt);
     chosen.overrides.speculation_layers = choice.layers;
+    if (choice.cpu_order) chosen.overrides.cpu_order = core::CpuOrderSetting{false, choice.cpu_order->order};
     SimPoint p = simulate_step(s, ratio, chosen);
     p.speculation_choice = choice;
+    if (choice.cpu_order) p.cpu_order_choice = choice.cpu_order;  // chosen with the count
     return p;
   }
   if (rs.cpu_order_auto) {  // the cost model's pass order, then the step with it

@@ -51,6 +51,9 @@ struct SpeculationChoice {
   int64_t every_ns = 0;  // every eligible layer's (`speculation: max`)
   int64_t none_ns = 0;   // no layer's (what `speculation: 0` plans, the speculation case aside)
   int candidates = 0;    // counts simulated, the pilot included
+  // The chosen count's CPU pass order where training.cpu_order is auto: chosen with that count while it was
+  // simulated, so whoever plans the count takes it instead of choosing it again.
+  std::optional<CpuOrderChoice> cpu_order;
 };
 
 struct SimPoint {

@@ -6,6 +6,8 @@
 #include <set>
 #include <vector>
 
+#include "backends/sim/pilot.h"
+
 namespace tf::backend::sim {
 
 namespace {
@@ -20,33 +22,14 @@ int eligible_layers(const SimPoint& pilot) {
 }
 
 // The pilot's suggestion (speculation_budget.h): rank 0's speculative passes replayed back to back in
-// arrival order from the first gradient's landing, each once its gradient has landed; the count of those
-// that start before the norm ends.
+// arrival order (pilot.h), the count of those that start before the norm ends.
 int suggested_layers(const SimPoint& pilot) {
-  const core::StepPlan& plan = pilot.plans.at(0);
-  const std::vector<OpTiming>& t = pilot.ranks.at(0).ops;
-  std::map<int, int64_t> landed;  // layer -> its D2H's end
-  int64_t norm_end = 0;
-  struct Pass {
-    int64_t ready_ns, pass_ns;
-  };
-  std::vector<Pass> passes;  // the cpu queue's order: arrival order in the pilot
-  for (const core::Op& op : plan.ops) {
-    const OpTiming& ot = t.at(op.id);
-    if (op.kind == core::OpKind::kD2HGrad) landed[op.layer] = ot.end_ns;
-    if (op.kind == core::OpKind::kNormAllReduce) norm_end = ot.end_ns;
-    if (op.kind == core::OpKind::kCpuOptimizer && op.state_slot == 1)
-      passes.push_back({landed.at(op.layer), ot.end_ns - ot.start_ns});
-  }
-  if (passes.empty()) return 0;
+  const PilotTimes p = pilot_times(pilot);
+  if (p.passes.empty()) return 0;
+  bool waits = false;
+  const std::vector<int64_t> ends = replay(p, int(p.passes.size()), waits);
   int before_norm = 0;
-  int64_t cpu_free = passes.front().ready_ns;
-  for (const Pass& p : passes) {
-    const int64_t start = std::max(cpu_free, p.ready_ns);
-    if (start >= norm_end) break;
-    ++before_norm;
-    cpu_free = start + p.pass_ns;
-  }
+  for (size_t i = 0; i < ends.size(); ++i) before_norm += ends[i] - p.passes[i].pass_ns < p.norm_end_ns;
   return before_norm;
 }
 
@@ -74,10 +57,13 @@ SpeculationChoice choose_speculation(const core::Scenario& s, double ratio, cons
   else
     for (int j : {0, c.suggested - 1, c.suggested, c.suggested + 1, c.suggested + 2, c.eligible})
       counts.insert(std::clamp(j, 0, c.eligible));
-  std::map<int, int64_t> step;  // count -> predicted step
+  std::map<int, int64_t> step;                         // count -> predicted step
+  std::map<int, std::optional<CpuOrderChoice>> order;  // count -> its order, where cpu_order was auto
   for (int j : counts) {
     o.overrides.speculation_layers = j;
-    step[j] = simulate_step(s, ratio, o).step_ns;
+    const SimPoint p = simulate_step(s, ratio, o);
+    step[j] = p.step_ns;
+    order[j] = p.cpu_order_choice;
     ++c.candidates;
   }
   int64_t best = INT64_MAX;
@@ -86,6 +72,7 @@ SpeculationChoice choose_speculation(const core::Scenario& s, double ratio, cons
     if (double(ns) <= double(best) * (1 + kSpeculationMinGain)) {
       c.layers = j;
       c.step_ns = ns;
+      c.cpu_order = order.at(j);
       break;
     }
   c.every_ns = step.at(c.eligible);

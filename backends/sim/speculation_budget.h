@@ -31,8 +31,8 @@ inline constexpr double kSpeculationMinGain = 0.005;
 // case the speculated layers are for; in a step after a clipped one nothing speculates, and in a step that
 // clips every speculated pass is wasted, so neither asks for more layers). SpeculationChoice: sim_backend.h.
 // The pilot is every eligible layer speculating in arrival order (every pass right after its gradient's
-// D2H): its rank 0 timeline gives each speculated pass's start had the CPU queue run them back to back from
-// the first gradient's landing, and the norm's end; the suggestion is the count of passes that start
+// D2H): its rank 0 timeline (pilot.h) gives each speculated pass's start had the CPU queue run them back to
+// back from the first gradient's landing, and the norm's end; the suggestion is the count of passes that start
 // before the norm ends. A pass that starts after it updates out of place for nothing (its commit could
 // have run the in-place update at once) and takes a second state slot; one that starts before it moves
 // CPU work ahead of the norm. kWindow simulates 0, the suggestion - 1 .. + 2 and every eligible layer

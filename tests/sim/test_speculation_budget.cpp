@@ -84,6 +84,13 @@ TEST(SpeculationBudget, TheSimulatorRunsTheCountItChose) {
     const backend::sim::SimPoint same = backend::sim::simulate_step(s, ratio, given);
     EXPECT_FALSE(same.speculation_choice.has_value());
     EXPECT_EQ(same.step_ns, chosen.step_ns);
+    // the order chosen with the count while it was a candidate, taken as it is: what choosing again gives
+    ASSERT_TRUE(c.cpu_order.has_value());
+    ASSERT_TRUE(same.cpu_order_choice.has_value());
+    EXPECT_EQ(chosen.cpu_order, same.cpu_order);
+    EXPECT_EQ(chosen.cpu_order_choice->order, same.cpu_order_choice->order);
+    EXPECT_EQ(chosen.cpu_order_choice->step_ns, same.cpu_order_choice->step_ns);
+    EXPECT_EQ(chosen.cpu_order_choice->candidates, same.cpu_order_choice->candidates);
     EXPECT_EQ(same.memory.host_total, chosen.memory.host_total);
     SimOptions max;
     max.overrides.speculation_bytes = core::kSpeculationMax;
