@@ -5,6 +5,7 @@
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <nlohmann/json_fwd.hpp>
@@ -191,5 +192,10 @@ struct Failure {
 // std::filesystem::filesystem_error, boost::system::system_error): 3; std::logic_error and anything else: 4.
 // `command` names the subcommand in a usage error's hint.
 Failure classify_current_exception(std::string_view command);
+
+// Wall seconds since `t0` (steady clock): what the commands report of their long phases.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace tf::app

@@ -310,7 +310,7 @@ class BackgroundCpuPass {
   double stop() {
     halt();
     if (error_) std::rethrow_exception(error_);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const double s = seconds_since(t0_);
     return double(passes_ - counted_) * double(pass_.elems()) * kAdamWBf16Bytes / s / 1e9;
   }
   size_t elems() const { return pass_.elems(); }
@@ -1030,7 +1030,7 @@ class Calibrator {
     const auto timed = [&] {
       const auto t0 = std::chrono::steady_clock::now();
       pass.run();
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return seconds_since(t0);
     };
     (void)timed();
     const PairedTimes t = time_alone_and_under(R_, timed, load.start, load.stop);

@@ -526,6 +526,9 @@ struct RunPoint {
   cu::CpuPassProbe pages;  // --pages-probe: the engine's passes over its own pages (cu::EngineConfig)
   cu::EngineMemory memory;
   int64_t gpu_elems = 0, cpu_elems = 0;
+  // Wall seconds to build the engine (its GPU buffers, the host memory placed by the CPU optimizer's threads
+  // and page-locked: most of it on a large CPU segment) and to free it; rank 0's.
+  double setup_s = std::nan(""), teardown_s = std::nan("");
   std::string parity;  // empty: not checked
   bool parity_ok = true;
 };
@@ -786,9 +789,15 @@ void print_pages_probe(const cu::CpuPassProbe& p, int ranks_per_host) {
 RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, const backend::sim::ModelChoices& chosen,
                    RunMetrics& metrics, backend::launch::Rendezvous* rdv, const StopSignals* signals) {
   const int rank = ec.rank;
-  const std::unique_ptr<cu::Engine> eng = cu::Engine::create(ec);
-  const std::unique_ptr<RunCheckpoints> ck = make_checkpoints(*eng, o, ec, rdv, signals);
+  if (rank == 0)  // a large CPU segment takes a minute or more to place and page-lock: say what is happening
+    std::cerr << "ratio " << num(ec.ratio, 3)
+              << ": building the engine (GPU buffers; host memory placed by the CPU optimizer's threads, then "
+                 "page-locked)\n";
   RunPoint pt;
+  const auto built = std::chrono::steady_clock::now();
+  std::unique_ptr<cu::Engine> eng = cu::Engine::create(ec);
+  pt.setup_s = seconds_since(built);
+  std::unique_ptr<RunCheckpoints> ck = make_checkpoints(*eng, o, ec, rdv, signals);
   pt.requested = ec.ratio;
   pt.actual = eng->split().actual_ratio;
   pt.memory = eng->memory();
@@ -809,7 +818,7 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, const backen
     std::cerr << "ratio " << num(ec.ratio, 3) << " (actual " << num(pt.actual, 4) << "): GPU segment " << pt.gpu_elems
               << ", CPU segment " << pt.cpu_elems << " elements; GPU " << core::format_gb(pt.memory.gpu_used_by_process)
               << " in use (model " << core::format_gb(pt.memory.planned.gpu_total) << "), host pinned "
-              << core::format_gb(pt.memory.host_pinned) << "\n";
+              << core::format_gb(pt.memory.host_pinned) << "; built in " << num(pt.setup_s, 1) << " s\n";
   if (rank == 0) std::cerr << "model's " << core::unnamed_gpu_text(pt.memory.plan) << "\n";
   if (rank == 0 && pt.cpu_elems > 0) std::cerr << core::staging_choice_text(pt.memory.staging) << "\n";
   if (rank == 0 && pt.speculation_choice && pt.speculation_choice->eligible > 0)
@@ -837,6 +846,11 @@ RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, const backen
   }
   if (o.out.trace || (o.timeline_svg && rank == 0)) write_step_files(o, pt, *eng, ec.settings.world, rank);
   if (o.loss_svg && rank == 0) write_loss_curve(o, pt);
+  ck.reset();
+  const auto freed = std::chrono::steady_clock::now();
+  eng.reset();  // unregisters and unmaps the host memory: seconds on a large CPU segment
+  pt.teardown_s = seconds_since(freed);
+  if (rank == 0) std::cerr << "ratio " << num(ec.ratio, 3) << ": engine freed in " << num(pt.teardown_s, 1) << " s\n";
   return pt;
 }
 
@@ -982,6 +996,8 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     jp["actual_ratio"] = p.actual;
     jp["gpu_elems"] = p.gpu_elems;
     jp["cpu_elems"] = p.cpu_elems;
+    jp["setup_s"] = p.setup_s;
+    jp["teardown_s"] = p.teardown_s;
     if (std::isfinite(p.host_before_gparam_s) && std::isfinite(p.host_after_gparam_s))
       jp["host_probe"] = {{"ranks", o.ranks_per_host},
                           {"before_gparam_s", p.host_before_gparam_s},

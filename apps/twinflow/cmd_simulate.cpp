@@ -432,7 +432,7 @@ Sweep simulate_sweep(const SimulateOptions& o) {
       std::cerr << "simulate: " << i + 1 << "/" << o.ratios.size() << " ratios\n";
   }
   w.full = o.ratios.back() == 1.0 ? w.pts.back() : backend::sim::simulate_step(o.sc, 1.0, o.sim);
-  w.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  w.wall_s = seconds_since(t0);
   w.best = w.pts.size();
   for (size_t i = 0; i < w.pts.size(); ++i)
     if (!w.pts[i].oom && (w.best == w.pts.size() || w.pts[i].step_ns < w.pts[w.best].step_ns)) w.best = i;

@@ -6,18 +6,11 @@
 #include <iostream>
 #include <string>
 
+#include "apps/twinflow/cli.h"
 #include "core/error.h"
 #include "core/training_checkpoint.h"
 
 namespace tf::app {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 RunCheckpoints::RunCheckpoints(backend::cuda::Engine& engine, const core::RunSettings& s, RunCheckpointOptions options)
     : engine_(engine), o_(std::move(options)) {

@@ -3,7 +3,7 @@
 # OPT-13B on one H200 (scenarios/real/opt-13b-h200.yaml: ~208 GB without offload, the host caps the ratio):
 # the cost model's count of speculated CPU layers (`--speculation auto`) against none (`0`), and the simulator
 # on this model with a profile calibrated in the same call.
-#   1. calibrate on the scenario (its GEMM shapes, the host's CPU rates, the copies);
+#   1. calibrate on the scenario (its GEMM shapes, the host's CPU rates, the copies), or take CAL (a profile);
 #   2. gradient_clipping 100 (no step clips, so every speculation holds: the regime once training settles),
 #      RATIOS (default 0.45,0.6) once per budget of BUDGETS (default "auto 0"), ROUNDS rounds (default 1);
 #   3. the scenario as written (clip 1.0 from a random init: every step clips, so no step after the first
@@ -23,9 +23,13 @@ cp "$SC" "$W/"
 CSC=$W/opt-13b-h200.clip100.yaml
 sed -E "s/^(  gradient_clipping:) .*/\1 100/; s#\.\./\.\./data/#$PWD/data/#" "$SC" > "$CSC"
 
-step "calibrate on $SC"
-timeout 200 $B/twinflow calibrate --out "$W/cal.yaml" --scenario "$SC" > "$W/calibrate.log" 2> "$W/calibrate.err"
-echo "rc $?"; tail -n 3 "$W/calibrate.err"; pack
+if [ -n "${CAL:-}" ]; then  # an earlier call's profile: the runs' host probes track the host's drift since
+  cp "$CAL" "$W/cal.yaml"
+else
+  step "calibrate on $SC"
+  timeout 200 $B/twinflow calibrate --out "$W/cal.yaml" --scenario "$SC" > "$W/calibrate.log" 2> "$W/calibrate.err"
+  echo "rc $?"; tail -n 3 "$W/calibrate.err"; pack
+fi
 
 run_one() {  # NAME SCENARIO RATIOS BUDGET
   step "$1: --speculation $4, ratios $3"
