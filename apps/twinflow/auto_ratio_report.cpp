@@ -25,15 +25,19 @@ backend::sim::AutoRatio resolve_auto_ratio(const core::Scenario& sc, const backe
   const backend::sim::AutoRatio a = backend::sim::choose_ratio(sc, opt);
   out << "ratio auto: predicted step and memory per rank over the ratios that fit\n";
   auto_ratio_table(a).print(out);
+  if (!a.table.empty() && a.table.front().after_clip_ns > 0)
+    out << "step ms: the slower of held ms (every speculation holding) and after clip ms (the step after a clipped "
+           "one, which does not speculate)\n";
   out << a.why << "\n\n";
   return a;
 }
 
 Table auto_ratio_table(const backend::sim::AutoRatio& a) {
-  Table t({"ratio", "requested", "step ms", "GPU GB", "host GB", "chosen"});
+  Table t({"ratio", "requested", "step ms", "held ms", "after clip ms", "GPU GB", "host GB", "chosen"});
   for (const backend::sim::RatioPoint& p : a.table)
-    t.add({fmt(p.ratio, 4), fmt(p.requested, 4), fmt(ms(p.step_ns), 2), fmt(gb(p.gpu_bytes), 2),
-           fmt(gb(p.host_bytes), 2), p.requested == a.ratio ? "<-" : ""});
+    t.add({fmt(p.ratio, 4), fmt(p.requested, 4), fmt(ms(p.step_ns), 2), fmt(ms(p.held_ns), 2),
+           p.after_clip_ns > 0 ? fmt(ms(p.after_clip_ns), 2) : "-", fmt(gb(p.gpu_bytes), 2), fmt(gb(p.host_bytes), 2),
+           p.requested == a.ratio ? "<-" : ""});
   return t;
 }
 
@@ -48,6 +52,8 @@ nlohmann::json auto_ratio_json(const backend::sim::AutoRatio& a) {
     j["table"].push_back({{"ratio", p.ratio},
                           {"requested", p.requested},
                           {"step_ms", ms(p.step_ns)},
+                          {"held_ms", ms(p.held_ns)},
+                          {"after_clip_ms", p.after_clip_ns > 0 ? nlohmann::json(ms(p.after_clip_ns)) : nlohmann::json()},
                           {"gpu_bytes", p.gpu_bytes},
                           {"host_bytes", p.host_bytes}});
   return j;

@@ -48,15 +48,22 @@ double unit_ratio(const core::Scenario& s, const core::SettingsOverrides& o) {
 
 }  // namespace
 
-SimPoint predicted_step(const core::Scenario& s, double r, const SimOptions& opt) {
-  SimPoint p = simulate_step(s, r, opt);
-  if (opt.speculation != SpeculationCase::kHolds) return p;
+RatioPrediction predict_ratio(const core::Scenario& s, double r, const SimOptions& opt) {
+  RatioPrediction out{simulate_step(s, r, opt)};
+  SimPoint& p = out.point;
+  out.held_ns = p.step_ns;
+  if (opt.speculation != SpeculationCase::kHolds) return out;
   SimOptions after_clip = opt;
   after_clip.speculation = SpeculationCase::kNotSpeculating;
   after_clip.overrides.cpu_order = core::CpuOrderSetting{false, p.cpu_order};  // the plan's, chosen once
   after_clip.overrides.speculation_layers = p.speculation_layers;              // likewise
-  p.step_ns = std::max(p.step_ns, simulate_step(s, r, after_clip).step_ns);
-  return p;
+  out.after_clip_ns = simulate_step(s, r, after_clip).step_ns;
+  p.step_ns = std::max(p.step_ns, out.after_clip_ns);
+  return out;
+}
+
+SimPoint predicted_step(const core::Scenario& s, double r, const SimOptions& opt) {
+  return predict_ratio(s, r, opt).point;
 }
 
 namespace {
@@ -69,8 +76,9 @@ class Search {
   size_t eval(double r) {
     for (size_t i = 0; i < pts_.size(); ++i)
       if (pts_[i].requested == r) return i;
-    const SimPoint p = predicted_step(s_, r, opt_.sim);
-    pts_.push_back({r, p.ratio, p.step_ns, p.memory.gpu_total, p.memory.host_total});
+    const RatioPrediction pr = predict_ratio(s_, r, opt_.sim);
+    const SimPoint& p = pr.point;
+    pts_.push_back({r, p.ratio, p.step_ns, pr.held_ns, pr.after_clip_ns, p.memory.gpu_total, p.memory.host_total});
     oom_.push_back(p.oom);
     return pts_.size() - 1;
   }
@@ -114,14 +122,20 @@ void search_range(Search& search, double lo, double hi, const AutoRatioOptions& 
   }
 }
 
-std::string explain(const AutoRatio& a, size_t evaluated, const RatioPoint& at_one) {
+std::string explain(const AutoRatio& a, const RatioPoint& chosen, const RatioPoint& at_one) {
   std::string why = "ratio " + core::format_ratio(a.actual_ratio) + ": smallest that fits is " +
                     core::format_ratio(a.range.min_ratio) + " (" + core::format_gb(a.gpu_headroom_bytes) +
                     " of the GPU kept free beyond the plan: training.gpu_headroom), fastest predicted is " +
                     core::format_ratio(a.actual_ratio) + ", " + seconds_text(a.step_ns);
-  why += " (" + std::to_string(evaluated) + " ratios simulated over " + core::ratio_range_text(a.range) +
+  if (chosen.after_clip_ns > 0 && chosen.after_clip_ns != chosen.held_ns)  // the compared step: the slower case
+    why += " (the slower of " + seconds_text(chosen.held_ns) + " with the speculation holding and " +
+           seconds_text(chosen.after_clip_ns) + " after a clipped step: a ratio must pay off either way)";
+  why += " (" + std::to_string(a.table.size()) + " ratios simulated over " + core::ratio_range_text(a.range) +
          " with profile '" + a.profile + "'";
-  if (at_one.ratio == 1.0 && a.actual_ratio != 1.0) why += "; ratio 1: " + seconds_text(at_one.step_ns);
+  if (at_one.ratio == 1.0 && a.actual_ratio != 1.0) {
+    why += "; ratio 1: " + seconds_text(at_one.step_ns);
+    if (at_one.held_ns != at_one.step_ns) why += ", " + seconds_text(at_one.held_ns) + " with the speculation holding";
+  }
   return why + ")";
 }
 
@@ -144,9 +158,10 @@ AutoRatio choose_ratio(const core::Scenario& s, const AutoRatioOptions& opt) {
   a.ratio = a.table[b].requested;
   a.actual_ratio = a.table[b].ratio;
   a.step_ns = a.table[b].step_ns;
+  const RatioPoint chosen = a.table[b];
   std::sort(a.table.begin(), a.table.end(),
             [](const RatioPoint& x, const RatioPoint& y) { return x.requested < y.requested; });
-  a.why = explain(a, a.table.size(), a.table.back());
+  a.why = explain(a, chosen, a.table.back());
   return a;
 }
 

@@ -19,7 +19,9 @@ namespace tf::backend::sim {
 struct RatioPoint {
   double requested = 0;                   // as asked of the simulator (and of the engine: it gives the same split)
   double ratio = 0;                       // the split's actual ratio (element-granular, 2048-element units)
-  int64_t step_ns = 0;                    // predicted step (the slowest rank)
+  int64_t step_ns = 0;                    // the step compared (predicted_step: the slower of the two below)
+  int64_t held_ns = 0;                    // the step with its speculation holding (the slowest rank)
+  int64_t after_clip_ns = 0;              // the step after a clipped one (no speculation); 0: not simulated
   int64_t gpu_bytes = 0, host_bytes = 0;  // per rank, the allocation plan's (largest shard)
 };
 
@@ -53,6 +55,14 @@ struct AutoRatioOptions {
 // H100 with every step clipping, bench/results/2026-11-24-auto-sweep-h100: the choice that assumed
 // speculation held ran 1.28-1.32x the best ratio). Memory and fit are simulate_step's.
 SimPoint predicted_step(const core::Scenario& s, double r, const SimOptions& opt = {});
+// The same, with both cases' steps: `point.step_ns` is the one compared, `held_ns` the step with the speculation
+// holding (opt.speculation's case where that is not kHolds) and `after_clip_ns` the step after a clipped one (0
+// where opt.speculation is not kHolds).
+struct RatioPrediction {
+  SimPoint point;
+  int64_t held_ns = 0, after_clip_ns = 0;
+};
+RatioPrediction predict_ratio(const core::Scenario& s, double r, const SimOptions& opt = {});
 
 // Throws core::InputError when no ratio fits: by how much and at which ratio (core::check_fit), and the
 // changes that would fit (core::fit_suggestions).

@@ -100,7 +100,11 @@ a = json.load(open(sys.argv[1]))["auto_ratio"]
 lo, hi = a["fits"]
 assert lo <= a["chosen"]["ratio"] <= hi and len(a["table"]) >= 41, a
 assert min(p["step_ms"] for p in a["table"]) == a["chosen"]["step_ms"], a
+# each row: the compared step is the slower of the held one and the one after a clipped step (clip 1.0 here)
+assert all(p["step_ms"] == max(p["held_ms"], p["after_clip_ms"]) for p in a["table"]), a
 PY
+contains "$tmp/out" "^ratio .*step ms  held ms  after clip ms" "ratio auto table shows both cases"
+contains "$tmp/out" "^step ms: the slower of held ms" "ratio auto table says which step it compares"
 expect 0 "simulate ratio auto on an uncalibrated profile warns" -- "$tf" simulate "$src/scenarios/real/mlp-2b.yaml" \
   --ratio auto
 contains "$tmp/err" "lacks the measured figures" "uncalibrated profile warning"

@@ -136,6 +136,14 @@ TEST(AutoRatio, MatchesADenseSweepOnTheCalibratedH100) {
   const AutoRatio a = choose_ratio(s);
   ASSERT_TRUE(a.range.feasible);
   expect_fastest_of_table(a);
+  // every row keeps both cases, and compares the slower (the table prints both: `simulate --ratio auto`)
+  bool cases_differ = false;
+  for (const tf::backend::sim::RatioPoint& p : a.table) {
+    ASSERT_GT(p.after_clip_ns, 0) << p.ratio;
+    EXPECT_EQ(p.step_ns, std::max(p.held_ns, p.after_clip_ns)) << p.ratio;
+    cases_differ = cases_differ || p.held_ns != p.after_clip_ns;
+  }
+  EXPECT_TRUE(cases_differ) << "with clipping, some ratio's step after a clip differs from its held step";
   int64_t dense_best = INT64_MAX;
   double dense_ratio = 0;
   for (int i = 0; i <= 400; ++i) {
