@@ -144,6 +144,12 @@ struct Aborted {};
 class EngineImpl final : public Engine {
  public:
   explicit EngineImpl(EngineConfig cfg) : cfg_(std::move(cfg)), s_(cfg_.settings) {
+    const Clock::time_point t0 = Clock::now();
+    Clock::time_point t = t0;
+    const auto lap = [&t] {  // seconds since the previous lap
+      const Clock::time_point now = Clock::now();
+      return std::chrono::duration<double>(now - std::exchange(t, now)).count();
+    };
     validate_config();
     DeviceGuard guard(cfg_.device);
     set_sync_flag();
@@ -151,11 +157,13 @@ class EngineImpl final : public Engine {
     check_memory();
     load_hf_weights();
     build_tables();
+    setup_.plan_s = lap();
     allocate_device();
     upload_descriptors();
     init_optimizer_state();
+    setup_.gpu_s = lap();
     allocate_host();
-    make_cpu_backend();
+    make_cpu_backend();  // times its touch and pin phases into setup_
     make_queues();
     make_workload();
     if (s_.world > 1) {
@@ -163,11 +171,14 @@ class EngineImpl final : public Engine {
       std::memcpy(id.internal, cfg_.nccl_id.data(), sizeof id.internal);
       comm_.emplace(s_.world, id, cfg_.rank);
     }
+    (void)lap();
     init_weights_all();
     fill_replica();
+    setup_.weights_s = lap();
     size_t free_b = 0, total_b = 0;
     TF_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     mem_.gpu_used_by_process = int64_t(total_b - free_b);
+    setup_.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
   ~EngineImpl() override {
@@ -192,6 +203,7 @@ class EngineImpl final : public Engine {
   const core::TwinFlowSplit& split() const override { return split_; }
   const EngineMemory& memory() const override { return mem_; }
   const CpuPassProbe& cpu_pass_probe() const override { return probe_; }
+  const SetupTimes& setup_times() const override { return setup_; }
 
   std::optional<StepReport> step() override;
   std::optional<StepReport> drain() override;
@@ -482,8 +494,13 @@ class EngineImpl final : public Engine {
       cpu_->first_touch();
       for (int32_t l : spec_->layers()) cpu_->first_touch(size_t(l), state_in_slot(size_t(l), 1));
     };
+    const Clock::time_point t0 = Clock::now();
     segment();
-    if (pin_host()) segment();  // a buffer moved to cudaHostAlloc memory: the segment's views follow
+    const Clock::time_point t1 = Clock::now();
+    const bool moved = pin_host();
+    setup_.host_pin_s = std::chrono::duration<double>(Clock::now() - t1).count();
+    if (moved) segment();  // a buffer moved to cudaHostAlloc memory: the segment's views follow
+    setup_.host_touch_s = std::chrono::duration<double>(Clock::now() - t0).count() - setup_.host_pin_s;
     probe_cpu_pages();
     const size_t n = size_t(split_.cpu_elems);
     if (n && initial_state1() != 0.f) std::fill(h_s1_.as<float>(), h_s1_.as<float>() + n, initial_state1());
@@ -1014,6 +1031,7 @@ class EngineImpl final : public Engine {
   core::TwinFlowSplit split_;
   core::StepPlan plan_;
   EngineMemory mem_;
+  SetupTimes setup_;
   CpuPassProbe probe_;                                      // EngineConfig::cpu_probe_passes' passes
   std::vector<int64_t> layer_first_, cpu_begin_, cpu_end_;  // (L + 1) model index of each layer; (L) CPU ranges
   std::vector<int> piece_of_layer_;

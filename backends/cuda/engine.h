@@ -87,6 +87,17 @@ struct CpuPassProbe {
   std::vector<double> own_s, all_s;
 };
 
+// Wall seconds of the engine's set-up (Engine::create), by phase: on a large CPU segment the host memory's
+// first touch, its page-locking and the initial weights take most of a minute each (`run` prints them).
+struct SetupTimes {
+  double plan_s = 0;        // the plan, the memory checks, a decoder's init.from read
+  double gpu_s = 0;         // the GPU buffers, the descriptors and the optimizer's initial state on the GPU
+  double host_touch_s = 0;  // the CPU segment's host memory first touched by the CPU optimizer's threads
+  double host_pin_s = 0;    // ... page-locked (cudaHostRegister)
+  double weights_s = 0;     // the initial weights (both segments) and the replica
+  double total_s = 0;       // everything, the rest included (queues, the workload, NCCL, --pages-probe)
+};
+
 struct StepReport {
   int step = 0;                          // 1-based
   double loss = 0;                       // mean over this rank's micro-batches (NaN: the workload has no loss)
@@ -132,6 +143,7 @@ class Engine {
   virtual const EngineMemory& memory() const = 0;
   // Empty (no passes) unless EngineConfig::cpu_probe_passes asked for them.
   virtual const CpuPassProbe& cpu_pass_probe() const = 0;
+  virtual const SetupTimes& setup_times() const = 0;
   // One training step: the plan's ops on the queues, the step decision, the timeline. Without a carried
   // tail (core::carries(plan()) false) it returns once every op is done, with its own report. With one
   // (docs/ARCHITECTURE.md, "Carrying the optimizer tail into the next step") step t returns once its ops
