@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The engine's CPU optimizer rate per ratio, from a sweep's Chrome traces of two ranks on one host
-(`twinflow validate --trace T` or `run --trace T`: T-rRATIO.json and T-rRATIO.json.rank1, or a traces.tar.gz
+(`twinflow validate --trace T` or `run --trace T`: T-rRATIO.json and T-rRATIO.json.rank1, or a traces.tar.gz / .tar.xz
 of them), and where it comes from (issue 20, bench/results/2026-11-28-h200x2-probes).
 
 For every ratio, over the traced steps of rank 0:
@@ -106,8 +106,8 @@ def ratio_row(path0, ranks=2):
 
 def traces(arg):
     """{ratio or file name: rank 0's trace} of every trace with a .rank1 beside it: PREFIX-rRATIO.json files, one
-    .json file, or those in a .tar.gz."""
-    if arg.endswith(".tar.gz"):
+    .json file, or those in a .tar.gz or .tar.xz (the committed traces are xz: about 40% smaller)."""
+    if arg.endswith((".tar.gz", ".tar.xz")):
         d = tempfile.mkdtemp()
         with tarfile.open(arg) as t:
             t.extractall(d, filter="data")
