@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/optim/dtype.h"
 #include "core/random.h"
 
 namespace tf::core {
@@ -26,9 +27,10 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// Fills out[0, n) with elements [first, first + n), which lie inside `tensors` (ascending offsets).
+// Fills out[0, n) with elements [first, first + n), which lie inside `tensors` (ascending offsets), and
+// lp[0, n) with their bf16 roundings unless lp is null.
 void fill_range(const ModelDesc& model, const std::vector<TensorInit>& rules, uint64_t seed, int64_t first, float* out,
-                int64_t n) {
+                uint16_t* lp, int64_t n) {
   const auto& ts = model.tensors;
   // the tensor holding `first`: the last whose offset is <= first
   size_t t = size_t(std::upper_bound(ts.begin(), ts.end(), first,
@@ -39,8 +41,10 @@ void fill_range(const ModelDesc& model, const std::vector<TensorInit>& rules, ui
     const TensorDesc& td = ts[t];
     const int64_t end = std::min(first + n, td.offset + td.numel);
     const TensorInit& r = rules[t];
-    for (int64_t e = first + i; e < end; ++e, ++i)
+    for (int64_t e = first + i; e < end; ++e, ++i) {
       out[i] = r.normal ? float(r.std * init_standard_normal(seed, e)) : float(r.value);
+      if (lp) lp[i] = f32_to_bf16(out[i]);
+    }
     ++t;
   }
 }
@@ -70,7 +74,15 @@ double init_standard_normal(uint64_t seed, int64_t element) {
 }
 
 void init_weights(const ModelDesc& model, uint64_t seed, int64_t first, std::span<float> out, int threads) {
+  init_weights(model, seed, first, out, {}, threads);
+}
+
+void init_weights(const ModelDesc& model, uint64_t seed, int64_t first, std::span<float> out, std::span<uint16_t> lp,
+                  int threads) {
   const int64_t n = int64_t(out.size());
+  if (!lp.empty() && lp.size() != out.size())
+    throw InputError("init: " + std::to_string(lp.size()) + " bf16 outputs for " + std::to_string(out.size()) +
+                     " values; pass as many of each (or no bf16 output)");
   if (first < 0 || first > model.total_params || n > model.total_params - first)
     throw InputError("init: elements [" + std::to_string(first) + ", " + std::to_string(first + n) +
                      ") are outside model '" + model.spec.name + "''s " + std::to_string(model.total_params) +
@@ -85,7 +97,7 @@ void init_weights(const ModelDesc& model, uint64_t seed, int64_t first, std::spa
   pool.reserve(size_t(parts - 1));
   auto part = [&](int64_t p) {
     const int64_t b = n * p / parts, e = n * (p + 1) / parts;
-    fill_range(model, rules, seed, first + b, out.data() + b, e - b);
+    fill_range(model, rules, seed, first + b, out.data() + b, lp.empty() ? nullptr : lp.data() + b, e - b);
   };
   try {
     for (int64_t p = 1; p < parts; ++p) pool.emplace_back(part, p);

@@ -32,5 +32,10 @@ double init_standard_normal(uint64_t seed, int64_t element);
 // parameters. Splits the range over `threads` threads (0: the machine's cores); the values do not
 // depend on the split. Throws InputError for a bad range, RuntimeFailure if a thread cannot start.
 void init_weights(const ModelDesc& model, uint64_t seed, int64_t first, std::span<float> out, int threads = 0);
+// The same, and each value's bf16 rounding (f32_to_bf16) into lp[i] by the thread that drew it (what the
+// engine uploads as the replica's copy; one pass instead of a serial one after it). Throws InputError
+// unless lp.size() == out.size().
+void init_weights(const ModelDesc& model, uint64_t seed, int64_t first, std::span<float> out, std::span<uint16_t> lp,
+                  int threads = 0);
 
 }  // namespace tf::core

@@ -528,7 +528,7 @@ struct RunPoint {
   int64_t gpu_elems = 0, cpu_elems = 0;
   cu::SetupTimes setup;              // building the engine, by phase (rank 0's printed)
   double teardown_s = std::nan("");  // freeing it (unregistering and unmapping the host memory)
-  std::string parity;  // empty: not checked
+  std::string parity;                // empty: not checked
   bool parity_ok = true;
 };
 
@@ -788,8 +788,11 @@ std::string setup_text(const cu::SetupTimes& t) {
   const double rest = t.total_s - t.plan_s - t.gpu_s - t.host_touch_s - t.host_pin_s - t.weights_s;
   return "engine built in " + num(t.total_s, 1) + " s: plan " + num(t.plan_s, 1) + " s, GPU buffers " +
          num(t.gpu_s, 1) + " s, host memory first touched " + num(t.host_touch_s, 1) + " s and page-locked " +
-         num(t.host_pin_s, 1) + " s, initial weights " + num(t.weights_s, 1) + " s, the rest " +
-         num(std::max(0.0, rest), 1) + " s";
+         num(t.host_pin_s, 1) + " s, initial weights " + num(t.weights_s, 1) + " s" +
+         (t.weights_host_s + t.weights_upload_s > 0
+              ? " (drawn on the host " + num(t.weights_host_s, 1) + " s, uploaded " + num(t.weights_upload_s, 1) + " s)"
+              : "") +
+         ", the rest " + num(std::max(0.0, rest), 1) + " s";
 }
 
 // One ratio from scratch (or from --resume's checkpoint): the engine, its steps, then the checks and
@@ -1004,9 +1007,14 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     jp["actual_ratio"] = p.actual;
     jp["gpu_elems"] = p.gpu_elems;
     jp["cpu_elems"] = p.cpu_elems;
-    jp["setup_s"] = {{"plan", p.setup.plan_s},           {"gpu", p.setup.gpu_s},
-                     {"host_touch", p.setup.host_touch_s}, {"host_pin", p.setup.host_pin_s},
-                     {"weights", p.setup.weights_s},       {"total", p.setup.total_s}};
+    jp["setup_s"] = {{"plan", p.setup.plan_s},
+                     {"gpu", p.setup.gpu_s},
+                     {"host_touch", p.setup.host_touch_s},
+                     {"host_pin", p.setup.host_pin_s},
+                     {"weights", p.setup.weights_s},
+                     {"weights_host", p.setup.weights_host_s},
+                     {"weights_upload", p.setup.weights_upload_s},
+                     {"total", p.setup.total_s}};
     jp["teardown_s"] = p.teardown_s;
     if (std::isfinite(p.host_before_gparam_s) && std::isfinite(p.host_after_gparam_s))
       jp["host_probe"] = {{"ranks", o.ranks_per_host},

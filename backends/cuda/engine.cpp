@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -566,12 +567,24 @@ class EngineImpl final : public Engine {
     }
   }
 
+  // Zeroes a host buffer on the CPU optimizer's threads (each a contiguous share).
+  void zero_in_parallel(HostBuffer& h) {
+    cpu::ThreadPool& pool = cpu_->backend().pool();
+    const size_t bytes = h.bytes(), parts = std::max<size_t>(1, std::min<size_t>(pool.size(), bytes >> 24));
+    char* const base = h.as<char>();
+    pool.run(parts, [&](size_t w) {
+      size_t b = 0, e = 0;
+      cpu::ThreadPool::split(bytes, parts, w, b, e);
+      std::memset(base + b, 0, e - b);
+    });
+  }
+
   // Initial weights: each (piece, tensor) range of the shard, scaled per tensor by the workload; a
   // decoder's from GPT-2's initialisation or its init.from file.
   void init_weights_all() {
     TF_CUDA_CHECK(cudaMemset(d_lp_.get(), 0, d_lp_.bytes()));
     if (split_.gpu_elems) TF_CUDA_CHECK(cudaMemset(d_master_.get(), 0, d_master_.bytes()));
-    if (split_.cpu_elems) std::memset(h_master_.as<float>(), 0, h_master_.bytes());
+    if (split_.cpu_elems) zero_in_parallel(h_master_);  // the padding stays 0; tens of GB on a large segment
     if (s_.workload == core::WorkloadType::kDecoder) return init_decoder_weights();
     for (const core::ShardPiece& p : shard_.pieces) {
       const core::LayerDesc& ld = s_.model.layers[p.layer];
@@ -588,32 +601,46 @@ class EngineImpl final : public Engine {
   }
 
   // The decoder's shard, a piece (one layer's contiguous run of model elements) at a time in chunks: fp32
-  // values on the host (core::init_weights from the seed, or the loaded file), then the GPU segment's
-  // master and bf16 copy, the CPU segment's master and its bf16 copy on the device.
+  // values (core::init_weights from the seed, or the loaded file) and their bf16 copy on the host, the CPU
+  // segment's straight into its master; then the GPU segment's master and every bf16 copy on the device.
+  // From the seed, the draws, their bf16 rounding and the CPU segment's writes run on all the init's threads
+  // (OPT-13B on one H200 spent 72-84 s here with them serial after the draws:
+  // bench/results/2026-11-29-h200-opt13b-speculation).
   void init_decoder_weights() {
     constexpr int64_t kChunk = int64_t(1) << 24;
-    std::vector<float> values;  // (chunk) fp32
+    std::vector<float> values;  // (chunk) fp32: the GPU segment's part (from the file: the whole chunk)
     std::vector<uint16_t> lp;   // (chunk) bf16
     for (const core::ShardPiece& p : shard_.pieces)
       for (int64_t c0 = 0; c0 < p.real_count; c0 += kChunk) {
         const int64_t n = std::min(kChunk, p.real_count - c0);
         const int64_t model_first = layer_first_[p.layer] + p.layer_offset + c0;
-        values.resize(size_t(n));
-        lp.resize(size_t(n));
-        if (hf_weights_.empty())
-          core::init_weights(s_.model, s_.seed, model_first, values, int(cfg_.cpu_threads));  // 0: all cores
-        else
-          std::copy_n(hf_weights_.begin() + model_first, n, values.begin());
-        for (int64_t j = 0; j < n; ++j) lp[size_t(j)] = core::f32_to_bf16(values[size_t(j)]);
         const int64_t off = p.shard_offset + c0;
         const int64_t gpu_n = std::clamp<int64_t>(split_.gpu_elems - off, 0, n);
+        float* const host_master =  // the chunk's CPU part in the host master (none: every element on the GPU)
+            gpu_n < n ? h_master_.as<float>() + (off + gpu_n - split_.gpu_elems) : nullptr;
+        lp.resize(size_t(n));
+        const Clock::time_point t0 = Clock::now();
+        if (hf_weights_.empty()) {
+          const int threads = int(cfg_.cpu_threads);  // 0: all cores
+          values.resize(size_t(gpu_n));
+          if (gpu_n > 0)
+            core::init_weights(s_.model, s_.seed, model_first, values, std::span(lp).first(size_t(gpu_n)), threads);
+          if (gpu_n < n)
+            core::init_weights(s_.model, s_.seed, model_first + gpu_n, std::span(host_master, size_t(n - gpu_n)),
+                               std::span(lp).subspan(size_t(gpu_n)), threads);
+        } else {
+          values.resize(size_t(n));
+          std::copy_n(hf_weights_.begin() + model_first, n, values.begin());
+          for (int64_t j = 0; j < n; ++j) lp[size_t(j)] = core::f32_to_bf16(values[size_t(j)]);
+          if (gpu_n < n) std::copy(values.begin() + gpu_n, values.begin() + n, host_master);
+        }
+        const Clock::time_point t1 = Clock::now();
         if (gpu_n > 0)
           TF_CUDA_CHECK(
               cudaMemcpy(d_master_.as<float>() + off, values.data(), size_t(gpu_n) * 4, cudaMemcpyHostToDevice));
-        if (gpu_n < n)
-          std::copy(values.begin() + gpu_n, values.begin() + n,
-                    h_master_.as<float>() + (off + gpu_n - split_.gpu_elems));
         TF_CUDA_CHECK(cudaMemcpy(d_lp_.as<uint16_t>() + off, lp.data(), size_t(n) * 2, cudaMemcpyHostToDevice));
+        setup_.weights_host_s += std::chrono::duration<double>(t1 - t0).count();
+        setup_.weights_upload_s += std::chrono::duration<double>(Clock::now() - t1).count();
       }
     hf_weights_.clear();
     hf_weights_.shrink_to_fit();

@@ -90,12 +90,14 @@ struct CpuPassProbe {
 // Wall seconds of the engine's set-up (Engine::create), by phase: on a large CPU segment the host memory's
 // first touch, its page-locking and the initial weights take most of a minute each (`run` prints them).
 struct SetupTimes {
-  double plan_s = 0;        // the plan, the memory checks, a decoder's init.from read
-  double gpu_s = 0;         // the GPU buffers, the descriptors and the optimizer's initial state on the GPU
-  double host_touch_s = 0;  // the CPU segment's host memory first touched by the CPU optimizer's threads
-  double host_pin_s = 0;    // ... page-locked (cudaHostRegister)
-  double weights_s = 0;     // the initial weights (both segments) and the replica
-  double total_s = 0;       // everything, the rest included (queues, the workload, NCCL, --pages-probe)
+  double plan_s = 0;            // the plan, the memory checks, a decoder's init.from read
+  double gpu_s = 0;             // the GPU buffers, the descriptors and the optimizer's initial state on the GPU
+  double host_touch_s = 0;      // the CPU segment's host memory first touched by the CPU optimizer's threads
+  double host_pin_s = 0;        // ... page-locked (cudaHostRegister)
+  double weights_s = 0;         // the initial weights (both segments) and the replica, of which
+  double weights_host_s = 0;    // ... a decoder's values drawn (or read) on the host, the CPU segment's written
+  double weights_upload_s = 0;  // ... a decoder's values and bf16 copies uploaded (pageable cudaMemcpy)
+  double total_s = 0;           // everything, the rest included (queues, the workload, NCCL, --pages-probe)
 };
 
 struct StepReport {

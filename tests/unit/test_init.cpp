@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/init.h"
 #include "core/model.h"
+#include "core/optim/dtype.h"
 
 using namespace tf::core;
 
@@ -103,6 +104,33 @@ TEST(Init, RangesAndThreadsGiveTheSameBits) {
   }
   EXPECT_GT(draws, 20000);
   EXPECT_LT(equal, 5);
+}
+
+// With a bf16 output the same values, and each one's f32_to_bf16 beside it, for any range and thread count
+// (the engine draws a chunk's GPU part and writes its CPU part straight into the host master this way).
+TEST(Init, TheBf16OutputIsEachValuesRounding) {
+  const ModelDesc m = describe_model(model_preset("opt-tiny-proj"));
+  const std::vector<float> ref = all_weights(m, 5, 1);
+  for (int threads : {1, 4}) {
+    for (int64_t first : {int64_t(0), int64_t(777), m.total_params - 4097}) {
+      const int64_t count = std::min<int64_t>(70001, m.total_params - first);
+      std::vector<float> part(static_cast<size_t>(count));      // (count) fp32
+      std::vector<uint16_t> lp(static_cast<size_t>(count), 0);  // (count) bf16
+      init_weights(m, 5, first, part, lp, threads);
+      int64_t rounded = 0;  // values whose bf16 differs from their top half (rounding, not truncation, was checked)
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_TRUE(same_bits(part[size_t(i)], ref[size_t(first + i)])) << first + i;
+        ASSERT_EQ(lp[size_t(i)], f32_to_bf16(part[size_t(i)])) << first + i;
+        uint32_t bits = 0;
+        std::memcpy(&bits, &part[size_t(i)], 4);
+        rounded += lp[size_t(i)] != uint16_t(bits >> 16);
+      }
+      EXPECT_GT(rounded, count / 8) << "first " << first;
+    }
+  }
+  std::vector<float> four(4);
+  std::vector<uint16_t> three(3);
+  EXPECT_THROW(init_weights(m, 5, 0, four, three), InputError);
 }
 
 TEST(Init, BadRangesAndModelsAreInputErrors) {
