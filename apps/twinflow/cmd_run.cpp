@@ -795,50 +795,59 @@ std::string setup_text(const cu::SetupTimes& t) {
          ", the rest " + num(std::max(0.0, rest), 1) + " s";
 }
 
+// The point as the engine built it: its split, memory, set-up times, speculation and CPU pass order.
+RunPoint describe_point(const cu::Engine& eng, double ratio, const backend::sim::ModelChoices& chosen) {
+  RunPoint pt;
+  pt.setup = eng.setup_times();
+  pt.requested = ratio;
+  pt.actual = eng.split().actual_ratio;
+  pt.memory = eng.memory();
+  pt.gpu_elems = eng.split().gpu_elems;
+  pt.cpu_elems = eng.split().cpu_elems;
+  pt.speculation_bytes = eng.plan().config.speculation_bytes;
+  pt.carry_tail = core::carries(eng.plan());
+  const std::vector<int32_t> speculated = core::speculated_layers(eng.split(), eng.plan().config);
+  pt.speculated_layers = speculated.size();
+  pt.speculated_elems = core::spare_range(eng.split(), speculated).elems;
+  pt.cpu_order = eng.plan().config.cpu_order;
+  pt.cpu_order_choice = chosen.cpu_order;
+  pt.speculation_layers = eng.plan().config.speculation_layers;
+  pt.speculation_choice = chosen.speculation;
+  pt.pages = eng.cpu_pass_probe();
+  return pt;
+}
+
+// Rank 0's lines about the engine built for a ratio, before its steps.
+void print_point(const RunOptions& o, const RunPoint& pt, const cu::Engine& eng) {
+  if (pt.pages.elems > 0 && !pt.pages.all_s.empty()) print_pages_probe(pt.pages, o.ranks_per_host);
+  std::cerr << "ratio " << num(pt.requested, 3) << " (actual " << num(pt.actual, 4) << "): GPU segment " << pt.gpu_elems
+            << ", CPU segment " << pt.cpu_elems << " elements; GPU " << core::format_gb(pt.memory.gpu_used_by_process)
+            << " in use (model " << core::format_gb(pt.memory.planned.gpu_total) << "), host pinned "
+            << core::format_gb(pt.memory.host_pinned) << "\n";
+  std::cerr << setup_text(pt.setup) << "\n";
+  std::cerr << "model's " << core::unnamed_gpu_text(pt.memory.plan) << "\n";
+  if (pt.cpu_elems > 0) std::cerr << core::staging_choice_text(pt.memory.staging) << "\n";
+  if (pt.speculation_choice && pt.speculation_choice->eligible > 0)
+    std::cerr << speculation_choice_text(*pt.speculation_choice) << "\n";
+  if (pt.speculated_layers > 0)
+    std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "
+              << core::format_gb(spare_bytes(pt.memory.plan)) << " of host memory for their second state slot\n";
+  if (core::ordered_cpu_passes(eng.plan()) > 0) std::cerr << cpu_order_text(pt.cpu_order, pt.cpu_order_choice) << "\n";
+}
+
 // One ratio from scratch (or from --resume's checkpoint): the engine, its steps, then the checks and
 // files that need its state.
 RunPoint run_ratio(const RunOptions& o, const cu::EngineConfig& ec, const backend::sim::ModelChoices& chosen,
                    RunMetrics& metrics, backend::launch::Rendezvous* rdv, const StopSignals* signals) {
   const int rank = ec.rank;
-  if (rank == 0)  // a large CPU segment takes a minute or more to place and page-lock: say what is happening
+  if (rank == 0)  // a large model takes a minute or more to set up: say what is happening
     std::cerr << "ratio " << num(ec.ratio, 3)
               << ": building the engine (GPU buffers; host memory placed by the CPU optimizer's threads, then "
-                 "page-locked)\n";
-  RunPoint pt;
+                 "page-locked; the initial weights)\n";
   std::unique_ptr<cu::Engine> eng = cu::Engine::create(ec);
-  pt.setup = eng->setup_times();
+  RunPoint pt = describe_point(*eng, ec.ratio, chosen);
   std::unique_ptr<RunCheckpoints> ck = make_checkpoints(*eng, o, ec, rdv, signals);
-  pt.requested = ec.ratio;
-  pt.actual = eng->split().actual_ratio;
-  pt.memory = eng->memory();
-  pt.gpu_elems = eng->split().gpu_elems;
-  pt.cpu_elems = eng->split().cpu_elems;
-  pt.speculation_bytes = eng->plan().config.speculation_bytes;
-  pt.carry_tail = core::carries(eng->plan());
-  const std::vector<int32_t> speculated = core::speculated_layers(eng->split(), eng->plan().config);
-  pt.speculated_layers = speculated.size();
-  pt.speculated_elems = core::spare_range(eng->split(), speculated).elems;
-  pt.cpu_order = eng->plan().config.cpu_order;
-  pt.cpu_order_choice = chosen.cpu_order;
-  pt.speculation_layers = eng->plan().config.speculation_layers;
-  pt.speculation_choice = chosen.speculation;
-  pt.pages = eng->cpu_pass_probe();
-  if (rank == 0 && pt.pages.elems > 0 && !pt.pages.all_s.empty()) print_pages_probe(pt.pages, o.ranks_per_host);
-  if (rank == 0)
-    std::cerr << "ratio " << num(ec.ratio, 3) << " (actual " << num(pt.actual, 4) << "): GPU segment " << pt.gpu_elems
-              << ", CPU segment " << pt.cpu_elems << " elements; GPU " << core::format_gb(pt.memory.gpu_used_by_process)
-              << " in use (model " << core::format_gb(pt.memory.planned.gpu_total) << "), host pinned "
-              << core::format_gb(pt.memory.host_pinned) << "\n";
-  if (rank == 0) std::cerr << setup_text(pt.setup) << "\n";
-  if (rank == 0) std::cerr << "model's " << core::unnamed_gpu_text(pt.memory.plan) << "\n";
-  if (rank == 0 && pt.cpu_elems > 0) std::cerr << core::staging_choice_text(pt.memory.staging) << "\n";
-  if (rank == 0 && pt.speculation_choice && pt.speculation_choice->eligible > 0)
-    std::cerr << speculation_choice_text(*pt.speculation_choice) << "\n";
-  if (rank == 0 && pt.speculated_layers > 0)
-    std::cerr << "speculation: " << pt.speculated_layers << " CPU layer(s) update during backward, "
-              << core::format_gb(spare_bytes(pt.memory.plan)) << " of host memory for their second state slot\n";
-  if (rank == 0 && core::ordered_cpu_passes(eng->plan()) > 0)
-    std::cerr << cpu_order_text(pt.cpu_order, chosen.cpu_order) << "\n";
+  if (rank == 0) print_point(o, pt, *eng);
   train(*eng, o, ec, metrics, pt, ck.get());
   pt.speculated_steps = eng->speculated_steps();
   pt.failed_speculations = eng->failed_speculations();
