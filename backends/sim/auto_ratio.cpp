@@ -2,8 +2,13 @@
 #include "backends/sim/auto_ratio.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <optional>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/memory_fit.h"
@@ -68,19 +73,49 @@ SimPoint predicted_step(const core::Scenario& s, double r, const SimOptions& opt
 
 namespace {
 
+// How many simulations run at once (AutoRatioOptions::threads).
+size_t search_threads(const core::Scenario& s, const AutoRatioOptions& opt) {
+  if (opt.threads > 0) return size_t(opt.threads);
+  const int world = core::resolve_settings(s, opt.sim.overrides).world;
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return size_t(std::min(world >= kAutoRatioWideWorld ? 2 : kAutoRatioMaxThreads, cores));
+}
+
 class Search {
  public:
-  Search(const core::Scenario& s, const AutoRatioOptions& opt) : s_(s), opt_(opt) {}
+  Search(const core::Scenario& s, const AutoRatioOptions& opt) : s_(s), opt_(opt), threads_(search_threads(s, opt)) {}
 
-  // Evaluates `r` once (the table keeps every point); returns its index.
-  size_t eval(double r) {
-    for (size_t i = 0; i < pts_.size(); ++i)
-      if (pts_[i].requested == r) return i;
-    const RatioPrediction pr = predict_ratio(s_, r, opt_.sim);
-    const SimPoint& p = pr.point;
-    pts_.push_back({r, p.ratio, p.step_ns, pr.held_ns, pr.after_clip_ns, p.memory.gpu_total, p.memory.host_total});
-    oom_.push_back(p.oom);
-    return pts_.size() - 1;
+  // Evaluates the ratios of `rs` not evaluated yet (the table keeps every point), `threads_` simulations at a
+  // time, and records them in `rs`'s order, so the table and the choice do not depend on the threads. An
+  // error of a simulation is rethrown, the first of `rs`'s order.
+  void eval(const std::vector<double>& rs) {
+    std::vector<double> todo;
+    for (double r : rs)
+      if (!evaluated(r) && std::find(todo.begin(), todo.end(), r) == todo.end()) todo.push_back(r);
+    std::vector<std::optional<RatioPrediction>> out(todo.size());
+    std::vector<std::exception_ptr> errors(todo.size());
+    std::atomic<size_t> next{0};
+    const auto work = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+        try {
+          out[i] = predict_ratio(s_, todo[i], opt_.sim);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      }
+    };
+    {
+      std::vector<std::jthread> helpers;
+      for (size_t k = 1; k < std::min(threads_, todo.size()); ++k) helpers.emplace_back(work);
+      work();
+    }  // joined
+    for (size_t i = 0; i < todo.size(); ++i) {
+      if (errors[i]) std::rethrow_exception(errors[i]);
+      const SimPoint& p = out[i]->point;
+      pts_.push_back({todo[i], p.ratio, p.step_ns, out[i]->held_ns, out[i]->after_clip_ns, p.memory.gpu_total,
+                      p.memory.host_total});
+      oom_.push_back(p.oom);
+    }
   }
   // The fastest point that fits; equal predictions: the smaller ratio.
   size_t best() const {
@@ -96,8 +131,13 @@ class Search {
   const std::vector<RatioPoint>& points() const { return pts_; }
 
  private:
+  bool evaluated(double r) const {
+    return std::any_of(pts_.begin(), pts_.end(), [r](const RatioPoint& p) { return p.requested == r; });
+  }
+
   const core::Scenario& s_;
   const AutoRatioOptions& opt_;
+  size_t threads_;
   std::vector<RatioPoint> pts_;
   std::vector<bool> oom_;
 };
@@ -106,18 +146,22 @@ class Search {
 void search_range(Search& search, double lo, double hi, const AutoRatioOptions& opt, double unit) {
   const int n = std::max(2, opt.grid_points);
   if (hi <= lo) {
-    search.eval(lo);
+    search.eval({lo});
     return;
   }
   double step = (hi - lo) / double(n - 1);
-  for (int i = 0; i < n; ++i) search.eval(i + 1 == n ? hi : lo + step * double(i));
+  std::vector<double> grid;
+  for (int i = 0; i < n; ++i) grid.push_back(i + 1 == n ? hi : lo + step * double(i));
+  search.eval(grid);
   for (int round = 0; round < opt.refine_rounds && step / 5 >= unit; ++round) {
     const double centre = search.points()[search.best()].requested;
     const double fine = step / 5;
+    std::vector<double> around;
     for (int k = -4; k <= 4; ++k) {
       const double r = centre + fine * double(k);
-      if (k != 0 && r > lo && r < hi) search.eval(r);
+      if (k != 0 && r > lo && r < hi) around.push_back(r);
     }
+    search.eval(around);
     step = fine;
   }
 }

@@ -165,6 +165,31 @@ TEST(AutoRatio, MatchesADenseSweepOnTheCalibratedH100) {
   EXPECT_EQ(tf::backend::sim::predicted_step(s, a.ratio).step_ns, a.step_ns);
 }
 
+// The simulations run several at once (AutoRatioOptions::threads); the table, its order and the choice are
+// the same with one thread as with four.
+TEST(AutoRatio, TheSameChoiceAndTableWithAnyNumberOfThreads) {
+  const Scenario s = gpt2_scenario("micro_batch: 8, gradient_clipping: 1.0");
+  AutoRatioOptions one, four;
+  one.threads = 1;
+  four.threads = 4;
+  const AutoRatio a = choose_ratio(s, one), b = choose_ratio(s, four);
+  EXPECT_EQ(a.ratio, b.ratio);
+  EXPECT_EQ(a.step_ns, b.step_ns);
+  EXPECT_EQ(a.why, b.why);
+  ASSERT_EQ(a.table.size(), b.table.size());
+  ASSERT_GE(a.table.size(), 41u);
+  for (size_t i = 0; i < a.table.size(); ++i) {
+    const tf::backend::sim::RatioPoint &x = a.table[i], &y = b.table[i];
+    EXPECT_EQ(x.requested, y.requested) << i;
+    EXPECT_EQ(x.ratio, y.ratio) << i;
+    EXPECT_EQ(x.step_ns, y.step_ns) << i;
+    EXPECT_EQ(x.held_ns, y.held_ns) << i;
+    EXPECT_EQ(x.after_clip_ns, y.after_clip_ns) << i;
+    EXPECT_EQ(x.gpu_bytes, y.gpu_bytes) << i;
+    EXPECT_EQ(x.host_bytes, y.host_bytes) << i;
+  }
+}
+
 // Nothing fits: the error names the shortfall in GB and the changes that fit, each checked.
 TEST(AutoRatio, NothingFitsNamesTheShortfallAndWhatToChange) {
   Scenario s = gpt2_scenario("micro_batch: 64, gradient_clipping: 1.0");
