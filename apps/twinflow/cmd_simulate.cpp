@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "apps/twinflow/svg_plot.h"
 #include "apps/twinflow/table.h"
 #include "backends/sim/functional.h"
+#include "backends/sim/parallel.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
 #include "core/memory_fit.h"
@@ -426,11 +428,16 @@ struct Sweep {
 Sweep simulate_sweep(const SimulateOptions& o) {
   Sweep w;
   const auto t0 = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < o.ratios.size(); ++i) {
-    w.pts.push_back(backend::sim::simulate_step(o.sc, o.ratios[i], o.sim));
-    if (o.ratios.size() >= 20 && (i + 1) % 10 == 0)
-      std::cerr << "simulate: " << i + 1 << "/" << o.ratios.size() << " ratios\n";
-  }
+  // the ratios several at once (backends/sim/parallel.h), each kept at its index; progress as they finish
+  w.pts.resize(o.ratios.size());
+  std::mutex progress_mu;
+  size_t done = 0;
+  backend::sim::for_each_index(o.ratios.size(), backend::sim::simulation_threads(o.sc, o.sim), [&](size_t i) {
+    w.pts[i] = backend::sim::simulate_step(o.sc, o.ratios[i], o.sim);
+    const std::lock_guard lock(progress_mu);
+    if (o.ratios.size() >= 20 && ++done % 10 == 0)
+      std::cerr << "simulate: " << done << "/" << o.ratios.size() << " ratios\n";
+  });
   w.full = o.ratios.back() == 1.0 ? w.pts.back() : backend::sim::simulate_step(o.sc, 1.0, o.sim);
   w.wall_s = seconds_since(t0);
   w.best = w.pts.size();

@@ -2,14 +2,11 @@
 #include "backends/sim/auto_ratio.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <exception>
-#include <optional>
-#include <thread>
 #include <vector>
 
+#include "backends/sim/parallel.h"
 #include "core/error.h"
 #include "core/memory_fit.h"
 #include "core/partition.h"
@@ -73,47 +70,23 @@ SimPoint predicted_step(const core::Scenario& s, double r, const SimOptions& opt
 
 namespace {
 
-// How many simulations run at once (AutoRatioOptions::threads).
-size_t search_threads(const core::Scenario& s, const AutoRatioOptions& opt) {
-  if (opt.threads > 0) return size_t(opt.threads);
-  const int world = core::resolve_settings(s, opt.sim.overrides).world;
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  return size_t(std::min(world >= kAutoRatioWideWorld ? 2 : kAutoRatioMaxThreads, cores));
-}
-
 class Search {
  public:
-  Search(const core::Scenario& s, const AutoRatioOptions& opt) : s_(s), opt_(opt), threads_(search_threads(s, opt)) {}
+  Search(const core::Scenario& s, const AutoRatioOptions& opt)
+      : s_(s), opt_(opt), threads_(simulation_threads(s, opt.sim, opt.threads)) {}
 
   // Evaluates the ratios of `rs` not evaluated yet (the table keeps every point), `threads_` simulations at a
-  // time, and records them in `rs`'s order, so the table and the choice do not depend on the threads. An
-  // error of a simulation is rethrown, the first of `rs`'s order.
+  // time, and records them in `rs`'s order, so the table and the choice do not depend on the threads.
   void eval(const std::vector<double>& rs) {
     std::vector<double> todo;
     for (double r : rs)
       if (!evaluated(r) && std::find(todo.begin(), todo.end(), r) == todo.end()) todo.push_back(r);
-    std::vector<std::optional<RatioPrediction>> out(todo.size());
-    std::vector<std::exception_ptr> errors(todo.size());
-    std::atomic<size_t> next{0};
-    const auto work = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
-        try {
-          out[i] = predict_ratio(s_, todo[i], opt_.sim);
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      }
-    };
-    {
-      std::vector<std::jthread> helpers;
-      for (size_t k = 1; k < std::min(threads_, todo.size()); ++k) helpers.emplace_back(work);
-      work();
-    }  // joined
+    std::vector<RatioPrediction> out(todo.size());
+    for_each_index(todo.size(), threads_, [&](size_t i) { out[i] = predict_ratio(s_, todo[i], opt_.sim); });
     for (size_t i = 0; i < todo.size(); ++i) {
-      if (errors[i]) std::rethrow_exception(errors[i]);
-      const SimPoint& p = out[i]->point;
-      pts_.push_back({todo[i], p.ratio, p.step_ns, out[i]->held_ns, out[i]->after_clip_ns, p.memory.gpu_total,
-                      p.memory.host_total});
+      const SimPoint& p = out[i].point;
+      pts_.push_back(
+          {todo[i], p.ratio, p.step_ns, out[i].held_ns, out[i].after_clip_ns, p.memory.gpu_total, p.memory.host_total});
       oom_.push_back(p.oom);
     }
   }

@@ -47,13 +47,10 @@ struct AutoRatioOptions {
                    // (`run`'s workload), else the model trained for real (as simulate_step does)
   int grid_points = 41;
   int refine_rounds = 3;
-  // Simulations at once (each point is independent; the result does not depend on it): 0 takes the
-  // machine's cores, at most kAutoRatioMaxThreads, and 2 from a simulated world of kAutoRatioWideWorld
-  // ranks up (every rank's plan is held: ~0.5 GB a simulation at 512 ranks).
+  // Simulations at once (each point is independent; the result does not depend on it): 0 takes
+  // simulation_threads' default (backends/sim/parallel.h).
   int threads = 0;
 };
-inline constexpr int kAutoRatioMaxThreads = 8;
-inline constexpr int kAutoRatioWideWorld = 256;
 
 // The step time `ratio: auto` compares at ratio `r`: the simulator's (simulate_step with opt.sim), and where
 // that assumes the speculation holds (SpeculationCase::kHolds), the slower of it and the step after a
