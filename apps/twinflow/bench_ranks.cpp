@@ -290,7 +290,8 @@ class RanksBench {
             std::string(core::dtype_name(key.s.grad)), std::string(core::dtype_name(key.s.copy)), update,
             std::to_string(g.rank_threads().front()), key.huge ? key.s.tuning : over(key.s.tuning, "huge=0"),
             huge_text(g.huge_page_fraction()), key.dma ? fmt(dma_gbps, 1) + " GB/s" : "off", fmt(sec * 1e3, 2),
-            fmt(gparam, 3), fmt_rate(gbps), fmt(gbps / std::max(bound_, bound_nt_) * 100, 1),
+            gparam >= 1e-3 ? fmt(gparam, 3) : fmt_rate(gparam) /* a loaded host: not 0.000 */, fmt_rate(gbps),
+            fmt(gbps / std::max(bound_, bound_nt_) * 100, 1),
             ref == one_.end() ? "-" : fmt(gparam / ref->second * 100, 1) + "%", fmt((hi - lo) / hi * 100, 1),
             fmt_rate(bound_), fmt_rate(bound_nt_), sim ? fmt(*sim * 1e3, 2) : "-",
             sim ? fmt((*sim - sec) / sec * 100, 1) : "-"});
