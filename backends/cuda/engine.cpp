@@ -65,6 +65,11 @@ constexpr int64_t kTile = int64_t(core::kStatsTile);
 using Clock = std::chrono::steady_clock;
 namespace buf = core::buf;
 
+// Wall seconds from `a` to `b`.
+double seconds(Clock::time_point a, Clock::time_point b = Clock::now()) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 // ---- host memory for the CPU segment ---------------------------------------------------------------
 
 // Untouched huge-page memory (cpu::HostRegion) first, so that the CPU optimizer's pinned threads place
@@ -149,7 +154,7 @@ class EngineImpl final : public Engine {
     Clock::time_point t = t0;
     const auto lap = [&t] {  // seconds since the previous lap
       const Clock::time_point now = Clock::now();
-      return std::chrono::duration<double>(now - std::exchange(t, now)).count();
+      return seconds(std::exchange(t, now), now);
     };
     validate_config();
     DeviceGuard guard(cfg_.device);
@@ -179,7 +184,7 @@ class EngineImpl final : public Engine {
     size_t free_b = 0, total_b = 0;
     TF_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     mem_.gpu_used_by_process = int64_t(total_b - free_b);
-    setup_.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    setup_.total_s = seconds(t0);
   }
 
   ~EngineImpl() override {
@@ -499,9 +504,10 @@ class EngineImpl final : public Engine {
     segment();
     const Clock::time_point t1 = Clock::now();
     const bool moved = pin_host();
-    setup_.host_pin_s = std::chrono::duration<double>(Clock::now() - t1).count();
+    const Clock::time_point t2 = Clock::now();
     if (moved) segment();  // a buffer moved to cudaHostAlloc memory: the segment's views follow
-    setup_.host_touch_s = std::chrono::duration<double>(Clock::now() - t0).count() - setup_.host_pin_s;
+    setup_.host_touch_s = seconds(t0, t1) + seconds(t2);
+    setup_.host_pin_s = seconds(t1, t2);
     probe_cpu_pages();
     const size_t n = size_t(split_.cpu_elems);
     if (n && initial_state1() != 0.f) std::fill(h_s1_.as<float>(), h_s1_.as<float>() + n, initial_state1());
@@ -521,10 +527,10 @@ class EngineImpl final : public Engine {
     cpu_->probe_pass(1);  // warm-up
     for (int i = 0; i < cfg_.cpu_probe_passes; ++i) {
       barrier();
-      const auto t0 = std::chrono::steady_clock::now();
+      const Clock::time_point t0 = Clock::now();
       probe_.own_s.push_back(cpu_->probe_pass(i + 2));
       barrier();
-      probe_.all_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      probe_.all_s.push_back(seconds(t0));
     }
     cpu_->first_touch();  // every byte zero again, as before the probe
   }
@@ -567,24 +573,13 @@ class EngineImpl final : public Engine {
     }
   }
 
-  // Zeroes a host buffer on the CPU optimizer's threads (each a contiguous share).
-  void zero_in_parallel(HostBuffer& h) {
-    cpu::ThreadPool& pool = cpu_->backend().pool();
-    const size_t bytes = h.bytes(), parts = std::max<size_t>(1, std::min<size_t>(pool.size(), bytes >> 24));
-    char* const base = h.as<char>();
-    pool.run(parts, [&](size_t w) {
-      size_t b = 0, e = 0;
-      cpu::ThreadPool::split(bytes, parts, w, b, e);
-      std::memset(base + b, 0, e - b);
-    });
-  }
-
   // Initial weights: each (piece, tensor) range of the shard, scaled per tensor by the workload; a
   // decoder's from GPT-2's initialisation or its init.from file.
   void init_weights_all() {
     TF_CUDA_CHECK(cudaMemset(d_lp_.get(), 0, d_lp_.bytes()));
     if (split_.gpu_elems) TF_CUDA_CHECK(cudaMemset(d_master_.get(), 0, d_master_.bytes()));
-    if (split_.cpu_elems) zero_in_parallel(h_master_);  // the padding stays 0; tens of GB on a large segment
+    // The host master is zero already: untouched mappings read as zero and make_cpu_backend's first touch
+    // (cpu::CpuSegment::first_touch, again after --pages-probe) zeroes every CPU layer's range.
     if (s_.workload == core::WorkloadType::kDecoder) return init_decoder_weights();
     for (const core::ShardPiece& p : shard_.pieces) {
       const core::LayerDesc& ld = s_.model.layers[p.layer];
@@ -639,8 +634,8 @@ class EngineImpl final : public Engine {
           TF_CUDA_CHECK(
               cudaMemcpy(d_master_.as<float>() + off, values.data(), size_t(gpu_n) * 4, cudaMemcpyHostToDevice));
         TF_CUDA_CHECK(cudaMemcpy(d_lp_.as<uint16_t>() + off, lp.data(), size_t(n) * 2, cudaMemcpyHostToDevice));
-        setup_.weights_host_s += std::chrono::duration<double>(t1 - t0).count();
-        setup_.weights_upload_s += std::chrono::duration<double>(Clock::now() - t1).count();
+        setup_.weights_host_s += seconds(t0, t1);
+        setup_.weights_upload_s += seconds(t1);
       }
     hf_weights_.clear();
     hf_weights_.shrink_to_fit();
