@@ -62,6 +62,7 @@ struct BenchOptions {
   std::vector<core::OptimizerKind> kinds;
   std::vector<core::DType> grads;
   std::string gpu_mode;
+  std::vector<std::string> gpu_values;  // --gpu-values: the data each GPU row's kernel updates
   nlohmann::json peer = nlohmann::json::object();
   backend::cpu::CpuOptions cpu;
   bool cpu_variants = false;
@@ -133,6 +134,10 @@ po::options_description bench_description() {
   add("profile", po::value<std::string>(),
       "with --cpu-ranks: the simulator's node time from this hardware profile beside the AdamW bf16 rows");
   add("gpu", po::value<std::string>()->default_value("auto"), "auto|on|off");
+  add("gpu-values", po::value<std::string>()->default_value("random"),
+      "comma list of the data the GPU kernels update: random (calibrate's: every gradient in +-[0.5, 1)) | "
+      "half-zero (half the elements g = m = v = 0, as units that never had a gradient) | subnormal (every "
+      "gradient +-1e-20: v is subnormal); each a row of its own");
   add("peer-json", po::value<std::string>(), "torch figures from bench/peer/torch_adamw.py, shown as ratios");
   add_output_options(desc, {.csv = "write the table as CSV", .json = "write the table as JSON"});
   return desc;
@@ -242,6 +247,11 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   o.gpu_mode = vm["gpu"].as<std::string>();
   if (o.gpu_mode != "auto" && o.gpu_mode != "on" && o.gpu_mode != "off")
     throw core::InputError("--gpu must be auto, on or off, got '" + o.gpu_mode + "'");
+  o.gpu_values = split_list(vm["gpu-values"].as<std::string>());
+  if (o.gpu_values.empty()) throw core::InputError("--gpu-values: give at least one of random, half-zero, subnormal");
+  for (const std::string& v : o.gpu_values)
+    if (v != "random" && v != "half-zero" && v != "subnormal")
+      throw core::InputError("--gpu-values: '" + v + "' is not one of random, half-zero, subnormal");
   if (vm.count("peer-json")) o.peer = read_peer_json(vm["peer-json"].as<std::string>());
   if (vm.count("threads"))
     o.cpu.threads = backend::cpu::checked_thread_count(vm["threads"].as<long long>(),
@@ -351,22 +361,29 @@ void bench_gpu(const BenchOptions& o, Table& t) {
   const double copy_gbps = backend::cuda::measure_copy_gbps(size_t(1) << 31, o.iters, 0);
   t.add({info.name, "d2d copy bound", "-", "-", std::to_string(size_t(1) << 29), "8",
          fmt(double(size_t(1) << 31) * 2 / copy_gbps / 1e6, 3), "-", fmt(copy_gbps, 1), "100.0", "-", "-"});
+  using backend::cuda::StepValues;
   for (core::OptimizerKind k : o.kinds)
-    for (core::DType g : o.grads) {
-      const core::DType c = g == core::DType::kF32 ? core::DType::kNone : g;
-      const double s = backend::cuda::time_step_seconds(k, g, c, gpu_n, o.iters, 0);
-      const auto b = core::bytes_per_element(k, g, c);
-      const double gbps = double(b.total()) * gpu_n / s / 1e9;
-      std::string vs = "-", peer_name = "-";
-      if (k == core::OptimizerKind::kAdamW && g == core::DType::kF32)
-        if (auto tp = peer_value(o.peer, "cuda", gpu_n)) {
-          vs = fmt((gpu_n / s / 1e9) / *tp, 2) + "x";
-          peer_name = "torch fused " + fmt(*tp, 2) + " Gp/s";
-        }
-      t.add({info.name, std::string(core::optimizer_name(k)), std::string(core::dtype_name(g)),
-             std::string(core::dtype_name(c)), std::to_string(gpu_n), std::to_string(b.total()), fmt(s * 1e3, 3),
-             fmt(gpu_n / s / 1e9, 2), fmt(gbps, 1), fmt(gbps / copy_gbps * 100, 1), vs, peer_name});
-    }
+    for (core::DType g : o.grads)
+      for (const std::string& values : o.gpu_values) {
+        const StepValues sv = values == "half-zero"   ? StepValues::kHalfZero
+                              : values == "subnormal" ? StepValues::kSubnormal
+                                                      : StepValues::kRandom;
+        const core::DType c = g == core::DType::kF32 ? core::DType::kNone : g;
+        const double s = backend::cuda::time_step_seconds(k, g, c, gpu_n, o.iters, 0, nullptr, sv);
+        const auto b = core::bytes_per_element(k, g, c);
+        const double gbps = double(b.total()) * gpu_n / s / 1e9;
+        std::string vs = "-", peer_name = "-";
+        if (k == core::OptimizerKind::kAdamW && g == core::DType::kF32 && sv == StepValues::kRandom)
+          if (auto tp = peer_value(o.peer, "cuda", gpu_n)) {
+            vs = fmt((gpu_n / s / 1e9) / *tp, 2) + "x";
+            peer_name = "torch fused " + fmt(*tp, 2) + " Gp/s";
+          }
+        const std::string kernel =
+            std::string(core::optimizer_name(k)) + (sv == StepValues::kRandom ? "" : " [" + values + "]");
+        t.add({info.name, kernel, std::string(core::dtype_name(g)), std::string(core::dtype_name(c)),
+               std::to_string(gpu_n), std::to_string(b.total()), fmt(s * 1e3, 3), fmt(gpu_n / s / 1e9, 2), fmt(gbps, 1),
+               fmt(gbps / copy_gbps * 100, 1), vs, peer_name});
+      }
 #else
   (void)t;
   if (o.gpu_mode == "on") throw core::RuntimeFailure("--gpu on, but this build has no CUDA backend");

@@ -399,8 +399,17 @@ double measure_copy_gbps(size_t bytes, int iters, int device) {
   return 2.0 * double(bytes) / median(sec) / 1e9;
 }
 
+std::string_view step_values_name(StepValues v) {
+  switch (v) {
+    case StepValues::kRandom: return "random";
+    case StepValues::kHalfZero: return "half-zero";
+    case StepValues::kSubnormal: return "subnormal";
+  }
+  return "?";
+}
+
 double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device,
-                                 const StepVariant& v, std::vector<double>* samples) {
+                                 const StepVariant& v, std::vector<double>* samples, StepValues values) {
   check_iters(iters, "time_step_seconds");
   if (n == 0) throw core::InputError("time_step_seconds: n must be > 0");
   if (grad == DType::kNone) throw core::InputError("time_step_seconds: grad must be fp32, bf16 or fp16");
@@ -437,7 +446,7 @@ double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t
     if (two) take(c.state2, DType::kF32, a32);
     take(c.grad, grad, a_grad);
     if (copy != DType::kNone) take(c.param_copy, copy, a16);
-    launch_fill_random(to_desc(c), grad, copy, 0x5EEDull + i, st);
+    launch_fill_random(to_desc(c), grad, copy, 0x5EEDull + i, st, values);
     be.prepare_step(k, std::span<const OptimChunk>(&c, 1), slots[i]);
   }
   const StepScalars s = core::make_step_scalars(k, core::default_hyper_params(k), 10, 1.0);
@@ -448,7 +457,7 @@ double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t
   const GradStats first = slots[0].result();
   DeviceMemory counter(sizeof(unsigned long long));
   TF_CUDA_CHECK(cudaMemsetAsync(counter.get(), 0, sizeof(unsigned long long), st));
-  launch_count_unwritten(to_desc(chunks[0]), copy, counter.as<unsigned long long>(), st);
+  launch_count_unwritten(to_desc(chunks[0]), grad, copy, counter.as<unsigned long long>(), st);
   unsigned long long unwritten = 0;
   TF_CUDA_CHECK(cudaMemcpyAsync(&unwritten, counter.get(), sizeof unwritten, cudaMemcpyDeviceToHost, st));
   TF_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -474,8 +483,8 @@ double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t
 }
 
 double time_step_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device,
-                         std::vector<double>* samples) {
-  return time_step_variant_seconds(k, grad, copy, n, iters, device, kDefaultVariant, samples);
+                         std::vector<double>* samples, StepValues values) {
+  return time_step_variant_seconds(k, grad, copy, n, iters, device, kDefaultVariant, samples, values);
 }
 
 }  // namespace tf::backend::cuda

@@ -1,8 +1,10 @@
 // The CUDA optimizer backend (public header: no CUDA include, usable from plain C++).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/backend.h"
@@ -33,9 +35,18 @@ GpuInfo gpu_info(int device = 0);
 // Device-to-device cudaMemcpy of `bytes`; returns GB/s counting bytes read + written (1 GB = 1e9 B).
 double measure_copy_gbps(size_t bytes, int iters, int device = 0);
 
-// Times the fused step kernel over one chunk of n elements (random finite data, poisoned outputs
-// checked once). Returns the median seconds per step; every step's seconds in *samples if given.
+// The values a timed step kernel updates. The kernel's IEEE division and square root are exact in
+// every case; their hardware fast paths are not taken for every input, so the rate can depend on them.
+enum class StepValues : uint8_t {
+  kRandom,     // every element a finite, non-zero gradient of magnitude [0.5, 1) (calibrate's data)
+  kHalfZero,   // half the elements (at random) hold g = m = v = 0: units that never had a gradient
+  kSubnormal,  // every gradient +-1e-20: v = (1 - beta2) g^2 is subnormal
+};
+std::string_view step_values_name(StepValues v);  // "random", "half-zero", "subnormal"
+
+// Times the fused step kernel over one chunk of n elements (finite data as `values` says, poisoned
+// outputs checked once). Returns the median seconds per step; every step's seconds in *samples if given.
 double time_step_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device = 0,
-                         std::vector<double>* samples = nullptr);
+                         std::vector<double>* samples = nullptr, StepValues values = StepValues::kRandom);
 
 }  // namespace tf::backend::cuda

@@ -2,11 +2,11 @@
 // bench/device/cuda_optim_check (plain C++, no CUDA include). The backend always runs the default.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
-#include <cstddef>
-
 #include "backends/backend.h"
+#include "backends/cuda/cuda_backend.h"
 
 namespace tf::backend::cuda {
 
@@ -32,6 +32,7 @@ static_assert(kTuningVariants[0].unroll == kDefaultVariant.unroll &&
 
 // time_step_seconds with a chosen variant (core::InputError for one that is not compiled).
 double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device,
-                                 const StepVariant& v, std::vector<double>* samples = nullptr);
+                                 const StepVariant& v, std::vector<double>* samples = nullptr,
+                                 StepValues values = StepValues::kRandom);
 
 }  // namespace tf::backend::cuda

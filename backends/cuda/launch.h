@@ -64,10 +64,13 @@ void launch_stats(const ChunkDesc* descs, uint32_t count, uint64_t tiles, DType 
 // into chunk_sums[c].
 void launch_fold(const ChunkDesc* descs, uint32_t count, bool any_big, double* tile_sums, double* chunk_sums,
                  cudaStream_t stream);
-// Fills the arrays of one timing set with finite pseudo-random values (state1 = 0, copy = 0xFFFF poison).
-void launch_fill_random(const ChunkDesc& d, DType grad, DType copy, uint64_t seed, cudaStream_t stream);
-// Counts elements the first step left unwritten: state1 == 0, copy == 0xFFFF, or a non-finite param.
-void launch_count_unwritten(const ChunkDesc& d, DType copy, unsigned long long* out, cudaStream_t stream);
+// Fills the arrays of one timing set with finite pseudo-random values as `values` says (state1 = 0,
+// copy = 0xFFFF poison).
+void launch_fill_random(const ChunkDesc& d, DType grad, DType copy, uint64_t seed, cudaStream_t stream,
+                        StepValues values = StepValues::kRandom);
+// Counts elements the first step left unwritten: copy == 0xFFFF, a non-finite param, or state1 == 0
+// where the gradient was not 0.
+void launch_count_unwritten(const ChunkDesc& d, DType grad, DType copy, unsigned long long* out, cudaStream_t stream);
 // cudaSuccess when this binary holds code for the current device.
 cudaError_t probe_kernel_image();
 

@@ -123,13 +123,16 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
 // Uniform in [0, 1) from 24 random bits (exact in fp32).
 __device__ __forceinline__ float unit(uint64_t h) { return float(uint32_t(h >> 40)) * (1.0f / 16777216.0f); }
 
-__global__ void fill_random(ChunkDesc d, DType grad, DType copy, uint64_t seed) {
+__global__ void fill_random(ChunkDesc d, DType grad, DType copy, uint64_t seed, StepValues values) {
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < d.n; i += uint64_t(gridDim.x) * blockDim.x) {
     const uint64_t h0 = mix64(seed ^ (i * 4 + 0)), h1 = mix64(seed ^ (i * 4 + 1)), h2 = mix64(seed ^ (i * 4 + 2));
-    d.p[i] = __fsub_rn(__fmul_rn(2.f, unit(h0)), 1.f);  // [-1, 1)
-    d.s1[i] = 0.f;                                      // must be non-zero after one step (coverage check)
-    if (d.s2) d.s2[i] = __fmul_rn(1e-4f, unit(h1));
-    const float g = __fmul_rn((h2 & 1) ? -1.f : 1.f, __fadd_rn(0.5f, __fmul_rn(0.5f, unit(h2))));  // +-[0.5, 1)
+    const bool zero = values == StepValues::kHalfZero && (h1 & 1);  // g = m = v = 0, and they stay 0
+    d.p[i] = __fsub_rn(__fmul_rn(2.f, unit(h0)), 1.f);              // [-1, 1)
+    d.s1[i] = 0.f;  // non-zero after one step where g != 0 (coverage check)
+    if (d.s2) d.s2[i] = values == StepValues::kRandom ? __fmul_rn(1e-4f, unit(h1)) : 0.f;
+    float g = __fmul_rn((h2 & 1) ? -1.f : 1.f, __fadd_rn(0.5f, __fmul_rn(0.5f, unit(h2))));  // +-[0.5, 1)
+    if (values == StepValues::kSubnormal) g = (h2 & 1) ? -1e-20f : 1e-20f;
+    if (zero) g = 0.f;
     if (grad == DType::kF32)
       static_cast<float*>(const_cast<void*>(d.g))[i] = g;
     else if (grad == DType::kBF16)
@@ -140,10 +143,12 @@ __global__ void fill_random(ChunkDesc d, DType grad, DType copy, uint64_t seed) 
   }
 }
 
-__global__ void count_unwritten(ChunkDesc d, DType copy, unsigned long long* out) {
+__global__ void count_unwritten(ChunkDesc d, DType grad, DType copy, unsigned long long* out) {
   uint32_t bad = 0;
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < d.n; i += uint64_t(gridDim.x) * blockDim.x) {
-    const bool unwritten = d.s1[i] == 0.f || !finite(d.p[i]) ||
+    const bool zero_grad = grad == DType::kF32 ? static_cast<const float*>(d.g)[i] == 0.f
+                                               : (static_cast<const uint16_t*>(d.g)[i] & 0x7FFFu) == 0;
+    const bool unwritten = (d.s1[i] == 0.f && !zero_grad) || !finite(d.p[i]) ||
                            (copy != DType::kNone && static_cast<const uint16_t*>(d.copy)[i] == 0xFFFFu);
     bad += uint32_t(unwritten);
   }
@@ -188,17 +193,18 @@ void launch_fold(const ChunkDesc* descs, uint32_t count, bool any_big, double* t
   TF_CUDA_CHECK_LAUNCH("fold_tiles_final");
 }
 
-void launch_fill_random(const ChunkDesc& d, DType grad, DType copy, uint64_t seed, cudaStream_t stream) {
+void launch_fill_random(const ChunkDesc& d, DType grad, DType copy, uint64_t seed, cudaStream_t stream,
+                        StepValues values) {
   if (d.n == 0) return;
   const unsigned blocks = unsigned(std::min<uint64_t>((d.n + 255) / 256, 65536));
-  kern::fill_random<<<blocks, 256, 0, stream>>>(d, grad, copy, seed);
+  kern::fill_random<<<blocks, 256, 0, stream>>>(d, grad, copy, seed, values);
   TF_CUDA_CHECK_LAUNCH("fill_random");
 }
 
-void launch_count_unwritten(const ChunkDesc& d, DType copy, unsigned long long* out, cudaStream_t stream) {
+void launch_count_unwritten(const ChunkDesc& d, DType grad, DType copy, unsigned long long* out, cudaStream_t stream) {
   if (d.n == 0) return;
   const unsigned blocks = unsigned(std::min<uint64_t>((d.n + 255) / 256, 65536));
-  kern::count_unwritten<<<blocks, 256, 0, stream>>>(d, copy, out);
+  kern::count_unwritten<<<blocks, 256, 0, stream>>>(d, grad, copy, out);
   TF_CUDA_CHECK_LAUNCH("count_unwritten");
 }
 
