@@ -33,10 +33,28 @@ std::vector<size_t> chunk_bounds(const Problem& p) {
   return b;
 }
 
+// The gradients of Problem::special_every, chosen by kind (every step unless said):
+//   0: +0 and 1: -0 (m = v = 0 for good: sqrt(0) and 0 / den); 2: +-1e-20 (v = (1 - b2) g^2 subnormal);
+//   3: +-[1e-15, 1e-13) (v about 2^-101, where a GPU's fast square root path ends); 4: +-[1e-39, 1e-38)
+//   (a subnormal gradient, and m); 5: 0 at odd steps, +-[1e-4, 1) at even ones (a zero gradient on live state).
+double special_grad(int kind, int step, uint64_t r) {
+  const double sign = (r & 1) ? -1.0 : 1.0, u = unit(core::splitmix64(r));
+  switch (kind) {
+    case 0: return 0.0;
+    case 1: return -0.0;
+    case 2: return sign * 1e-20;
+    case 3: return sign * std::pow(10.0, -15.0 + 2.0 * u);
+    case 4: return sign * std::pow(10.0, -39.0 + u);
+    default: return step % 2 ? 0.0 : sign * std::pow(10.0, -4.0 + 4.0 * u);
+  }
+}
+
 float grad_value(const Problem& p, int step, size_t i) {
   const uint64_t r = core::splitmix64(p.seed ^ (uint64_t(step) << 44) ^ (i * 0x2545F4914F6CDD1Dull));
   const double mag = std::pow(10.0, -4.0 + 4.0 * unit(core::splitmix64(r)));
-  const double v = (r & 1) ? -mag : mag;
+  double v = (r & 1) ? -mag : mag;
+  if (p.special_every > 0 && i % size_t(p.special_every) == 0)
+    v = special_grad(int((i / size_t(p.special_every)) % 6), step, r);
   if (p.nonfinite_every > 0 && step == 2 && i % size_t(p.nonfinite_every) == 0) {
     switch ((i / size_t(p.nonfinite_every)) % 3) {
       case 0: return std::numeric_limits<float>::quiet_NaN();
@@ -69,6 +87,7 @@ std::string describe(const Problem& p) {
      << " n=" << p.n << " chunks=" << p.chunks << " steps=" << p.steps << " seed=" << p.seed << " lr=" << p.hp.lr
      << " b1=" << p.hp.beta1 << " b2=" << p.hp.beta2 << " eps=" << p.hp.eps << " wd=" << p.hp.weight_decay
      << " loss_scale=" << p.loss_scale << " schedule=" << core::lr_schedule_name(p.schedule.kind);
+  if (p.special_every > 0) os << " special_every=" << p.special_every;
   return os.str();
 }
 

@@ -27,6 +27,8 @@ struct Problem {
   uint64_t seed = 1;
   double loss_scale = 1;      // grads are stored multiplied by this; grad_scale = 1/loss_scale
   int nonfinite_every = 0;    // > 0: every k-th element of step 2's gradient is NaN/+Inf/-Inf
+  int special_every = 0;      // > 0: every k-th element's gradient is one of the values where IEEE division and
+                              // square root leave their fast paths (special_grad in optim_harness.cpp)
   core::LrSchedule schedule;  // the lr of each step (core::lr_at; base_lr is hp.lr); constant: hp.lr
 };
 
