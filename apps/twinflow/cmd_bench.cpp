@@ -62,7 +62,7 @@ struct BenchOptions {
   std::vector<core::OptimizerKind> kinds;
   std::vector<core::DType> grads;
   std::string gpu_mode;
-  std::vector<std::string> gpu_values;  // --gpu-values: the data each GPU row's kernel updates
+  std::vector<core::StepValues> values;  // --values: the data each optimizer row updates, a row each
   nlohmann::json peer = nlohmann::json::object();
   backend::cpu::CpuOptions cpu;
   bool cpu_variants = false;
@@ -134,10 +134,11 @@ po::options_description bench_description() {
   add("profile", po::value<std::string>(),
       "with --cpu-ranks: the simulator's node time from this hardware profile beside the AdamW bf16 rows");
   add("gpu", po::value<std::string>()->default_value("auto"), "auto|on|off");
-  add("gpu-values", po::value<std::string>()->default_value("random"),
-      "comma list of the data the GPU kernels update: random (calibrate's: every gradient in +-[0.5, 1)) | "
-      "half-zero (half the elements g = m = v = 0, as units that never had a gradient) | subnormal (every "
-      "gradient +-1e-20: v is subnormal); each a row of its own");
+  add("values", po::value<std::string>()->default_value("random"),
+      "comma list of the data the optimizer rows (CPU and GPU) update, a row each: random (calibrate's: "
+      "every gradient finite, non-zero) | half-zero (half the elements g = m = v = 0, as units that never "
+      "had a gradient) | subnormal (every gradient +-1e-20: v is subnormal) | decayed (every g = 0 on subnormal "
+      "m and v: a unit whose gradients stopped long ago)");
   add("peer-json", po::value<std::string>(), "torch figures from bench/peer/torch_adamw.py, shown as ratios");
   add_output_options(desc, {.csv = "write the table as CSV", .json = "write the table as JSON"});
   return desc;
@@ -247,11 +248,12 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   o.gpu_mode = vm["gpu"].as<std::string>();
   if (o.gpu_mode != "auto" && o.gpu_mode != "on" && o.gpu_mode != "off")
     throw core::InputError("--gpu must be auto, on or off, got '" + o.gpu_mode + "'");
-  o.gpu_values = split_list(vm["gpu-values"].as<std::string>());
-  if (o.gpu_values.empty()) throw core::InputError("--gpu-values: give at least one of random, half-zero, subnormal");
-  for (const std::string& v : o.gpu_values)
-    if (v != "random" && v != "half-zero" && v != "subnormal")
-      throw core::InputError("--gpu-values: '" + v + "' is not one of random, half-zero, subnormal");
+  for (const std::string& v : split_list(vm["values"].as<std::string>())) {
+    const std::optional<core::StepValues> sv = core::parse_step_values(v);
+    if (!sv) throw core::InputError("--values: '" + v + "' is not one of random, half-zero, subnormal, decayed");
+    o.values.push_back(*sv);
+  }
+  if (o.values.empty()) throw core::InputError("--values: give at least one of random, half-zero, subnormal, decayed");
   if (vm.count("peer-json")) o.peer = read_peer_json(vm["peer-json"].as<std::string>());
   if (vm.count("threads"))
     o.cpu.threads = backend::cpu::checked_thread_count(vm["threads"].as<long long>(),
@@ -268,6 +270,12 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
 }
 
 // ---- the CPU ------------------------------------------------------------------------------------------
+
+// A row's kernel column: the optimizer, and the data when it is not the random default ("adamw [half-zero]").
+std::string kernel_label(core::OptimizerKind k, core::StepValues v) {
+  return std::string(core::optimizer_name(k)) +
+         (v == core::StepValues::kRandom ? "" : " [" + std::string(core::step_values_name(v)) + "]");
+}
 
 // The bounds and the naive loop, then every optimizer and gradient dtype, as rows of `t`.
 void bench_cpu(const BenchOptions& o, backend::cpu::CpuBackend& cpu, Table& t,
@@ -300,26 +308,28 @@ void bench_cpu(const BenchOptions& o, backend::cpu::CpuBackend& cpu, Table& t,
            fmt(gb / bound * 100, 1), "-", "-"});
   }
   for (core::OptimizerKind k : o.kinds)
-    for (core::DType g : o.grads) {
-      const core::DType c = g == core::DType::kF32 ? core::DType::kNone : g;
-      const double row_bound = g == core::DType::kF32 ? bound : streams_gbps[g];
-      progress("cpu: " + std::string(core::optimizer_name(k)) + " grad " + std::string(core::dtype_name(g)));
-      const double s = time_cpu_step(cpu, k, g, c, n, o.iters);
-      const auto b = core::bytes_per_element(k, g, c);
-      const double gbps = double(b.total()) * n / s / 1e9;
-      std::string vs = "-", peer_name = "-";
-      if (k == core::OptimizerKind::kAdamW && g == core::DType::kF32) {
-        vs = fmt(naive_s / s, 2) + "x";
-        peer_name = "naive loop";
-        if (auto tp = peer_value(o.peer, "cpu", n)) {
-          vs = fmt((n / s / 1e9) / *tp, 2) + "x";
-          peer_name = "torch fused " + fmt(*tp, 2) + " Gp/s";
+    for (core::DType g : o.grads)
+      for (core::StepValues values : o.values) {
+        const core::DType c = g == core::DType::kF32 ? core::DType::kNone : g;
+        const double row_bound = g == core::DType::kF32 ? bound : streams_gbps[g];
+        const std::string kernel = kernel_label(k, values);
+        progress("cpu: " + kernel + " grad " + std::string(core::dtype_name(g)));
+        const double s = time_cpu_step(cpu, k, g, c, n, o.iters, nullptr, values);
+        const auto b = core::bytes_per_element(k, g, c);
+        const double gbps = double(b.total()) * n / s / 1e9;
+        std::string vs = "-", peer_name = "-";
+        if (k == core::OptimizerKind::kAdamW && g == core::DType::kF32 && values == core::StepValues::kRandom) {
+          vs = fmt(naive_s / s, 2) + "x";
+          peer_name = "naive loop";
+          if (auto tp = peer_value(o.peer, "cpu", n)) {
+            vs = fmt((n / s / 1e9) / *tp, 2) + "x";
+            peer_name = "torch fused " + fmt(*tp, 2) + " Gp/s";
+          }
         }
+        t.add({cpu_name, kernel, std::string(core::dtype_name(g)), std::string(core::dtype_name(c)), std::to_string(n),
+               std::to_string(b.total()), fmt(s * 1e3, 3), fmt(n / s / 1e9, 2), fmt(gbps, 1),
+               fmt(gbps / row_bound * 100, 1), vs, peer_name});
       }
-      t.add({cpu_name, std::string(core::optimizer_name(k)), std::string(core::dtype_name(g)),
-             std::string(core::dtype_name(c)), std::to_string(n), std::to_string(b.total()), fmt(s * 1e3, 3),
-             fmt(n / s / 1e9, 2), fmt(gbps, 1), fmt(gbps / row_bound * 100, 1), vs, peer_name});
-    }
 }
 
 // AdamW under each CPU tuning variant (pin, prefetch, streaming stores).
@@ -361,25 +371,20 @@ void bench_gpu(const BenchOptions& o, Table& t) {
   const double copy_gbps = backend::cuda::measure_copy_gbps(size_t(1) << 31, o.iters, 0);
   t.add({info.name, "d2d copy bound", "-", "-", std::to_string(size_t(1) << 29), "8",
          fmt(double(size_t(1) << 31) * 2 / copy_gbps / 1e6, 3), "-", fmt(copy_gbps, 1), "100.0", "-", "-"});
-  using backend::cuda::StepValues;
   for (core::OptimizerKind k : o.kinds)
     for (core::DType g : o.grads)
-      for (const std::string& values : o.gpu_values) {
-        const StepValues sv = values == "half-zero"   ? StepValues::kHalfZero
-                              : values == "subnormal" ? StepValues::kSubnormal
-                                                      : StepValues::kRandom;
+      for (core::StepValues sv : o.values) {
         const core::DType c = g == core::DType::kF32 ? core::DType::kNone : g;
         const double s = backend::cuda::time_step_seconds(k, g, c, gpu_n, o.iters, 0, nullptr, sv);
         const auto b = core::bytes_per_element(k, g, c);
         const double gbps = double(b.total()) * gpu_n / s / 1e9;
         std::string vs = "-", peer_name = "-";
-        if (k == core::OptimizerKind::kAdamW && g == core::DType::kF32 && sv == StepValues::kRandom)
+        if (k == core::OptimizerKind::kAdamW && g == core::DType::kF32 && sv == core::StepValues::kRandom)
           if (auto tp = peer_value(o.peer, "cuda", gpu_n)) {
             vs = fmt((gpu_n / s / 1e9) / *tp, 2) + "x";
             peer_name = "torch fused " + fmt(*tp, 2) + " Gp/s";
           }
-        const std::string kernel =
-            std::string(core::optimizer_name(k)) + (sv == StepValues::kRandom ? "" : " [" + values + "]");
+        const std::string kernel = kernel_label(k, sv);
         t.add({info.name, kernel, std::string(core::dtype_name(g)), std::string(core::dtype_name(c)),
                std::to_string(gpu_n), std::to_string(b.total()), fmt(s * 1e3, 3), fmt(gpu_n / s / 1e9, 2), fmt(gbps, 1),
                fmt(gbps / copy_gbps * 100, 1), vs, peer_name});
@@ -408,7 +413,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   Table t({"device", "kernel", "grad", "copy", "n", "B/elem", "ms", "Gparam/s", "GB/s", "% bound", "vs peer", "peer"});
   size_t streams_rows = 0;
   for (core::DType g : o.grads) streams_rows += g == core::DType::kF32 ? 0 : 1;
-  const size_t total = 3 + streams_rows + o.kinds.size() * o.grads.size();
+  const size_t total = 3 + streams_rows + o.kinds.size() * o.grads.size() * o.values.size();
   size_t done = 0;
   auto progress = [&](const std::string& what) {
     std::cerr << "[" << ++done << "/" << total << "] " << what << "\n" << std::flush;

@@ -45,7 +45,7 @@ float small_value(size_t i) { return float(int(hash32(i) % 2001) - 1000) * 1e-4f
 }  // namespace
 
 CpuStepPass::CpuStepPass(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy,
-                         size_t n)
+                         size_t n, core::StepValues values)
     : be_(be), kind_(k), n_(n) {
   const bool two = core::state_count(k) == 2;
   p_ = be.allocate(n * 4), m_ = be.allocate(n * 4), v_ = be.allocate(two ? n * 4 : 0);
@@ -58,8 +58,17 @@ CpuStepPass::CpuStepPass(backend::cpu::CpuBackend& be, core::OptimizerKind k, co
   be.first_touch(std::span<const backend::OptimChunk>(&chunk_, 1));
   float* pf = static_cast<float*>(p_->data());
   for (size_t i = 0; i < n; ++i) pf[i] = small_value(i);
+  const bool decayed = values == core::StepValues::kDecayed;  // g = 0 on subnormal m and v
+  if (decayed)
+    for (size_t i = 0; i < n; ++i) {
+      static_cast<float*>(m_->data())[i] = (hash32(i + 4 * n) & 1) ? -core::kDecayedM : core::kDecayedM;
+      if (two) static_cast<float*>(v_->data())[i] = core::kDecayedV;
+    }
   for (size_t i = 0; i < n; ++i) {
-    const float x = small_value(i + n);
+    float x = small_value(i + n);
+    if (values == core::StepValues::kSubnormal)
+      x = (hash32(i + 2 * n) & 1) ? -core::kSubnormalGrad : core::kSubnormalGrad;
+    if (decayed || (values == core::StepValues::kHalfZero && (hash32(i + 3 * n) & 1))) x = 0.f;
     if (grad == core::DType::kF32)
       static_cast<float*>(g_->data())[i] = x;
     else
@@ -73,8 +82,8 @@ void CpuStepPass::run() {
 }
 
 double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
-                     int iters, std::vector<double>* samples) {
-  CpuStepPass pass(be, k, grad, copy, n);
+                     int iters, std::vector<double>* samples, core::StepValues values) {
+  CpuStepPass pass(be, k, grad, copy, n, values);
   return median_seconds(
       iters, [&] { pass.run(); }, samples);
 }

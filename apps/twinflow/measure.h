@@ -9,16 +9,19 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "core/optim/step_values.h"
 
 namespace tf::app {
 
 // One chunk of n elements for fused optimizer steps on the backend's workers: master, states, gradient
-// and copy allocated by the backend, pages first-touched by the threads that update them, random finite
-// data (never subnormal). run() is one step. time_cpu_step times these; `twinflow calibrate` also keeps
-// one running while it times PCIe copies (the copies' slowdown under the CPU pass).
+// and copy allocated by the backend, pages first-touched by the threads that update them, finite data
+// as `values` says (random: every gradient in +-[0, 0.1], never subnormal). run() is one step. time_cpu_step times
+// these; `twinflow calibrate` also keeps one running while it times PCIe copies (the copies' slowdown under the CPU
+// pass).
 class CpuStepPass {
  public:
-  CpuStepPass(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n);
+  CpuStepPass(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
+              core::StepValues values = core::StepValues::kRandom);
   void run();
   size_t elems() const { return n_; }
 
@@ -57,7 +60,8 @@ PairedTimes time_alone_and_under(int pairs, const std::function<double()>& pass,
 // first-touched by the threads that update them). `samples`, when given, receives every timed step's
 // seconds.
 double time_cpu_step(backend::cpu::CpuBackend& be, core::OptimizerKind k, core::DType grad, core::DType copy, size_t n,
-                     int iters, std::vector<double>* samples = nullptr);
+                     int iters, std::vector<double>* samples = nullptr,
+                     core::StepValues values = core::StepValues::kRandom);
 
 // All three run on the backend's own (possibly pinned) workers over memory from its allocator
 // (2 MiB aligned, huge-page advised), so that the bound sees the same conditions as the kernels.

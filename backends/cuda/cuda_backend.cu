@@ -399,15 +399,6 @@ double measure_copy_gbps(size_t bytes, int iters, int device) {
   return 2.0 * double(bytes) / median(sec) / 1e9;
 }
 
-std::string_view step_values_name(StepValues v) {
-  switch (v) {
-    case StepValues::kRandom: return "random";
-    case StepValues::kHalfZero: return "half-zero";
-    case StepValues::kSubnormal: return "subnormal";
-  }
-  return "?";
-}
-
 double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device,
                                  const StepVariant& v, std::vector<double>* samples, StepValues values) {
   check_iters(iters, "time_step_seconds");

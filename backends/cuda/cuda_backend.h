@@ -1,13 +1,12 @@
 // The CUDA optimizer backend (public header: no CUDA include, usable from plain C++).
 #pragma once
 
-#include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/optim/step_values.h"
 
 namespace tf::backend::cuda {
 
@@ -35,14 +34,7 @@ GpuInfo gpu_info(int device = 0);
 // Device-to-device cudaMemcpy of `bytes`; returns GB/s counting bytes read + written (1 GB = 1e9 B).
 double measure_copy_gbps(size_t bytes, int iters, int device = 0);
 
-// The values a timed step kernel updates. The kernel's IEEE division and square root are exact in
-// every case; their hardware fast paths are not taken for every input, so the rate can depend on them.
-enum class StepValues : uint8_t {
-  kRandom,     // every element a finite, non-zero gradient of magnitude [0.5, 1) (calibrate's data)
-  kHalfZero,   // half the elements (at random) hold g = m = v = 0: units that never had a gradient
-  kSubnormal,  // every gradient +-1e-20: v = (1 - beta2) g^2 is subnormal
-};
-std::string_view step_values_name(StepValues v);  // "random", "half-zero", "subnormal"
+using core::StepValues;  // the data a timed step kernel updates (core/optim/step_values.h)
 
 // Times the fused step kernel over one chunk of n elements (finite data as `values` says, poisoned
 // outputs checked once). Returns the median seconds per step; every step's seconds in *samples if given.

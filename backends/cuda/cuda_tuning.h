@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "backends/backend.h"
@@ -34,5 +35,15 @@ static_assert(kTuningVariants[0].unroll == kDefaultVariant.unroll &&
 double time_step_variant_seconds(OptimizerKind k, DType grad, DType copy, size_t n, int iters, int device,
                                  const StepVariant& v, std::vector<double>* samples = nullptr,
                                  StepValues values = StepValues::kRandom);
+
+// Self-checks of the step kernels' division and square root (CudaOps) against the IEEE instructions, bit
+// for bit (backends/cuda/ieee_check.cu): the number of inputs that differ and the first one found.
+struct OpsMismatch {
+  uint64_t count = 0;
+  uint32_t a = 0, b = 0, got = 0, want = 0;  // the operands' and results' bits
+};
+OpsMismatch check_step_sqrt_every_float(int device);                   // all 2^32 inputs
+OpsMismatch check_step_div_every_dividend(float divisor, int device);  // all 2^32 dividends
+OpsMismatch check_step_div_random_pairs(uint64_t pairs, int device);   // every magnitude, zeros, subnormals
 
 }  // namespace tf::backend::cuda

@@ -33,17 +33,25 @@ struct CudaOps {
   // IEEE division and square root, correctly rounded, kept on their hardware fast paths for the values
   // training makes common. sqrt.rn leaves its fast path for every input below 2^-101 (zero included) and
   // div.rn for a zero dividend (both read from sm_90 machine code: the range check before the call to the
-  // slow routine). A unit that never had a gradient holds m = v = 0, and a warp with one such element runs
-  // the slow routine: on an H200 the fused AdamW over half-zero data ran 8% below random data, and the MLP's
-  // steps 7-8% (bench/results/2026-11-29-h200-gpu-optimizer-values). These inputs are mapped exactly:
+  // slow routine). A unit that never had a gradient holds m = v = 0, one whose gradients stopped long ago
+  // subnormal m and v, and a warp with one such element runs the slow routine: on an H200 the fused AdamW
+  // over half-zero data ran 8% below random data, and the MLP's steps 7-8%
+  // (bench/results/2026-11-29-h200-gpu-optimizer-values). These inputs are mapped exactly:
   //   a / b with a = +-0 and b finite, non-zero: the zero with the sign of a xor b (IEEE 754, 6.3);
+  //   a / b with a subnormal: (a 2^64) / b, times 2^-64 where that quotient is >= 2^-61 in magnitude (a 2^64
+  //   is exact, and the true quotient >= 2^-125 is normal, so the scaling back is exact and the rounding is
+  //   a / b's); else a / b as it is (a subnormal quotient: the instruction's own rounding);
   //   sqrt(+-0) = +-0; 0 < a < 2^-101: sqrt(a 2^64) 2^-32, where both scalings by powers of two are exact
   //   (a 2^64 < 2^-37, the root >= 2^-42.5 and times 2^-32 >= 2^-74.5: normal), so the rounding is sqrt(a)'s.
-  // Every other input (NaN, infinities, negative, a subnormal dividend) goes to the instruction as it is.
+  // Every other input (NaN, infinities, negative square roots) goes to the instruction as it is.
   __device__ __forceinline__ static V div(V a, V b) {
-    const bool zero = a == 0.f && b != 0.f && fabsf(b) < __int_as_float(0x7F800000);
-    const float q = __fdiv_rn(zero ? 1.f : a, b);
-    return zero ? __int_as_float(int((unsigned(__float_as_int(a)) ^ unsigned(__float_as_int(b))) & 0x80000000u)) : q;
+    const float inf = __int_as_float(0x7F800000);
+    const bool zero = a == 0.f && b != 0.f && fabsf(b) < inf;
+    const bool tiny = a != 0.f && fabsf(a) < 0x1p-126f;
+    const float q = __fdiv_rn(zero ? 1.f : (tiny ? __fmul_rn(a, 0x1p64f) : a), b);
+    if (zero) return __int_as_float(int((unsigned(__float_as_int(a)) ^ unsigned(__float_as_int(b))) & 0x80000000u));
+    if (!tiny) return q;
+    return fabsf(q) >= 0x1p-61f ? __fmul_rn(q, 0x1p-64f) : __fdiv_rn(a, b);
   }
   __device__ __forceinline__ static V sqrt(V a) {
     const bool zero = a == 0.f, small = a > 0.f && a < 0x1p-101f;

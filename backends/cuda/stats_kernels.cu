@@ -126,13 +126,14 @@ __device__ __forceinline__ float unit(uint64_t h) { return float(uint32_t(h >> 4
 __global__ void fill_random(ChunkDesc d, DType grad, DType copy, uint64_t seed, StepValues values) {
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < d.n; i += uint64_t(gridDim.x) * blockDim.x) {
     const uint64_t h0 = mix64(seed ^ (i * 4 + 0)), h1 = mix64(seed ^ (i * 4 + 1)), h2 = mix64(seed ^ (i * 4 + 2));
-    const bool zero = values == StepValues::kHalfZero && (h1 & 1);  // g = m = v = 0, and they stay 0
-    d.p[i] = __fsub_rn(__fmul_rn(2.f, unit(h0)), 1.f);              // [-1, 1)
-    d.s1[i] = 0.f;  // non-zero after one step where g != 0 (coverage check)
-    if (d.s2) d.s2[i] = values == StepValues::kRandom ? __fmul_rn(1e-4f, unit(h1)) : 0.f;
+    const bool zero = values == StepValues::kHalfZero && (h1 & 1);              // g = m = v = 0, and they stay 0
+    d.p[i] = __fsub_rn(__fmul_rn(2.f, unit(h0)), 1.f);                          // [-1, 1)
+    const bool decayed = values == StepValues::kDecayed;                        // g = 0 on subnormal m and v
+    d.s1[i] = decayed ? ((h1 & 2) ? -core::kDecayedM : core::kDecayedM) : 0.f;  // non-zero after a step where g != 0
+    if (d.s2) d.s2[i] = values == StepValues::kRandom ? __fmul_rn(1e-4f, unit(h1)) : decayed ? core::kDecayedV : 0.f;
     float g = __fmul_rn((h2 & 1) ? -1.f : 1.f, __fadd_rn(0.5f, __fmul_rn(0.5f, unit(h2))));  // +-[0.5, 1)
-    if (values == StepValues::kSubnormal) g = (h2 & 1) ? -1e-20f : 1e-20f;
-    if (zero) g = 0.f;
+    if (values == StepValues::kSubnormal) g = (h2 & 1) ? -core::kSubnormalGrad : core::kSubnormalGrad;
+    if (zero || decayed) g = 0.f;
     if (grad == DType::kF32)
       static_cast<float*>(const_cast<void*>(d.g))[i] = g;
     else if (grad == DType::kBF16)

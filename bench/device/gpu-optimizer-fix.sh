@@ -4,7 +4,7 @@
 # tf_cuda_tests, and their libraries.
 #   1. tf_conformance_tests (every backend bit for bit against the scalar path, zeros and subnormals included);
 #   2. tf_cuda_tests (the engine's parity tests, the decoder's included);
-#   3. `bench --gpu-values random,half-zero,subnormal`, old and new binaries alternating, ROUNDS rounds (default 2);
+#   3. `bench --values random,half-zero,subnormal`, old and new binaries alternating, ROUNDS rounds (default 2);
 #   4. the 2.15B MLP at ratio 0, old and new alternating: the step kernel's rate inside the steps (traced);
 #   5. OPT-13B at ratio 0.45 for 2 steps: the engine's set-up line (initial weights drawn and rounded in one pass).
 # Everything lands in $OUT/gpu-opt-fix.tar.gz.
@@ -22,7 +22,7 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$W/cuda-tests.log" | head -n 
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for bin in twinflow-old twinflow; do
     step "bench $bin, round $r"
-    timeout 120 $B/$bin bench --optimizers adamw --grads bf16 --gpu-values random,half-zero,subnormal --n 1048576 \
+    timeout 120 $B/$bin bench --optimizers adamw --grads bf16 --values random,half-zero,subnormal --n 1048576 \
       --iters 20 --gpu on > "$W/bench-$bin-$r.log" 2>&1; echo "rc $?"; grep -E "adamw" "$W/bench-$bin-$r.log" | grep H200
   done
 done

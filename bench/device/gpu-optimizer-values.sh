@@ -2,7 +2,7 @@
 # Run ON THE GPU MACHINE from the repo root with .devbin/ carried (stripped build/twinflow and its libraries).
 # Does the fused GPU AdamW's rate depend on the values it updates? (The MLP's steps ran it 7-8% below the same
 # kernel on calibrate's random data, 2026-11-29, bench/results/2026-11-29-h200-gpu-optimizer-values.)
-#   1. `twinflow bench --gpu-values random,half-zero,subnormal` (the kernel alone, three kinds of data);
+#   1. `twinflow bench --values random,half-zero,subnormal` (the kernel alone, three kinds of data);
 #   2. the machine code nvcc makes of __fsqrt_rn and __fdiv_rn for this GPU (the fast path's range checks);
 #   3. Nsight Compute on one step kernel of the 2.15B MLP at ratio 0 and of `bench` (random data): instructions,
 #      DRAM bytes and time (application replay, clocks left alone).
@@ -14,7 +14,7 @@ pack() { tar czf "$OUT/gpu-opt-values.tar.gz" -C "$W" .; }
 LOG=$W machine_info
 
 step "bench: the kernel over three kinds of data"
-timeout 200 $B/twinflow bench --optimizers adamw,adam,adagrad --grads bf16,fp32 --gpu-values random,half-zero,subnormal \
+timeout 200 $B/twinflow bench --optimizers adamw,adam,adagrad --grads bf16,fp32 --values random,half-zero,subnormal \
   --n 1048576 --iters 20 --gpu on > "$W/bench-values.log" 2>&1; echo "rc $?"; grep -E "H200" "$W/bench-values.log"; pack
 
 step "SASS of __fsqrt_rn and __fdiv_rn (sm_90)"
@@ -36,5 +36,5 @@ ncu_one() {  # NAME SKIP CMD...
 ncu_one mlp2b 4 $B/twinflow run --scenario scenarios/real/mlp-2b.yaml --ratio 0 --steps 6
 ncu_one bench-random 3 $B/twinflow bench --optimizers adamw --grads bf16 --gpu-n 2147745792 --n 1048576 --iters 5 --gpu on
 ncu_one bench-half-zero 3 $B/twinflow bench --optimizers adamw --grads bf16 --gpu-n 2147745792 --n 1048576 --iters 5 \
-  --gpu on --gpu-values half-zero
+  --gpu on --values half-zero
 step done; pack
