@@ -24,18 +24,24 @@ struct BackendEntry {
 inline std::vector<BackendEntry> backends_under_test() {
   using backend::cpu::Isa;
   std::vector<BackendEntry> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    BackendEntry e;
-    e.name = "cpu_" + std::string(backend::cpu::isa_name(isa));
-    if (!backend::cpu::isa_available(isa)) e.unavailable = e.name + " is not supported by this CPU or compiler";
-    e.make = [isa] {
-      backend::cpu::CpuOptions o;
-      o.isa = int(isa);
-      o.threads = 2;
-      return std::unique_ptr<backend::OptimizerBackend>(new backend::cpu::CpuBackend(o));
-    };
-    out.push_back(e);
-  }
+  // Each SIMD path twice: with the exact path as this CPU's probe decides (auto), and forced on ("_exact":
+  // every vector near the subnormals takes the rules in double, backends/cpu/exact_ops.h), so that both
+  // are checked whatever the CPU running the suite decides.
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    for (bool exact : {false, true}) {
+      if (exact && isa == Isa::kScalar) continue;  // the reference has no exact path
+      BackendEntry e;
+      e.name = "cpu_" + std::string(backend::cpu::isa_name(isa)) + (exact ? "_exact" : "");
+      if (!backend::cpu::isa_available(isa)) e.unavailable = e.name + " is not supported by this CPU or compiler";
+      e.make = [isa, exact] {
+        backend::cpu::CpuOptions o;
+        o.isa = int(isa);
+        o.threads = 2;
+        if (exact) o.tuning.exact_path = 1;
+        return std::unique_ptr<backend::OptimizerBackend>(new backend::cpu::CpuBackend(o));
+      };
+      out.push_back(e);
+    }
   BackendEntry cu;
   cu.name = "cuda";
 #if defined(TWINFLOW_HAVE_CUDA)

@@ -423,6 +423,10 @@ int cmd_bench(const std::vector<std::string>& args) {
   bench_gpu(o, t);
   std::cout << "\n";
   t.print(std::cout);
+  std::cout << "cpu: vectors near the subnormals " << (cpu.tuning().exact_path ? "take" : "do not take")
+            << " the exact path (the rules in double, backends/cpu/exact_ops.h; tuning exact="
+            << (o.cpu.tuning.exact_path == 2 ? "2: this CPU's probe decided" : std::to_string(o.cpu.tuning.exact_path))
+            << ")\n";
   if (o.out.csv) t.write_csv(*o.out.csv);
   if (o.out.json) t.write_json(*o.out.json);
   return kExitOk;

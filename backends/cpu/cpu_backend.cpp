@@ -6,12 +6,17 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/host_region.h"
 #include "core/error.h"
+#include "core/optim/grad_stats.h"
+#include "core/optim/step_values.h"
 
 namespace tf::backend::cpu {
 
@@ -65,6 +70,14 @@ CpuFeatures cpu_features() {
 }
 }  // namespace
 
+uint64_t check_exact_path(Isa isa, uint64_t n, uint64_t seed, std::string* first) {
+  const KernelTable t = table(isa);
+  if (!isa_available(isa) || t.check_exact == nullptr)
+    throw core::InputError("check_exact_path: " + std::string(isa_name(isa)) +
+                           " is not available here or has no exact path");
+  return t.check_exact(n, seed, first);
+}
+
 bool isa_available(Isa isa) {
   if (table(isa).step == nullptr) return false;
   static const CpuFeatures f = cpu_features();
@@ -103,6 +116,7 @@ void check_tuning(const KernelTuning& t, const char* where) {
   if (t.interleave != 1 && t.interleave != 2) bad("interleave", t.interleave, "1 or 2");
   if (t.prefetch_level > 1) bad("prefetch level", t.prefetch_level, "0: L1, 1: L2");
   if (t.interleave == 2 && t.unroll != 1) bad("unroll", t.unroll, "only 1 with interleave 2");
+  if (t.exact_path > 2) bad("exact path", t.exact_path, "0: off, 1: on, 2: auto");
 }
 
 namespace {
@@ -148,10 +162,12 @@ void apply_tuning_spec(CpuOptions& o, std::string_view spec, const std::string& 
       o.pool_idle = num(1) != 0;
     else if (key == "huge")
       o.huge_pages = num(1) != 0;
+    else if (key == "exact")
+      o.tuning.exact_path = uint32_t(num(2));
     else
       throw core::InputError(option + ": unknown knob '" + std::string(pair) +
                              "' (expected key=value pairs of prefetch, level, unroll, interleave, nt, ntoop, block, "
-                             "spin, nice, idle, huge; "
+                             "spin, nice, idle, huge, exact; "
                              "or 'default')");
   }
   check_tuning(o.tuning, option.c_str());
@@ -164,7 +180,7 @@ std::string tuning_spec(const CpuOptions& o) {
          ",nt=" + (t.stream_copy ? "1" : "0") + ",ntoop=" + (t.stream_out_of_place ? "1" : "0") +
          ",block=" + std::to_string(o.steal_block_tiles) + ",spin=" + std::to_string(o.pool_spin_us) +
          ",nice=" + std::to_string(o.pool_nice) + ",idle=" + (o.pool_idle ? "1" : "0") +
-         ",huge=" + (o.huge_pages ? "1" : "0");
+         ",huge=" + (o.huge_pages ? "1" : "0") + ",exact=" + std::to_string(resolved_exact_path(o));
 }
 
 namespace {
@@ -185,6 +201,52 @@ void check_range(Buffer& b, size_t bytes, const char* what) {
 }
 }  // namespace
 
+namespace {
+// KernelTuning::exact_path 2: whether the ISA's exact path updates data that decayed (g = 0 on subnormal m
+// and v, core::StepValues::kDecayed) faster than its fp32 instructions do, by 20% or more. One thread, 16384
+// elements (L2-resident), the best of 5 alternating passes of each; once per process and ISA.
+bool exact_path_pays(Isa isa, const KernelTable& k) {
+  static std::once_flag once[3];
+  static bool pays[3] = {false, false, false};
+  const size_t i = size_t(isa);
+  std::call_once(once[i], [&] {
+    if (k.check_exact == nullptr) return;
+    constexpr size_t n = 8 * core::kStatsTile;
+    std::vector<float> p(n), m(n), v(n, core::kDecayedV), g(n, 0.f);
+    OptimChunk c;
+    c.param = {p.data(), n, DType::kF32};
+    c.state1 = {m.data(), n, DType::kF32};
+    c.state2 = {v.data(), n, DType::kF32};
+    c.grad = {g.data(), n, DType::kF32};
+    const StepScalars s =
+        core::make_step_scalars(OptimizerKind::kAdamW, core::default_hyper_params(OptimizerKind::kAdamW), 10, 1.0);
+    double sums[8];
+    const auto pass = [&](uint32_t exact) {
+      for (size_t j = 0; j < n; ++j) {
+        p[j] = float(int(j % 201) - 100) * 1e-3f;
+        m[j] = (j & 1) ? -core::kDecayedM : core::kDecayedM;
+        v[j] = core::kDecayedV;
+      }
+      KernelTuning t;
+      t.exact_path = exact;
+      const auto t0 = std::chrono::steady_clock::now();
+      k.step(OptimizerKind::kAdamW, c, s, t, 0, 8, sums);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    double off = 1e30, on = 1e30;
+    for (int r = 0; r < 5; ++r) off = std::min(off, pass(0)), on = std::min(on, pass(1));
+    pays[i] = on < 0.8 * off;
+  });
+  return pays[i];
+}
+}  // namespace
+
+uint32_t resolved_exact_path(const CpuOptions& o) {
+  if (o.tuning.exact_path != 2) return o.tuning.exact_path;
+  const Isa isa = o.isa < 0 ? select_isa() : static_cast<Isa>(o.isa);
+  return isa_available(isa) && exact_path_pays(isa, table(isa)) ? 1 : 0;
+}
+
 CpuBackend::CpuBackend(const CpuOptions& opt)
     : isa_(opt.isa < 0 ? select_isa() : static_cast<Isa>(opt.isa)),
       k_(table(isa_)),
@@ -193,6 +255,7 @@ CpuBackend::CpuBackend(const CpuOptions& opt)
   check_tuning(opt.tuning, "cpu backend");
   if (!isa_available(isa_))
     throw core::InputError("SIMD path '" + std::string(isa_name(isa_)) + "' is not available on this CPU");
+  opt_.tuning.exact_path = resolved_exact_path(opt_);
   caps_.name = "cpu-" + std::string(isa_name(isa_));
   caps_.functional_math = true;
   caps_.device_memory = false;

@@ -20,6 +20,10 @@ Isa parse_isa(std::string_view s);
 bool isa_available(Isa isa);
 // The best available ISA, unless TWINFLOW_SIMD forces one (an error if that one is not available).
 Isa select_isa();
+// The ISA's exact path (backends/cpu/exact_ops.h: the rules in double, taken by vectors near the
+// subnormals) against its fp32 instructions on n operand triples, bit for bit: the mismatches, the first
+// in *first. Throws core::InputError for an ISA that is not available or has no exact path (scalar).
+uint64_t check_exact_path(Isa isa, uint64_t n, uint64_t seed, std::string* first);
 
 struct CpuOptions {
   // The leading knobs in order (the remaining members take their defaults).
@@ -51,6 +55,9 @@ struct CpuOptions {
 // interleave=1|2 nt=0|1 (streamed copy) block=TILES spin=US nice=0..19 idle=0|1 huge=0|1. Throws core::InputError
 // naming `option`, the pair and the keys.
 void apply_tuning_spec(CpuOptions& o, std::string_view spec, const std::string& option);
+// KernelTuning::exact_path as the kernels will run it: 0 or 1, the auto setting (2) decided by the ISA's
+// probe (once per process and ISA; CpuBackend resolves its own the same way).
+uint32_t resolved_exact_path(const CpuOptions& o);
 // Every knob of `o` as such a spec (the keys in the order above).
 std::string tuning_spec(const CpuOptions& o);
 

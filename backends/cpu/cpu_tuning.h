@@ -51,6 +51,13 @@ struct CpuTuningDefaults {
   bool pool_idle = true;
   // madvise(MADV_HUGEPAGE) on the host regions (2 MiB pages where THP is "madvise").
   bool huge_pages = true;
+  // Vectors holding values near the subnormal range (states that decayed, tiny gradients) take the update
+  // rules in double, rounded once per operation to fp32 (backends/cpu/exact_ops.h: the same bits): 0 never,
+  // 1 always, 2 where this CPU's probe finds it faster than the fp32 instructions' subnormal handling (once
+  // per process and ISA, ~1 ms: CpuBackend). On the H200 host's Xeon each fp32 instruction with a
+  // subnormal operand or result takes a ~62 ns assist and the pass ran 5-6x slower on such data; an AMD
+  // EPYC handles them in 1.1-2.3x and its double path is the slower one.
+  uint32_t exact_path = 2;
 };
 
 inline constexpr CpuTuningDefaults kCpuTuning{};

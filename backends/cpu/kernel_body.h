@@ -8,11 +8,15 @@
 // Tails run the same vector body on zero-padded stack copies, so every element takes the same path.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "backends/backend.h"
+#include "backends/cpu/exact_ops.h"
 #include "backends/cpu/kernels.h"
 #include "core/optim/dtype.h"
 #include "core/optim/grad_stats.h"
@@ -81,20 +85,72 @@ inline void prefetch_ahead(const Ptrs& q, size_t i, const KernelTuning& tune, bo
   }
 }
 
+// ISAs whose traits have an Exact type (exact_ops.h) and any_tiny(): their vectors holding values near the
+// subnormal range take the rules in double, which give the same bits without the processor's subnormal
+// assists. The scalar path (the reference) has none.
+template <class T>
+concept HasExact = requires(typename T::V x) {
+  typename T::Exact;
+  { T::any_tiny(x, 1u) } -> std::same_as<bool>;
+};
+template <class T>
+struct ExactOf {
+  using type = T;
+};
+template <HasExact T>
+struct ExactOf<T> {
+  using type = typename T::Exact;
+};
+
+// The thresholds below which a vector takes the exact path, as float bits (0 < |x| < limit). Above them
+// no operation of the rules meets a subnormal operand or result: a scaled gradient >= 2^-50 squares to
+// >= 2^-100 and times 1 - beta2 (>= 2^-17) stays normal; master and states >= 2^-90 times any factor of
+// the rules stay normal. Only speed depends on them: both paths give the IEEE bits.
+struct TinyLimits {
+  uint32_t grad = 0, state = 0;
+  static TinyLimits for_scale(float grad_scale) {
+    TinyLimits t;
+    const float g = grad_scale > 0.f && grad_scale < 0x1p100f ? 0x1p-50f / grad_scale : 0x1p-50f;
+    t.grad = core::f32_bits(g < 0x1p100f ? g : 0x1p100f);
+    t.state = core::f32_bits(0x1p-90f);
+    return t;
+  }
+};
+
 // The fused update of one vector of W elements at offset i, split in its loads and the rest so that
 // several vectors' loads can be issued before any is computed (KernelTuning::unroll).
 template <class T, OptimizerKind K, DType G, DType C>
 struct UpdatePass {
   using V = typename T::V;
+  using X = typename ExactOf<T>::type;
   struct Loaded {
     V graw, p0, m0, v0;
   };
   const core::rules::Bcast<T>& b;
   Ptrs q;
   KernelTuning tune;
-  bool rw;        // in place: the master and states are written where they are read
-  bool nt_state;  // out of place with streaming stores
+  bool rw;                                    // in place: the master and states are written where they are read
+  bool nt_state;                              // out of place with streaming stores
+  const core::rules::Bcast<X>* bx = nullptr;  // the exact path's scalars (HasExact<T> only)
+  TinyLimits tiny;
   static constexpr bool kSums = true;
+
+  // The update of one loaded vector into p, m, v; the rules in double where a lane is near the subnormals.
+  [[gnu::always_inline]] void update(const Loaded& l, V& g, V& p, V& m, V& v) const {
+    if constexpr (HasExact<T>) {
+      if (tune.exact_path != 0 &&
+          (T::any_tiny(l.graw, tiny.grad) || T::any_tiny(l.p0, tiny.state) || T::any_tiny(l.m0, tiny.state) ||
+           (core::state_count(K) == 2 && T::any_tiny(l.v0, tiny.state)))) [[unlikely]] {
+        const typename X::V gx = core::rules::scale_grad<X>(*bx, X::widen(l.graw));
+        typename X::V px = X::widen(l.p0), mx = X::widen(l.m0), vx = X::widen(l.v0);
+        core::rules::update<K, X>(*bx, gx, px, mx, vx);
+        g = X::narrow(gx), p = X::narrow(px), m = X::narrow(mx), v = X::narrow(vx);
+        return;
+      }
+    }
+    g = core::rules::scale_grad<T>(b, l.graw);
+    core::rules::update<K, T>(b, g, p, m, v);
+  }
 
   // Inlined into the tile loops (out of line, GCC 12 also reports its own intrinsics' undefined-vector
   // idiom as uninitialized).
@@ -111,10 +167,9 @@ struct UpdatePass {
   // Returns the vector's non-finite count.
   [[gnu::always_inline]] uint32_t finish(size_t i, const Loaded& l, double* acc_lane) const {
     T::acc_sq(acc_lane, l.graw);
-    const V g = core::rules::scale_grad<T>(b, l.graw);
+    V g, p = l.p0, m = l.m0, v = l.v0;
+    update(l, g, p, m, v);
     const auto ok = T::finite(g);
-    V p = l.p0, m = l.m0, v = l.v0;
-    core::rules::update<K, T>(b, g, p, m, v);
     store_state<T>(q.p + i, T::select(ok, p, l.p0), nt_state);
     store_state<T>(q.s1 + i, T::select(ok, m, l.m0), nt_state);
     if constexpr (core::state_count(K) == 2) store_state<T>(q.s2 + i, T::select(ok, v, l.v0), nt_state);
@@ -148,7 +203,8 @@ struct UpdatePass {
     if constexpr (C != DType::kNone) std::memcpy(tc, static_cast<uint16_t*>(q.copy) + i, r * 2);
     KernelTuning plain;  // stack copies: no streaming stores
     plain.stream_copy = false;
-    const UpdatePass stack{b, {tp, ts1, ts2, tg, tc, tp, ts1, ts2}, plain, true, false};  // in place on the copies
+    plain.exact_path = tune.exact_path;
+    const UpdatePass stack{b, {tp, ts1, ts2, tg, tc, tp, ts1, ts2}, plain, true, false, bx, tiny};  // in place
     const uint32_t bad = stack.finish(0, stack.load(0), acc_lane);
     std::memcpy(q.p + i, tp, r * 4);
     std::memcpy(q.s1 + i, ts1, r * 4);
@@ -313,10 +369,11 @@ template <class T, OptimizerKind K, DType G, DType C>
 uint64_t step_tiles(const OptimChunk& c, const StepScalars& s, const KernelTuning& tune, size_t t0, size_t t1,
                     double* tile_sums) {
   const core::rules::Bcast<T> b(s);
+  const core::rules::Bcast<typename ExactOf<T>::type> bx(s);
   const Ptrs q = chunk_ptrs(c);
   const bool out_of_place = c.from.param != nullptr;
   const bool nt_state = out_of_place && tune.stream_out_of_place;
-  const UpdatePass<T, K, G, C> pass{b, q, tune, !out_of_place, nt_state};
+  const UpdatePass<T, K, G, C> pass{b, q, tune, !out_of_place, nt_state, &bx, TinyLimits::for_scale(s.grad_scale)};
   return run_tuned<T>(pass, c.param.count, t0, t1, tile_sums, (tune.stream_copy && C != DType::kNone) || nt_state);
 }
 
@@ -414,6 +471,44 @@ uint64_t stats_dispatch(const BufferView& grad, size_t t0, size_t t1, double* su
     case DType::kF16: return stats_tiles<T, DType::kF16>(grad, t0, t1, sums);
     default: return stats_tiles<T, DType::kF32>(grad, t0, t1, sums);
   }
+}
+
+// KernelTable::check_exact for an ISA with an exact path: its operations against T's fp32 instructions.
+template <class T>
+requires HasExact<T> uint64_t check_exact(uint64_t n, uint64_t seed, std::string* first) {
+  using X = typename T::Exact;
+  constexpr unsigned W = T::W;
+  uint64_t bad = 0;
+  alignas(64) float a[W], b[W], c[W], hw[W], ex[W];
+  const char* names[] = {"mul", "add", "div", "sqrt", "fma"};
+  for (uint64_t i = 0; i < n; i += W) {
+    for (unsigned j = 0; j < W; ++j) {
+      const exact::Operands o = exact::operands(i + j, seed);
+      a[j] = o.a, b[j] = o.b, c[j] = o.c;
+    }
+    const typename T::V va = T::loadf(a), vb = T::loadf(b), vc = T::loadf(c);
+    const typename X::V xa = X::widen(va), xb = X::widen(vb), xc = X::widen(vc);
+    for (int op = 0; op < 5; ++op) {
+      switch (op) {
+        case 0: T::storef(hw, T::mul(va, vb)), T::storef(ex, X::narrow(X::mul(xa, xb))); break;
+        case 1: T::storef(hw, T::add(va, vb)), T::storef(ex, X::narrow(X::add(xa, xb))); break;
+        case 2: T::storef(hw, T::div(va, vb)), T::storef(ex, X::narrow(X::div(xa, xb))); break;
+        case 3: T::storef(hw, T::sqrt(va)), T::storef(ex, X::narrow(X::sqrt(xa))); break;
+        default: T::storef(hw, T::fma(va, vb, vc)), T::storef(ex, X::narrow(X::fma(xa, xb, xc))); break;
+      }
+      for (unsigned j = 0; j < W; ++j) {
+        const uint32_t h = core::f32_bits(hw[j]), e = core::f32_bits(ex[j]);
+        if (h == e || (hw[j] != hw[j] && ex[j] != ex[j])) continue;
+        if (bad++ == 0 && first) {
+          char text[160];
+          std::snprintf(text, sizeof text, "%s a=0x%08x b=0x%08x c=0x%08x: 0x%08x vs the instruction's 0x%08x",
+                        names[op], core::f32_bits(a[j]), core::f32_bits(b[j]), core::f32_bits(c[j]), e, h);
+          *first = text;
+        }
+      }
+    }
+  }
+  return bad;
 }
 
 }  // namespace tf::backend::cpu::body

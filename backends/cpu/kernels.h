@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_tuning.h"
@@ -22,6 +23,9 @@ struct KernelTuning {
   // Non-temporal stores for an out-of-place update's master and states (OptimChunk::from: a speculative
   // update into the spare slot, which it only writes).
   bool stream_out_of_place = kCpuTuning.stream_out_of_place;
+  // 0: the fp32 instructions on every vector; 1: vectors near the subnormals take the exact path
+  // (exact_ops.h); 2: decided by CpuBackend's probe (the kernels see 0 or 1).
+  uint32_t exact_path = kCpuTuning.exact_path;
 };
 // Throws core::InputError naming `where` and the allowed values when a knob is outside what the kernels
 // implement.
@@ -40,10 +44,16 @@ using StatsTilesFn = uint64_t (*)(const BufferView& grad, size_t tile_begin, siz
 // do not apply): the read-modify-write bound the pass is held to.
 using StreamTilesFn = void (*)(const OptimChunk& c, const KernelTuning& tune, size_t tile_begin, size_t tile_end);
 
+// The exact path's operations (exact_ops.h) against the ISA's fp32 instructions on n operand triples
+// (exact::operands): mul, add, div, sqrt and fma, bit for bit (NaNs as NaNs). Returns the mismatches and,
+// in *first, the first one found ("fma a=0x... b=0x... c=0x...: 0x... vs 0x...").
+using ExactCheckFn = uint64_t (*)(uint64_t n, uint64_t seed, std::string* first);
+
 struct KernelTable {
   StepTilesFn step = nullptr;
   StatsTilesFn stats = nullptr;
   StreamTilesFn streams = nullptr;
+  ExactCheckFn check_exact = nullptr;  // null for the scalar path, which has no exact path
 };
 
 // nullptr members when the ISA was not compiled in (compiler without support).

@@ -13,7 +13,15 @@ namespace {
 struct Avx2 {
   static constexpr unsigned W = 8;
   using V = __m256;
-  using M = __m256;  // all-ones lanes where true
+  using M = __m256;                // all-ones lanes where true
+  using Exact = exact::Avx2Exact;  // the rules in double, for vectors holding subnormal-prone values
+  // Whether some lane has 0 < |x| < the float whose bits are `limit` (integer compares: no assist).
+  static bool any_tiny(V x, uint32_t limit) {
+    const __m256i a = _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i t = _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(limit)), a),
+                                       _mm256_cmpgt_epi32(a, _mm256_setzero_si256()));
+    return !_mm256_testz_si256(t, t);
+  }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
@@ -90,10 +98,11 @@ uint64_t stats(const BufferView& g, size_t t0, size_t t1, double* sums) {
 void streams(const OptimChunk& c, const KernelTuning& tune, size_t t0, size_t t1) {
   body::stream_dispatch<Avx2>(c, tune, t0, t1);
 }
+uint64_t check_exact(uint64_t n, uint64_t seed, std::string* first) { return body::check_exact<Avx2>(n, seed, first); }
 
 }  // namespace
 
-KernelTable kernels_avx2() { return {&step, &stats, &streams}; }
+KernelTable kernels_avx2() { return {&step, &stats, &streams, &check_exact}; }
 
 }  // namespace tf::backend::cpu
 

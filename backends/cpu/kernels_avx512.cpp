@@ -14,6 +14,12 @@ struct Avx512 {
   static constexpr unsigned W = 16;
   using V = __m512;
   using M = __mmask16;
+  using Exact = exact::Avx512Exact;  // the rules in double, for vectors holding subnormal-prone values
+  // Whether some lane has 0 < |x| < the float whose bits are `limit` (integer compares: no assist).
+  static bool any_tiny(V x, uint32_t limit) {
+    const __m512i a = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7FFFFFFF));
+    return _mm512_cmplt_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(1)), _mm512_set1_epi32(int(limit - 1))) != 0;
+  }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
@@ -91,10 +97,13 @@ uint64_t stats(const BufferView& g, size_t t0, size_t t1, double* sums) {
 void streams(const OptimChunk& c, const KernelTuning& tune, size_t t0, size_t t1) {
   body::stream_dispatch<Avx512>(c, tune, t0, t1);
 }
+uint64_t check_exact(uint64_t n, uint64_t seed, std::string* first) {
+  return body::check_exact<Avx512>(n, seed, first);
+}
 
 }  // namespace
 
-KernelTable kernels_avx512() { return {&step, &stats, &streams}; }
+KernelTable kernels_avx512() { return {&step, &stats, &streams, &check_exact}; }
 
 }  // namespace tf::backend::cpu
 

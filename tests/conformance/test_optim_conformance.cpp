@@ -77,13 +77,15 @@ TEST_P(OptimConformance, BitwiseEqualToScalarPath) {
 
 // Bit for bit against the scalar path where IEEE division and square root leave their fast paths: zero
 // gradients on zero state (sqrt(0), 0 / den), subnormal v, v at the GPU's fast square root edge (2^-101),
-// subnormal gradients and m, and zero gradients on live state (harness::special_grad), every 3rd element.
+// subnormal gradients and m, and zero gradients on live state (harness::special_grad), every 3rd element;
+// non-finite gradients at step 2 every 7th.
 TEST_P(OptimConformance, BitwiseEqualToScalarPathOnZerosAndSubnormals) {
   const Case& c = GetParam();
   for (uint64_t seed = 1; seed <= 3; ++seed) {
     harness::Problem p = harness::random_problem(seed * 7919 + uint64_t(c.kind), c.kind, c.grad, c.copy, 9000);
     p.steps = 6;
     p.special_every = 3;
+    p.nonfinite_every = 7;  // NaN and infinite gradients at step 2 in vectors that take the exact path too
     const auto a = harness::run_backend(*backend_, p);
     const auto b = harness::run_backend(*scalar_, p);
     const auto rep = harness::compare_bits(a, b);
