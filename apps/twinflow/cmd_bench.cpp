@@ -108,7 +108,8 @@ po::options_description bench_description() {
       "CPU tuning knobs for every row over cpu_tuning.h's defaults: key=value pairs of prefetch (elements), level "
       "(0: L1, 1: L2), unroll (1|2|4), interleave (1|2), nt (streamed copy 0|1), block (work-stealing tiles, 0: "
       "off), spin (pool spin, us), nice (workers' nice levels, 0-19), idle (workers in the idle scheduling class "
-      "0|1), huge (0|1)");
+      "0|1), huge (0|1), exact (the exact path for values near the subnormals: 0 off, 1 on, 2 this CPU's probe "
+      "decides)");
   add("variants", po::value<std::string>(),
       "with --cpu-ranks: AdamW bf16 variants, ';'-separated tuning specs applied over --tuning");
   add("blocks", po::value<std::string>(), "with --cpu-ranks: AdamW variants, work-stealing blocks in tiles (0: off)");
