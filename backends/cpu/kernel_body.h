@@ -21,6 +21,7 @@
 #include "core/optim/dtype.h"
 #include "core/optim/grad_stats.h"
 #include "core/optim/update_rules.h"
+#include "core/random.h"
 
 namespace tf::backend::cpu::body {
 
@@ -473,6 +474,33 @@ uint64_t stats_dispatch(const BufferView& grad, size_t t0, size_t t1, double* su
   }
 }
 
+// Operands for check_exact() below: half drawn with random bits over every exponent (zeros, subnormals,
+// the largest normals, infinities and NaNs included; in every 4th block of 16, c = +-0), half made for the
+// FMA's double rounding: c with a random significand and a b = half c's ulp times (1 - 2^-2j), so that
+// a b + c falls within 2^-(2j) ulps of a midpoint, where a sum rounded to nearest in double would land on it.
+struct ExactOperands {
+  float a, b, c;
+};
+inline ExactOperands exact_operands(uint64_t i, uint64_t seed) {
+  const uint64_t h = core::splitmix64(seed ^ (i * 0x2545F4914F6CDD1Dull)), k = core::splitmix64(h),
+                 m = core::splitmix64(k);
+  if (((i / 16) & 3) == 0)  // every 4th block of 16: random a and b, c = +-0 (the FMA's exact-sum shortcut)
+    return {core::f32_from_bits(uint32_t(h >> 32)), core::f32_from_bits(uint32_t(k >> 32)),
+            core::f32_from_bits(uint32_t(m >> 63) << 31)};
+  if (h & 1)
+    return {core::f32_from_bits(uint32_t(h >> 32)), core::f32_from_bits(uint32_t(k >> 32)),
+            core::f32_from_bits(uint32_t(m >> 32))};
+  const int j = 12 + int((h >> 8) % 12u);     // 12 .. 23
+  const int e = int((h >> 16) % 200u) - 100;  // c's binade
+  const float c =
+      core::f32_from_bits((uint32_t(e + 127) << 23) | uint32_t(k & 0x7FFFFFu) | uint32_t((h >> 40) & 1u) << 31);
+  const float x = core::f32_from_bits(uint32_t(127 - j) << 23);  // 2^-j
+  const float a = (1.0f + x) * core::f32_from_bits(uint32_t(e - 24 + 127 + int((m >> 8) % 7u) - 3) << 23);
+  const float b =
+      (1.0f - x) * core::f32_from_bits(uint32_t(127 - int((m >> 8) % 7u) + 3) << 23) * ((m & 1) ? -1.f : 1.f);
+  return {a, b, c};
+}
+
 // KernelTable::check_exact for an ISA with an exact path: its operations against T's fp32 instructions.
 template <class T>
 requires HasExact<T> uint64_t check_exact(uint64_t n, uint64_t seed, std::string* first) {
@@ -483,7 +511,7 @@ requires HasExact<T> uint64_t check_exact(uint64_t n, uint64_t seed, std::string
   const char* names[] = {"mul", "add", "div", "sqrt", "fma"};
   for (uint64_t i = 0; i < n; i += W) {
     for (unsigned j = 0; j < W; ++j) {
-      const exact::Operands o = exact::operands(i + j, seed);
+      const ExactOperands o = exact_operands(i + j, seed);
       a[j] = o.a, b[j] = o.b, c[j] = o.c;
     }
     const typename T::V va = T::loadf(a), vb = T::loadf(b), vc = T::loadf(c);

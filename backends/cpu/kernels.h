@@ -45,8 +45,8 @@ using StatsTilesFn = uint64_t (*)(const BufferView& grad, size_t tile_begin, siz
 using StreamTilesFn = void (*)(const OptimChunk& c, const KernelTuning& tune, size_t tile_begin, size_t tile_end);
 
 // The exact path's operations (exact_ops.h) against the ISA's fp32 instructions on n operand triples
-// (exact::operands): mul, add, div, sqrt and fma, bit for bit (NaNs as NaNs). Returns the mismatches and,
-// in *first, the first one found ("fma a=0x... b=0x... c=0x...: 0x... vs 0x...").
+// (body::exact_operands in kernel_body.h): mul, add, div, sqrt and fma, bit for bit (NaNs as NaNs). Returns the
+// mismatches and, in *first, the first one found ("fma a=0x... b=0x... c=0x...: 0x... vs 0x...").
 using ExactCheckFn = uint64_t (*)(uint64_t n, uint64_t seed, std::string* first);
 
 struct KernelTable {

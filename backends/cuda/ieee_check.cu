@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/cuda_tuning.h"
 #include "backends/cuda/optim_kernels.cuh"
+#include "core/random.h"
 
 namespace tf::backend::cuda {
 namespace {
@@ -44,18 +45,11 @@ __global__ void div_all_dividends(float b, Mismatch* m) {
   }
 }
 
-__device__ uint64_t mix(uint64_t x) {  // splitmix64
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // Random pairs: the dividend's and the divisor's bits each uniform over all floats half the time, else a
 // random significand with an exponent field in [0, 40) (zeros, subnormals and the smallest normals).
 __global__ void div_random_pairs(uint64_t pairs, Mismatch* m) {
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs; i += uint64_t(gridDim.x) * blockDim.x) {
-    const uint64_t h = mix(i), k = mix(h);
+    const uint64_t h = core::splitmix64(i), k = core::splitmix64(h);
     auto pick = [](uint64_t r) {
       const unsigned bits = unsigned(r);
       if (r >> 63) return __uint_as_float(bits);
