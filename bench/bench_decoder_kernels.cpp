@@ -1,6 +1,8 @@
-// Times the decoder's CUDA kernels (backends/cuda/decoder_kernels.cuh) at GPT-2-124M and OPT-1.3B shapes,
-// B = 8, s = 1024: CUDA events between launches, median of 20 after 3 warm-up runs, printed as GB/s
-// (bytes from the kernels' *_bytes functions) or TFLOP/s (attention_*_flops, causal counted as half).
+// Times the decoder's CUDA kernels (backends/cuda/decoder_kernels.cuh) at the shapes of GPT-2-124M and
+// OPT-1.3B (B 8, s 1024) and of the ZeRO-Offload++ tutorial's GPT-350M (B 8, s 2048), read from core's
+// model presets: CUDA events between launches, median of 20 after 3 warm-up runs, printed as GB/s (bytes
+// from the kernels' *_bytes functions) or TFLOP/s (attention_*_flops, causal counted as half).
+// `bench_decoder_kernels attention` times only the attention kernels.
 // Host code only (the kernels' launch API); exits 0 with a note when no CUDA device is usable.
 #include <algorithm>
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/decoder_kernels.cuh"
+#include "core/model.h"
 #include "core/optim/dtype.h"
 #include "core/random.h"
 
@@ -22,19 +25,25 @@ using namespace tf::backend::cuda;
 namespace {
 
 constexpr int kWarmup = 3, kIters = 20;
-constexpr int64_t kBatch = 8, kSeq = 1024;
 
-// The two models' decoder shapes. Sources: Hugging Face config.json of "gpt2" (n_embd 768, n_head 12,
-// n_inner 4·768, vocab 50257, n_positions 1024, gelu_new) and "facebook/opt-1.3b" (hidden 2048, 32
-// heads, ffn_dim 8192, vocab 50272, 2048 positions + OPT's offset 2, relu). core/model.cpp has no
-// preset for either yet; when it does, read them from there.
+// A decoder shape to time: a core model preset (its published shape, core/model.cpp) at a batch and
+// sequence length; the position table holds at least `seq` rows.
 struct Shape {
-  const char* name;
-  int64_t hidden, heads, ffn, vocab, positions, pos_offset;
+  std::string name;
+  int64_t batch, seq, hidden, heads, ffn, vocab, positions, pos_offset;
   Activation act;
 };
-constexpr Shape kShapes[] = {{"gpt2-124m", 768, 12, 3072, 50257, 1024, 0, Activation::kGeluTanh},
-                             {"opt-1.3b", 2048, 32, 8192, 50272, 2048, 2, Activation::kRelu}};
+Shape preset_shape(const char* preset, int64_t batch, int64_t seq) {
+  core::ModelSpec spec = core::model_preset(preset);
+  spec.decoder.seq = seq;
+  core::normalize_model(spec);
+  const core::DecoderShape& d = spec.decoder;
+  return {preset,  batch,   seq, d.hidden, d.heads, d.ffn, d.vocab, std::max(d.max_positions, seq), d.pos_offset,
+          d.activation == core::Activation::kRelu ? Activation::kRelu : Activation::kGeluTanh};
+}
+std::vector<Shape> shapes() {
+  return {preset_shape("gpt2-124m", 8, 1024), preset_shape("opt-1.3b", 8, 1024), preset_shape("gpt2-350m", 8, 2048)};
+}
 
 // A device buffer of n values: bf16 uniform in [lo, hi) (or fp32 / int32 below), from a 1 Mi pattern
 // repeated (the values only need to be finite and varied).
@@ -95,7 +104,7 @@ std::string dims(int64_t rows, int64_t cols) {
 
 // Embedding forward and both embedding gradients.
 void bench_embedding(const Shape& m, cudaStream_t s) {
-  const EmbeddingDims d{kBatch, kSeq, m.hidden, m.vocab, m.positions + m.pos_offset, m.pos_offset};
+  const EmbeddingDims d{m.batch, m.seq, m.hidden, m.vocab, m.positions + m.pos_offset, m.pos_offset};
   const int64_t T = d.rows(), h = m.hidden;
   std::vector<int32_t> tok(static_cast<size_t>(T));
   for (int64_t r = 0; r < T; ++r) tok[size_t(r)] = int32_t(core::splitmix64(uint64_t(r)) % uint64_t(m.vocab));
@@ -126,7 +135,7 @@ void bench_embedding(const Shape& m, cudaStream_t s) {
 
 // Layer norm, bias/activation/residual and bias gradients at the block's widths.
 void bench_block_elementwise(const Shape& m, cudaStream_t s) {
-  const int64_t T = kBatch * kSeq, h = m.hidden, f = m.ffn;
+  const int64_t T = m.batch * m.seq, h = m.hidden, f = m.ffn;
   DeviceMemory x = bf16_buffer(size_t(T * f), -2, 2, 3), y = bf16_buffer(size_t(T * f), -2, 2, 4);
   DeviceMemory r = bf16_buffer(size_t(T * h), -2, 2, 5), g(size_t(T * f) * 2), out(size_t(T * f) * 2);
   DeviceMemory w = bf16_buffer(size_t(f), 0.5, 1.5, 6), b = bf16_buffer(size_t(f), -0.1, 0.1, 7);
@@ -167,7 +176,7 @@ void bench_block_elementwise(const Shape& m, cudaStream_t s) {
 }
 
 void bench_loss(const Shape& m, cudaStream_t s) {
-  const int64_t T = kBatch * kSeq;
+  const int64_t T = m.batch * m.seq;
   DeviceMemory logits = bf16_buffer(size_t(T * m.vocab), -8, 8, 8), loss(size_t(T) * 4), sum(4);
   std::vector<int32_t> target(static_cast<size_t>(T));
   for (int64_t r = 0; r < T; ++r) target[size_t(r)] = int32_t(core::splitmix64(uint64_t(r) + 99) % uint64_t(m.vocab));
@@ -182,7 +191,7 @@ void bench_loss(const Shape& m, cudaStream_t s) {
 }
 
 void bench_attention(const Shape& m, cudaStream_t s) {
-  const AttentionDims d{kBatch, kSeq, m.heads, m.hidden / m.heads};
+  const AttentionDims d{m.batch, m.seq, m.heads, m.hidden / m.heads};
   const int64_t T = d.rows(), h = d.hidden();
   DeviceMemory qkv = bf16_buffer(size_t(T * 3 * h), -2, 2, 9), dout = bf16_buffer(size_t(T * h), -1, 1, 10);
   DeviceMemory o(size_t(T * h) * 2), lse(size_t(d.batch * d.heads * d.seq) * 4), delta(lse.bytes());
@@ -210,21 +219,28 @@ void bench_attention(const Shape& m, cudaStream_t s) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool attention_only = argc > 1 && std::string(argv[1]) == "attention";
+  if (argc > 2 || (argc == 2 && !attention_only)) {
+    std::fprintf(stderr, "usage: bench_decoder_kernels [attention]\n");
+    return 2;
+  }
   std::string why;
   if (!cuda_available(&why)) {
     std::printf("bench_decoder_kernels: no usable CUDA device (%s); nothing timed\n", why.c_str());
     return 0;
   }
   const GpuInfo gpu = gpu_info(0);
-  std::printf("bench_decoder_kernels on %s (%d SMs): B = %lld, s = %lld, median of %d after %d warm-up runs\n",
-              gpu.name.c_str(), gpu.sm_count, (long long)kBatch, (long long)kSeq, kIters, kWarmup);
+  std::printf("bench_decoder_kernels on %s (%d SMs): median of %d after %d warm-up runs\n", gpu.name.c_str(),
+              gpu.sm_count, kIters, kWarmup);
   Stream stream;
-  for (const Shape& m : kShapes) {
-    std::printf("%s\n", m.name);
-    bench_embedding(m, stream.get());
-    bench_block_elementwise(m, stream.get());
-    bench_loss(m, stream.get());
+  for (const Shape& m : shapes()) {
+    std::printf("%s, B %lld, s %lld\n", m.name.c_str(), (long long)m.batch, (long long)m.seq);
+    if (!attention_only) {
+      bench_embedding(m, stream.get());
+      bench_block_elementwise(m, stream.get());
+      bench_loss(m, stream.get());
+    }
     bench_attention(m, stream.get());
   }
   return 0;

@@ -41,10 +41,12 @@ PRESETS = {
 }
 
 
-def build(preset, dtype=None):
+def build(preset, dtype=None, positions=0):
+    """The preset's model with random weights; `positions` > the preset's table widens it (a longer seq)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
     family, L, h, H, f, V, P, extra = PRESETS[preset]
+    P = max(P, positions)
     if family == "gpt2":
         cfg = GPT2Config(n_layer=L, n_embd=h, n_head=H, n_inner=f, vocab_size=V, n_positions=P,
                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new",
@@ -153,7 +155,7 @@ def cmd_train(a):
 def cmd_speed(a):
     import torch
     torch.manual_seed(0)
-    model = build(a.preset).cuda()
+    model = build(a.preset, positions=a.seq).cuda()
     n_params = sum(p.numel() for p in params(model).values())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     V = model.config.vocab_size
