@@ -13,8 +13,10 @@
 
 #include "backends/cuda/calibrate.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cublas_gemm.cuh"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/decoder_kernels.cuh"
+#include "core/decoder_layout.h"
 #include "core/model.h"
 #include "core/optim/dtype.h"
 #include "core/random.h"
@@ -175,19 +177,42 @@ void bench_block_elementwise(const Shape& m, cudaStream_t s) {
                bias_grad_bytes(T, 3 * h));
 }
 
-void bench_loss(const Shape& m, cudaStream_t s) {
-  const int64_t T = m.batch * m.seq;
-  DeviceMemory logits = bf16_buffer(size_t(T * m.vocab), -8, 8, 8), loss(size_t(T) * 4), sum(4);
+// The head: the fused cross-entropy over the logits as the workload stores them (rows
+// core::decoder_layout::logits_stride apart), then the logits' three GEMMs (forward, input gradient,
+// the tied head's fp32 weight gradient) with the rows packed (ld = V, as before the padding), padded to
+// the workload's stride, and padded to 64.
+void bench_head(const Shape& m, cudaStream_t s) {
+  const int64_t T = m.batch * m.seq, V = m.vocab, h = m.hidden, ld = core::decoder_layout::logits_stride(V);
+  const int64_t ld64 = (V + 63) / 64 * 64;
+  DeviceMemory logits = bf16_buffer(size_t(T * ld64), -8, 8, 8), loss(size_t(T) * 4), sum(4);
   std::vector<int32_t> target(static_cast<size_t>(T));
-  for (int64_t r = 0; r < T; ++r) target[size_t(r)] = int32_t(core::splitmix64(uint64_t(r) + 99) % uint64_t(m.vocab));
+  for (int64_t r = 0; r < T; ++r) target[size_t(r)] = int32_t(core::splitmix64(uint64_t(r) + 99) % uint64_t(V));
   DeviceMemory dt = i32_buffer(target);
-  report_bytes("cross_entropy (+sum)", dims(T, m.vocab),
+  report_bytes("cross_entropy (+sum)", dims(T, V),
                timed_ms(s,
                         [&] {
-                          cross_entropy_forward_backward(logits.as<uint16_t>(), dt.as<int32_t>(), T, m.vocab,
+                          cross_entropy_forward_backward(logits.as<uint16_t>(), dt.as<int32_t>(), T, V, ld,
                                                          1.0f / float(T), loss.as<float>(), sum.as<float>(), s);
                         }),
-               cross_entropy_bytes(T, m.vocab));
+               cross_entropy_bytes(T, V));
+  DeviceMemory z = bf16_buffer(size_t(T * h), -1, 1, 12), E = bf16_buffer(size_t(V * h), -0.1, 0.1, 13);
+  DeviceMemory dz(size_t(T * h) * 2), dE(size_t(V * h) * 4);
+  CublasHandle blas;
+  blas.set_stream(s);
+  const double flops = 2.0 * double(T) * double(V) * double(h);
+  for (const int64_t stride : {V, ld, ld64}) {
+    const LinearDims d{int(T), int(h), int(V), int(stride)};
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "(%lld, %lld) ld %lld", (long long)T, (long long)V, (long long)stride);
+    const uint16_t* zp = z.as<uint16_t>();
+    const uint16_t* Ep = E.as<uint16_t>();
+    uint16_t* lp = logits.as<uint16_t>();
+    report_flops("logits = z Et", shape, timed_ms(s, [&] { linear_forward(blas, d, zp, Ep, 0.0f, lp); }), flops);
+    report_flops("dz = dlogits E", shape,
+                 timed_ms(s, [&] { linear_backward_data(blas, d, lp, Ep, dz.as<uint16_t>()); }), flops);
+    report_flops("dE_head = dlogitst z (fp32)", shape,
+                 timed_ms(s, [&] { linear_backward_weight(blas, d, zp, lp, dE.get(), CUDA_R_32F); }), flops);
+  }
 }
 
 void bench_attention(const Shape& m, cudaStream_t s) {
@@ -239,7 +264,7 @@ int main(int argc, char** argv) {
     if (!attention_only) {
       bench_embedding(m, stream.get());
       bench_block_elementwise(m, stream.get());
-      bench_loss(m, stream.get());
+      bench_head(m, stream.get());
     }
     bench_attention(m, stream.get());
   }

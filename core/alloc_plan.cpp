@@ -215,7 +215,7 @@ std::vector<BufferSpec> decoder_buffers(const ModelDesc& model, const StepConfig
     gpu.add(buf::kDecZStats, MemKind::kActivations, 2 * T * 4);
   }
   if (proj) gpu.add(buf::kDecZp, MemKind::kActivations, dl::activation_buffer_bytes(T, e));
-  gpu.add(buf::kDecLogits, MemKind::kActivations, dl::activation_buffer_bytes(T, V));
+  gpu.add(buf::kDecLogits, MemKind::kActivations, dl::activation_buffer_bytes(T, dl::logits_stride(V)));
   gpu.add(buf::kDecDx, MemKind::kActivations, dl::activation_buffer_bytes(T, h));
   gpu.add(buf::kDecDh, MemKind::kActivations, dl::activation_buffer_bytes(T, h));
   gpu.add(buf::kDecDf, MemKind::kActivations, dl::activation_buffer_bytes(T, f));

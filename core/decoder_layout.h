@@ -34,6 +34,16 @@ constexpr bool attention_head_dim_supported(int64_t d) {
   return false;
 }
 
+// The row stride of the (T, V) bf16 logits and dlogits, in elements: the vocabulary rounded up to a
+// multiple of 8, so that every row starts 16-byte aligned. cuBLAS runs its tensor-core kernels only on
+// operands whose leading dimension is 16-byte aligned; GPT-2's V = 50257 as the stride sent the head's
+// three GEMMs to its unaligned kernels (docs/decoder.md, "The head"). The pad columns are never read or
+// written.
+inline constexpr int64_t kLogitsRowAlign = 8;
+constexpr int64_t logits_stride(int64_t vocab) {
+  return (vocab + kLogitsRowAlign - 1) / kLogitsRowAlign * kLogitsRowAlign;
+}
+
 // A (rows, width) bf16 activation as the decoder workload allocates it: GEMM slack rows past its end
 // (core::kGemmSlackRows), since most activations are some GEMM's operand.
 constexpr int64_t activation_buffer_bytes(int64_t rows, int64_t width) { return (rows + kGemmSlackRows) * width * 2; }

@@ -5,6 +5,8 @@
 #include <array>
 #include <utility>
 
+#include "core/decoder_layout.h"
+
 namespace tf::core {
 
 std::string_view gemm_pass_name(GemmPass p) {
@@ -57,7 +59,9 @@ std::vector<LayerGemm> forward_gemms(const ModelDesc& m, const LayerDesc& l, int
     case LayerKind::kHead: {
       std::vector<LayerGemm> g;
       if (has_embed_projection(d)) g.push_back({t, e, d.hidden});  // z' (T, e) = z W_out^T
-      g.push_back({t, d.vocab, e});                                // logits (T, V) = z' E^T
+      LayerGemm logits{t, d.vocab, e};  // logits (T, V) = z' E^T, rows padded for cuBLAS
+      logits.out_stride = decoder_layout::logits_stride(d.vocab);
+      g.push_back(logits);
       return g;
     }
     case LayerKind::kBlock: return block_gemms(d, micro_batch);
@@ -69,9 +73,10 @@ std::vector<LayerGemm> backward_gemms(const std::vector<LayerGemm>& forward, boo
   std::vector<LayerGemm> out;
   for (const LayerGemm& g : forward) {
     const bool fused = g.fused_attention;
-    if (g.recomputed_in_backward) out.push_back({g.m, g.n, g.k, g.batch, GemmPass::kForward, false, fused});
-    if (input_grad) out.push_back({g.m, g.k, g.n, g.batch, GemmPass::kInputGrad, false, fused});
-    out.push_back({g.n, g.k, g.m, g.batch, GemmPass::kWeightGrad, false, fused});
+    const int64_t st = g.out_stride;  // dC's rows, which every backward product reads
+    if (g.recomputed_in_backward) out.push_back({g.m, g.n, g.k, g.batch, GemmPass::kForward, false, fused, st});
+    if (input_grad) out.push_back({g.m, g.k, g.n, g.batch, GemmPass::kInputGrad, false, fused, st});
+    out.push_back({g.n, g.k, g.m, g.batch, GemmPass::kWeightGrad, false, fused, st});
   }
   return out;
 }

@@ -29,6 +29,9 @@ struct LayerGemm {
   // A product inside the fused attention kernel (backends/cuda/attention.cu), not a cuBLAS call: timed
   // at the profile's measured attention rate when it has one (gpu.attention_tflops_by_shape).
   bool fused_attention = false;
+  // The row stride, in elements, of the forward's C (m, n) as the workload stores it and of its gradient
+  // dC, which the backward's products read; 0: n (packed). The head's logits: decoder_layout::logits_stride.
+  int64_t out_stride = 0;
   bool operator==(const LayerGemm&) const = default;
 };
 

@@ -173,6 +173,7 @@ class Calibration {
 struct GemmCase {
   core::GemmPass pass;  // the cuBLAS layout it is timed in
   int64_t m, n, k;
+  int64_t out_stride = 0;  // the workload's row stride of Y and dY (core::LayerGemm::out_stride); 0: packed
   bool operator==(const GemmCase&) const = default;
 };
 
@@ -206,7 +207,7 @@ std::vector<GemmCase> gemm_cases(bool quick, const std::vector<core::Scenario>& 
       const std::vector<core::LayerGemm> bwd = core::backward_gemms(all);
       all.insert(all.end(), bwd.begin(), bwd.end());
       for (const core::LayerGemm& g : all) {
-        const GemmCase gc{g.pass == kAny ? kForward : g.pass, g.m * g.batch, g.n, g.k};
+        const GemmCase gc{g.pass == kAny ? kForward : g.pass, g.m * g.batch, g.n, g.k, g.out_stride};
         if (gc.m >= (int64_t(1) << 31) || gc.n >= (int64_t(1) << 31) || gc.k >= (int64_t(1) << 31)) continue;
         if (std::find(c.begin(), c.end(), gc) == c.end()) c.push_back(gc);
       }
@@ -570,12 +571,15 @@ class Calibrator {
     const cal::GemmData table_data = o_.gemm_relu ? cal::GemmData::kReluMlp : cal::GemmData::kRandom;
     for (size_t gi = 0; gi < gemms_.size(); ++gi) {
       const GemmCase& g = gemms_[gi];
-      const cal::Stat st = cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_, table_data);
+      const cal::Stat st =
+          cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_, table_data, nullptr, g.out_stride);
       const std::string what = "gemm bf16 " + std::string(core::gemm_pass_name(g.pass)) + " " + std::to_string(g.m) +
                                "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
       c_.done(what, st.median, "TFLOP/s", st, "gpu.bf16_gemm_tflops_by_shape");
       if (o_.gemm_relu && gi >= builtin_cases_) {  // the same shape on full-entropy data, for comparison
-        const cal::Stat rnd = cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_);
+        const cal::Stat rnd =
+            cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_, cal::GemmData::kRandom, nullptr,
+                             g.out_stride);
         c_.done(what + " (random data)", rnd.median, "TFLOP/s", rnd);
       }
       p_.gpu.bf16_gemm_tflops_by_shape.push_back({g.m, g.n, g.k, sig4(st.median), g.pass});
@@ -1178,7 +1182,7 @@ class Calibrator {
     const std::string what = "gemm bf16 " + std::string(core::gemm_pass_name(g.pass)) + " " + std::to_string(g.m) +
                              "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
     const auto rate = [&](const cal::BackgroundLoad* load) {
-      return cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_, data, load);
+      return cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_, data, load, g.out_stride);
     };
     const cal::Stat alone = rate(nullptr);
     c_.done(what + ", alone", alone.median, "TFLOP/s", alone);

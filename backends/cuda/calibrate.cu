@@ -27,6 +27,7 @@
 #include "backends/cuda/decoder_kernels.cuh"
 #include "backends/cuda/nccl_comm.cuh"
 #include "backends/cuda/reduce_scatter.h"
+#include "core/decoder_layout.h"
 #include "core/error.h"
 #include "core/local_kernels.h"
 
@@ -213,20 +214,35 @@ DeviceInfo device_info(int device) {
 // ---- GEMM --------------------------------------------------------------------------------------------
 
 Stat gemm_tflops(int device, GemmType type, core::GemmPass pass, int64_t m, int64_t n, int64_t k, int reps,
-                 GemmData data, const BackgroundLoad* load) {
+                 GemmData data, const BackgroundLoad* load, int64_t out_stride) {
   check_reps(reps, "gemm_tflops");
   if (pass == core::GemmPass::kAny)
     throw core::InputError("gemm_tflops: a GEMM is timed in the layout of its pass; 'any' names none");
   if (m < 1 || n < 1 || k < 1 || m > INT_MAX || n > INT_MAX || k > INT_MAX)
     throw core::InputError("gemm_tflops: dimensions " + std::to_string(m) + " x " + std::to_string(n) + " x " +
                            std::to_string(k) + " must be in [1, 2^31)");
+  // The workload's own column-major arguments (cublas_gemm.cuh): forward with (batch, in, out) =
+  // (m, k, n), input gradient with (batch, in, out) = (m, n, k), weight gradient with (k, n, m).
+  const LinearDims ld = pass == core::GemmPass::kForward     ? LinearDims{int(m), int(k), int(n), int(out_stride)}
+                        : pass == core::GemmPass::kInputGrad ? LinearDims{int(m), int(n), int(k), int(out_stride)}
+                                                             : LinearDims{int(k), int(n), int(m), int(out_stride)};
+  if (out_stride != 0 && (out_stride < ld.out || out_stride > INT_MAX))
+    throw core::InputError("gemm_tflops: out_stride " + std::to_string(out_stride) + " must be 0 or in [" +
+                           std::to_string(ld.out) + ", 2^31)");
+  const GemmArgs g = pass == core::GemmPass::kForward     ? forward_gemm(ld)
+                     : pass == core::GemmPass::kInputGrad ? data_grad_gemm(ld)
+                                                          : weight_grad_gemm(ld);
   const DeviceInfo info = device_info(device);
   DeviceGuard guard(device);
   const size_t eb = type == GemmType::kFP32 ? 4 : 2;
   // cuBLAS operand "a" is W (n, k) for the forward, W (k, n) for the input gradient and X (k, n) for
   // the weight gradient: n*k elements each way; operand "b" is X (m, k), dY (m, k) or dY (k, m): m*k.
+  // Y (the forward's c) and dY (the gradients' b) hold batch rows of out_ld(ld) elements.
   // Sets rotate when one fits in 2x L2.
-  const size_t a_elems = size_t(n) * size_t(k), b_elems = size_t(m) * size_t(k), c_elems = size_t(m) * size_t(n);
+  const size_t y_elems = size_t(ld.batch) * size_t(out_ld(ld));
+  const bool fwd = pass == core::GemmPass::kForward;
+  const size_t a_elems = size_t(n) * size_t(k), b_elems = fwd ? size_t(m) * size_t(k) : y_elems,
+               c_elems = fwd ? y_elems : size_t(m) * size_t(n);
   const size_t a_bytes = (a_elems * eb + 255) / 256 * 256, b_bytes = (b_elems * eb + 255) / 256 * 256;
   const size_t set_bytes = a_bytes + b_bytes;
   const int sets = int(std::clamp<size_t>((2 * size_t(info.l2_bytes) + set_bytes - 1) / set_bytes, 1, 8));
@@ -245,11 +261,6 @@ Stat gemm_tflops(int device, GemmType type, core::GemmPass pass, int64_t m, int6
   h.set_stream(stream.get());
   const cudaDataType dt = cuda_type(type);
   const float alpha = 1.0f, beta = 0.0f;
-  // The workload's own column-major arguments (cublas_gemm.cuh): forward with (batch, in, out) =
-  // (m, k, n), input gradient with (batch, in, out) = (m, n, k), weight gradient with (k, n, m).
-  const GemmArgs g = pass == core::GemmPass::kForward     ? forward_gemm(LinearDims{int(m), int(k), int(n)})
-                     : pass == core::GemmPass::kInputGrad ? data_grad_gemm(LinearDims{int(m), int(n), int(k)})
-                                                          : weight_grad_gemm(LinearDims{int(k), int(n), int(m)});
   auto call = [&](int i) {
     const int set = i % sets;
     TF_CUBLAS_CHECK(cublasGemmEx(h.get(), g.ta, g.tb, g.m, g.n, g.k, &alpha, a.as<char>() + size_t(set) * a_bytes, dt,
@@ -974,7 +985,7 @@ struct DecoderBuffers {
         u(bf16s(t * d.ffn)),                        // (T, f) bf16: fc1's pre-activation
         g(bf16s(t * d.ffn)),                        // (T, f) bf16: the activation
         du(bf16s(t * d.ffn)),                       // (T, f) bf16
-        logits(bf16s(t * d.vocab)),                 // (T, V) bf16
+        logits(bf16s(t * core::decoder_layout::logits_stride(d.vocab))),  // (T, V) bf16, the workload's rows
         targets(size_t(t) * 4),                     // (T) int32
         tokens(size_t(t) * 4),                      // (T) int32
         row_loss(size_t(t) * 4),                    // (T) fp32
@@ -1065,7 +1076,8 @@ std::vector<std::pair<core::KernelClass, std::function<void()>>> class_launches(
        }},
       {K::kCrossEntropy,
        [=, &m] {
-         cross_entropy_forward_backward(m.p(m.logits), m.p<int32_t>(m.targets), T, d.vocab, 1.0f / float(T),
+         cross_entropy_forward_backward(m.p(m.logits), m.p<int32_t>(m.targets), T, d.vocab,
+                                        core::decoder_layout::logits_stride(d.vocab), 1.0f / float(T),
                                         m.p<float>(m.row_loss), m.p<float>(m.loss_sum), s);
        }},
   };

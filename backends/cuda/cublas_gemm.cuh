@@ -82,11 +82,17 @@ class CublasHandle {
 //   weight grad dWᵀ (in × out) = Xᵀ (in × B) · dY (B × out):   A = X  stored Xᵀ (in × B, ld in)   -> N
 //                                                              B = dY stored dYᵀ (out × B, ld out) -> T
 //               m = in, n = out, k = B, ldc = in
+// Y and dY may be stored with a row stride above `out` (out_stride: the head's logits, whose rows are
+// padded to 16-byte alignment, core::decoder_layout::logits_stride); every ldc or ldb that says out above
+// is then that stride.
 // All take bf16 inputs, accumulate in fp32 (CUBLAS_COMPUTE_32F) and compute alpha·acc + beta·C in
 // fp32 before the single rounding to C's type.
 struct LinearDims {
   int batch = 0, in = 0, out = 0;
+  int out_stride = 0;  // elements between rows of Y and dY; 0: out (packed)
 };
+// The row stride of Y and dY.
+inline int out_ld(const LinearDims& d) { return d.out_stride > 0 ? d.out_stride : d.out; }
 
 // The column-major arguments of one GEMM (operands named at each function below). Separate from
 // the call so that a host test can check them against a column-major GEMM written from the BLAS
@@ -97,15 +103,15 @@ struct GemmArgs {
 };
 // A = W, B = X, C = Y.
 inline GemmArgs forward_gemm(const LinearDims& d) {
-  return {CUBLAS_OP_T, CUBLAS_OP_N, d.out, d.batch, d.in, d.in, d.in, d.out};
+  return {CUBLAS_OP_T, CUBLAS_OP_N, d.out, d.batch, d.in, d.in, d.in, out_ld(d)};
 }
 // A = W, B = dY, C = dX.
 inline GemmArgs data_grad_gemm(const LinearDims& d) {
-  return {CUBLAS_OP_N, CUBLAS_OP_N, d.in, d.batch, d.out, d.in, d.out, d.in};
+  return {CUBLAS_OP_N, CUBLAS_OP_N, d.in, d.batch, d.out, d.in, out_ld(d), d.in};
 }
 // A = X, B = dY, C = dW.
 inline GemmArgs weight_grad_gemm(const LinearDims& d) {
-  return {CUBLAS_OP_N, CUBLAS_OP_T, d.in, d.out, d.batch, d.in, d.out, d.in};
+  return {CUBLAS_OP_N, CUBLAS_OP_T, d.in, d.out, d.batch, d.in, out_ld(d), d.in};
 }
 
 // C = 1 · op(A)·op(B) + beta · C; A and B bf16, fp32 accumulation, C of c_type.

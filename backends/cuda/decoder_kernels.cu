@@ -770,8 +770,8 @@ __device__ __forceinline__ MaxSum absorb(MaxSum a, const float* x) {
 struct RowParts {
   int64_t head, vecs, tail_start;
 };
-__device__ __forceinline__ RowParts row_parts(int64_t row, int64_t vocab) {
-  const int64_t mis = (row * vocab) % 8;
+__device__ __forceinline__ RowParts row_parts(int64_t row, int64_t vocab, int64_t ld) {
+  const int64_t mis = (row * ld) % 8;
   const int64_t head = min64(mis ? 8 - mis : 0, vocab);
   const int64_t vecs = (vocab - head) / 8;
   return {head, vecs, head + vecs * 8};
@@ -782,11 +782,11 @@ __device__ __forceinline__ RowParts row_parts(int64_t row, int64_t vocab) {
 // (the second time mostly from L2) and writes it once: cross_entropy_bytes.
 __global__ void __launch_bounds__(kCeThreads)
     cross_entropy_kernel(uint16_t* __restrict__ logits, const int32_t* __restrict__ targets, int64_t vocab,
-                         float gscale, float* __restrict__ row_loss) {
+                         int64_t ld, float gscale, float* __restrict__ row_loss) {
   __shared__ MaxSum warp_pairs[kCeThreads / 32];
   const int64_t row = blockIdx.x;
-  uint16_t* x = logits + row * vocab;
-  const RowParts p = row_parts(row, vocab);
+  uint16_t* x = logits + row * ld;
+  const RowParts p = row_parts(row, vocab, ld);
   const int t = threadIdx.x;
   MaxSum a{-INFINITY, 0.0f};
   if (t < p.head) {
@@ -1072,15 +1072,16 @@ int64_t bias_grad_bytes(int64_t rows, int64_t n) {
 
 // ---- loss ------------------------------------------------------------------------------------------
 
-void cross_entropy_forward_backward(uint16_t* logits, const int32_t* targets, int64_t rows, int64_t vocab, float gscale,
-                                    float* row_loss, float* loss_sum, cudaStream_t stream) {
+void cross_entropy_forward_backward(uint16_t* logits, const int32_t* targets, int64_t rows, int64_t vocab, int64_t ld,
+                                    float gscale, float* row_loss, float* loss_sum, cudaStream_t stream) {
   constexpr const char* fn = "cross_entropy_forward_backward";
   require_dims(rows, vocab, fn);
+  require(ld >= vocab, fn, "the row stride ld = " + std::to_string(ld) + " is below vocab = " + std::to_string(vocab));
   require(rows <= INT32_MAX, fn, "too many rows: " + std::to_string(rows));
   require(std::isfinite(gscale), fn, "gscale must be finite");
   require_ptr(logits, fn, "logits"), require_ptr(targets, fn, "targets"), require_ptr(row_loss, fn, "row_loss");
   require(aligned16(logits), fn, "logits must be 16-byte aligned (a cudaMalloc'd buffer is)");
-  cross_entropy_kernel<<<unsigned(rows), kCeThreads, 0, stream>>>(logits, targets, vocab, gscale, row_loss);
+  cross_entropy_kernel<<<unsigned(rows), kCeThreads, 0, stream>>>(logits, targets, vocab, ld, gscale, row_loss);
   check_launch(fn);
   if (loss_sum) {
     loss_sum_kernel<<<1, kLossSumThreads, 0, stream>>>(row_loss, rows, loss_sum);

@@ -168,14 +168,15 @@ int64_t bias_grad_bytes(int64_t rows, int64_t n);
 
 // --- loss -----------------------------------------------------------------------------------------
 
-// Fused softmax cross-entropy over logits (T, V) bf16 (any V; rows need not be 16-byte aligned):
+// Fused softmax cross-entropy over logits (T, V) bf16, row r at logits + r·ld (ld >= V; any V and ld:
+// rows need not be 16-byte aligned; the ld - V columns past a row's end are neither read nor written):
 //   m = max_j x_j, S = Σ_j exp(x_j - m) (each thread keeps an online (max, sum) of its columns,
 //   merged in a fixed tree), lse = m + log(S), row_loss[r] = lse - x[target_r] (fp32),
 //   in place: logits[r][j] = bf16((exp(x_j - m) / S - [j == target_r])·gscale).
 // targets (T) int32 in [0, V) (an id outside gives a NaN loss and no onehot). loss_sum (1) fp32, when
 // not null, = Σ_r row_loss[r] in a fixed order (thread t adds rows t, t + 1024, ...; then a tree).
-void cross_entropy_forward_backward(uint16_t* logits, const int32_t* targets, int64_t rows, int64_t vocab, float gscale,
-                                    float* row_loss, float* loss_sum, cudaStream_t stream);
+void cross_entropy_forward_backward(uint16_t* logits, const int32_t* targets, int64_t rows, int64_t vocab, int64_t ld,
+                                    float gscale, float* row_loss, float* loss_sum, cudaStream_t stream);
 // Bytes that must cross DRAM: the logits read and written once (the second pass re-reads a row from L2).
 int64_t cross_entropy_bytes(int64_t rows, int64_t vocab);
 

@@ -116,6 +116,10 @@ class DecoderWorkload final : public Workload {
   int64_t e() const { return core::embed_width(d_); }
   bool fp16() const { return ctx_.grad_dtype == core::DType::kF16; }
   LinearDims dims(int64_t in, int64_t out) const { return LinearDims{int(rows_), int(in), int(out)}; }
+  // The logits GEMMs': (T, V) rows padded to core::decoder_layout::logits_stride.
+  LinearDims logits_dims() const {
+    return LinearDims{int(rows_), int(e()), int(d_.vocab), int(core::decoder_layout::logits_stride(d_.vocab))};
+  }
   AttentionDims attention_dims() const { return {ctx_.micro_batch, d_.seq, d_.heads, core::head_dim(d_)}; }
   EmbeddingDims embedding_dims(int64_t width) const {
     return {ctx_.micro_batch, d_.seq, width, d_.vocab, core::position_rows(d_), d_.pos_offset};
@@ -437,9 +441,10 @@ void DecoderWorkload::head_forward(int mb, const uint16_t* w, const uint16_t* E,
     linear_forward(*cublas_, dims(h, e()), z, w + t_.project_out.offset, 0.0f, zp_);
     z = zp_;
   }
-  linear_forward(*cublas_, dims(e(), d_.vocab), z, E, 0.0f, logits_);
+  linear_forward(*cublas_, logits_dims(), z, E, 0.0f, logits_);
   const double gscale = core::decoder_grad_scale(loss_scale_, T, ctx_.world, ctx_.grad_accum);
-  cross_entropy_forward_backward(logits_, targets_, T, d_.vocab, float(gscale), row_loss_, loss_sums_ + mb, s);
+  cross_entropy_forward_backward(logits_, targets_, T, d_.vocab, logits_dims().out_stride, float(gscale), row_loss_,
+                                 loss_sums_ + mb, s);
   loss_done_[size_t(mb)] = 1;
 }
 
@@ -455,16 +460,16 @@ void DecoderWorkload::weight_grad(const LinearDims& d, const uint16_t* x, const 
 // dz' = bf16(dlogit·E); dE_head = dlogitᵀ·z' in fp32 (tied; an untied head's is its own gradient);
 // project_out's gradient and dz = bf16(dz'·W_out) (e != h); LNf backward into dx_L (pre-LN).
 void DecoderWorkload::head_backward(const uint16_t* w, const uint16_t* E, uint16_t* grad, cudaStream_t s) {
-  const int64_t T = rows_, h = d_.hidden, V = d_.vocab;
+  const int64_t T = rows_, h = d_.hidden;
   const bool proj = core::has_embed_projection(d_);
   const uint16_t* z = d_.pre_ln ? z_ : x_[size_t(d_.layers)];  // the projection's input, or z' itself
   const uint16_t* zh = proj ? zp_ : z;                         // the logits GEMM's input z'
   uint16_t* dzh = proj ? de_ : (d_.pre_ln ? dh_ : dx_);        // dz'
-  linear_backward_data(*cublas_, dims(e(), V), logits_, E, dzh);
+  linear_backward_data(*cublas_, logits_dims(), logits_, E, dzh);
   if (d_.tied_embeddings)
-    linear_backward_weight(*cublas_, dims(e(), V), zh, logits_, de_head_, CUDA_R_32F);
+    linear_backward_weight(*cublas_, logits_dims(), zh, logits_, de_head_, CUDA_R_32F);
   else
-    weight_grad(dims(e(), V), zh, logits_, grad + t_.head.offset, s);
+    weight_grad(logits_dims(), zh, logits_, grad + t_.head.offset, s);
   if (proj) {
     weight_grad(dims(h, e()), z, de_, grad + t_.project_out.offset, s);
     linear_backward_data(*cublas_, dims(h, e()), de_, w + t_.project_out.offset, d_.pre_ln ? dh_ : dx_);

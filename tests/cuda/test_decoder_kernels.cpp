@@ -13,12 +13,14 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/attention_tiles.cuh"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/decoder_kernels.cuh"
+#include "core/decoder_layout.h"
 #include "core/error.h"
 #include "core/optim/dtype.h"
 #include "core/random.h"
@@ -266,6 +268,7 @@ TEST(TokenRowIndex, RejectsAnIdOutsideTheVocabularyNamingTheRow) {
 TEST(DecoderKernels, RejectBadArgumentsBeforeAnyGpuWork) {
   alignas(16) static uint16_t b16[64];
   alignas(16) static float f32[64];
+  alignas(16) static int32_t i32[64];
   uint16_t* p = b16;
   const auto expect_input_error = [](auto&& call, const char* fragment) {
     try {
@@ -287,8 +290,10 @@ TEST(DecoderKernels, RejectBadArgumentsBeforeAnyGpuWork) {
   expect_input_error([&] { attention_forward(p + 1, d, p, f32, nullptr); }, "16-byte aligned");
   EmbeddingDims e{2, 8, 16, 10, 9, 2};  // needs 8 + 2 position rows
   expect_input_error([&] { embedding_forward(reinterpret_cast<int32_t*>(f32), p, p, e, p, nullptr); }, "pos_rows");
-  expect_input_error([&] { cross_entropy_forward_backward(p + 1, nullptr, 4, 8, 1.0f, f32, nullptr, nullptr); },
+  expect_input_error([&] { cross_entropy_forward_backward(p + 1, nullptr, 4, 8, 8, 1.0f, f32, nullptr, nullptr); },
                      "targets is null");
+  expect_input_error([&] { cross_entropy_forward_backward(p, i32, 4, 8, 7, 1.0f, f32, nullptr, nullptr); },
+                     "below vocab");
 }
 
 // Every (query, key) pair with key <= query < s is computed by exactly one visited tile and survives its
@@ -1040,12 +1045,17 @@ TEST(DecoderKernels, SoftmaxCrossEntropy) {
   Stream stream;
   const int64_t rows = 37;
   const float gscale = float(1.0 / (rows * 3));
-  for (const int64_t V : {1003, 50257}) {  // odd: every row starts at a different 16-byte phase
-    std::vector<uint16_t> logits = rand_bf16(size_t(rows * V), -8, 8, 110);
+  const uint16_t pad = bf(100);  // past a row's end: above every logit, so a read of it shows; never written
+  // odd packed rows (every row at a different 16-byte phase), and GPT-2's vocabulary in the workload's
+  // padded rows (core::decoder_layout::logits_stride)
+  for (const auto& [V, ld] : {std::pair<int64_t, int64_t>{1003, 1003}, {50257, 50257},
+                             {50257, core::decoder_layout::logits_stride(50257)}}) {
+    std::vector<uint16_t> logits = rand_bf16(size_t(rows * ld), -8, 8, 110);
     for (int64_t r = 0; r < rows; ++r) {  // dominant logits at a row's ends and middle: a missed one shows
-      if (r % 3 == 0) logits[size_t(r * V + V - 1)] = bf(12);
-      if (r % 3 == 1) logits[size_t(r * V)] = bf(12);
-      if (r % 5 == 2) logits[size_t(r * V + V / 2)] = bf(11);
+      for (int64_t j = V; j < ld; ++j) logits[size_t(r * ld + j)] = pad;
+      if (r % 3 == 0) logits[size_t(r * ld + V - 1)] = bf(12);
+      if (r % 3 == 1) logits[size_t(r * ld)] = bf(12);
+      if (r % 5 == 2) logits[size_t(r * ld + V / 2)] = bf(11);
     }
     std::vector<int32_t> target = random_tokens(rows, V, 111);
     target[0] = 0, target[1] = int32_t(V - 1);
@@ -1054,20 +1064,21 @@ TEST(DecoderKernels, SoftmaxCrossEntropy) {
     DevBuf<uint16_t> dl(logits);
     DevBuf<int32_t> dt(target);
     DevBuf<float> loss(static_cast<size_t>(rows)), sum(1);
-    const std::string tag = "cross_entropy V=" + std::to_string(V);
+    const std::string tag = "cross_entropy V=" + std::to_string(V) + " ld=" + std::to_string(ld);
     const auto run = [&] {
       dl.upload(logits), loss.poison(), sum.poison();
-      cross_entropy_forward_backward(dl.get(), dt.get(), rows, V, gscale, loss.get(), invalid ? nullptr : sum.get(),
+      cross_entropy_forward_backward(dl.get(), dt.get(), rows, V, ld, gscale, loss.get(), invalid ? nullptr : sum.get(),
                                      stream.get());
     };
     run();
     const auto gd = dl.download(tag + " dlogit");
     const auto gl = loss.download(tag + " loss");
-    std::vector<double> rd(gd.size()), td(gd.size()), rl(static_cast<size_t>(rows)), tl(static_cast<size_t>(rows)),
-        glv(static_cast<size_t>(rows));
+    std::vector<double> gdv(size_t(rows * V)), rd(gdv.size()), td(gdv.size()), rl(static_cast<size_t>(rows)),
+        tl(static_cast<size_t>(rows)), glv(static_cast<size_t>(rows));
     double loss_sum = 0, loss_sum_tol = 0, abs_sum = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      const uint16_t* x = logits.data() + r * V;
+      const uint16_t* x = logits.data() + r * ld;
+      for (int64_t j = V; j < ld; ++j) ASSERT_EQ(gd[size_t(r * ld + j)], pad) << tag << " row " << r << " pad " << j;
       double m = -INFINITY, S = 0;
       for (int64_t j = 0; j < V; ++j) m = std::max(m, fb(x[j]));
       for (int64_t j = 0; j < V; ++j) S += std::exp(fb(x[j]) - m);
@@ -1084,11 +1095,12 @@ TEST(DecoderKernels, SoftmaxCrossEntropy) {
       for (int64_t j = 0; j < V; ++j) {
         const double p = std::exp(fb(x[j]) - m) / S, onehot = j == target[size_t(r)] ? 1.0 : 0.0;
         const size_t i = size_t(r * V + j);
+        gdv[i] = fb(gd[size_t(r * ld + j)]);
         rd[i] = (p - onehot) * double(gscale);
         td[i] = rounding(DType::kBF16, rd[i]) + double(gscale) * (0x1p-14 * p + 0x1p-23 * onehot);
       }
     }
-    expect_within(tag + " dlogit", as_double(gd), rd, td, DType::kBF16);
+    expect_within(tag + " dlogit", gdv, rd, td, DType::kBF16);
     expect_within(tag + " loss", glv, rl, tl, DType::kF32);
     if (!invalid) {
       const auto gs = sum.download(tag + " sum");

@@ -281,38 +281,48 @@ void colmajor_gemm(const backend::cuda::GemmArgs& g, const std::vector<double>& 
 }  // namespace
 
 // The three GEMM argument sets of cublas_gemm.cuh, run through a column-major GEMM on row-major
-// buffers, give the row-major products of a torch linear layer (distinct B, in, out).
+// buffers, give the row-major products of a torch linear layer (distinct B, in, out), with Y and dY
+// packed and with their rows padded (out_stride, as the head's logits are): the pad is never written.
 TEST(CublasMapping, RowMajorLinearLayerProducts) {
   const int B = 3, in = 5, out = 4;
-  const backend::cuda::LinearDims d{B, in, out};
-  auto filled = [](size_t n, uint64_t seed) {
-    std::vector<double> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = double(int(core::splitmix64(seed + i) % 19) - 9);
-    return v;
-  };
-  const std::vector<double> X = filled(B * in, 1), W = filled(out * in, 2), dY = filled(B * out, 3);  // row-major
-  std::vector<double> Y(B * out), dX(B * in), dW(out * in);
-  colmajor_gemm(backend::cuda::forward_gemm(d), W, X, Y);
-  colmajor_gemm(backend::cuda::data_grad_gemm(d), W, dY, dX);
-  colmajor_gemm(backend::cuda::weight_grad_gemm(d), X, dY, dW);
-  for (int i = 0; i < B; ++i)
-    for (int j = 0; j < out; ++j) {  // Y = X·Wᵀ
-      double s = 0;
-      for (int p = 0; p < in; ++p) s += X[i * in + p] * W[j * in + p];
-      EXPECT_EQ(Y[i * out + j], s) << "Y(" << i << ", " << j << ")";
+  constexpr double kPad = 1e300;  // a pad element's value, which no product may read or overwrite
+  for (const int stride : {0, 7}) {
+    SCOPED_TRACE("out_stride " + std::to_string(stride));
+    const backend::cuda::LinearDims d{B, in, out, stride};
+    const int ld = backend::cuda::out_ld(d);
+    ASSERT_EQ(ld, stride ? stride : out);
+    auto filled = [&](size_t rows, size_t cols, size_t row_stride, uint64_t seed) {
+      std::vector<double> v(rows * row_stride, kPad);
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c) v[r * row_stride + c] = double(int(core::splitmix64(seed + r * cols + c) % 19) - 9);
+      return v;
+    };
+    const std::vector<double> X = filled(B, in, in, 1), W = filled(out, in, in, 2), dY = filled(B, out, ld, 3);
+    std::vector<double> Y(size_t(B) * ld, kPad), dX(B * in), dW(out * in);
+    colmajor_gemm(backend::cuda::forward_gemm(d), W, X, Y);
+    colmajor_gemm(backend::cuda::data_grad_gemm(d), W, dY, dX);
+    colmajor_gemm(backend::cuda::weight_grad_gemm(d), X, dY, dW);
+    for (int i = 0; i < B; ++i) {
+      for (int j = 0; j < out; ++j) {  // Y = X·Wᵀ
+        double s = 0;
+        for (int p = 0; p < in; ++p) s += X[i * in + p] * W[j * in + p];
+        EXPECT_EQ(Y[size_t(i * ld + j)], s) << "Y(" << i << ", " << j << ")";
+      }
+      for (int j = out; j < ld; ++j) EXPECT_EQ(Y[size_t(i * ld + j)], kPad) << "Y's pad (" << i << ", " << j << ")";
     }
-  for (int i = 0; i < B; ++i)
-    for (int p = 0; p < in; ++p) {  // dX = dY·W
-      double s = 0;
-      for (int j = 0; j < out; ++j) s += dY[i * out + j] * W[j * in + p];
-      EXPECT_EQ(dX[i * in + p], s) << "dX(" << i << ", " << p << ")";
-    }
-  for (int j = 0; j < out; ++j)
-    for (int p = 0; p < in; ++p) {  // dW = dYᵀ·X
-      double s = 0;
-      for (int i = 0; i < B; ++i) s += dY[i * out + j] * X[i * in + p];
-      EXPECT_EQ(dW[j * in + p], s) << "dW(" << j << ", " << p << ")";
-    }
+    for (int i = 0; i < B; ++i)
+      for (int p = 0; p < in; ++p) {  // dX = dY·W
+        double s = 0;
+        for (int j = 0; j < out; ++j) s += dY[size_t(i * ld + j)] * W[j * in + p];
+        EXPECT_EQ(dX[i * in + p], s) << "dX(" << i << ", " << p << ")";
+      }
+    for (int j = 0; j < out; ++j)
+      for (int p = 0; p < in; ++p) {  // dW = dYᵀ·X
+        double s = 0;
+        for (int i = 0; i < B; ++i) s += dY[size_t(i * ld + j)] * X[i * in + p];
+        EXPECT_EQ(dW[j * in + p], s) << "dW(" << j << ", " << p << ")";
+      }
+  }
 }
 
 TEST(MlpWorkload, RejectsWhatItCannotRun) {
