@@ -16,6 +16,7 @@
 #include "backends/cuda/cublas_gemm.cuh"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/decoder_kernels.cuh"
+#include "backends/cuda/logits_gemm.h"
 #include "core/decoder_layout.h"
 #include "core/model.h"
 #include "core/optim/dtype.h"
@@ -179,8 +180,8 @@ void bench_block_elementwise(const Shape& m, cudaStream_t s) {
 
 // The head: the fused cross-entropy over the logits as the workload stores them (rows
 // core::decoder_layout::logits_stride apart), then the logits' three GEMMs (forward, input gradient,
-// the tied head's fp32 weight gradient) with the rows packed (ld = V, as before the padding), padded to
-// the workload's stride, and padded to 64.
+// the tied head's fp32 weight gradient): each as one GEMM with the rows V apart (as before the padding)
+// and 64-aligned, then as the workload runs them (backends/cuda/logits_gemm.h).
 void bench_head(const Shape& m, cudaStream_t s) {
   const int64_t T = m.batch * m.seq, V = m.vocab, h = m.hidden, ld = core::decoder_layout::logits_stride(V);
   const int64_t ld64 = (V + 63) / 64 * 64;
@@ -197,22 +198,35 @@ void bench_head(const Shape& m, cudaStream_t s) {
                cross_entropy_bytes(T, V));
   DeviceMemory z = bf16_buffer(size_t(T * h), -1, 1, 12), E = bf16_buffer(size_t(V * h), -0.1, 0.1, 13);
   DeviceMemory dz(size_t(T * h) * 2), dE(size_t(V * h) * 4);
+  DeviceMemory dz32(size_t(core::decoder_layout::logits_grad_scratch_bytes(T, h, V)) + 4);
   CublasHandle blas;
   blas.set_stream(s);
   const double flops = 2.0 * double(T) * double(V) * double(h);
-  for (const int64_t stride : {V, ld, ld64}) {
+  const uint16_t* zp = z.as<uint16_t>();
+  const uint16_t* Ep = E.as<uint16_t>();
+  uint16_t* lp = logits.as<uint16_t>();
+  // one GEMM each, rows V apart (as before the padding) and 64-aligned
+  for (const int64_t stride : {V, ld64}) {
     const LinearDims d{int(T), int(h), int(V), int(stride)};
     char shape[64];
     std::snprintf(shape, sizeof shape, "(%lld, %lld) ld %lld", (long long)T, (long long)V, (long long)stride);
-    const uint16_t* zp = z.as<uint16_t>();
-    const uint16_t* Ep = E.as<uint16_t>();
-    uint16_t* lp = logits.as<uint16_t>();
-    report_flops("logits = z Et", shape, timed_ms(s, [&] { linear_forward(blas, d, zp, Ep, 0.0f, lp); }), flops);
-    report_flops("dz = dlogits E", shape,
+    report_flops("logits = z Et, one GEMM", shape, timed_ms(s, [&] { linear_forward(blas, d, zp, Ep, 0.0f, lp); }),
+                 flops);
+    report_flops("dz = dlogits E, one GEMM", shape,
                  timed_ms(s, [&] { linear_backward_data(blas, d, lp, Ep, dz.as<uint16_t>()); }), flops);
-    report_flops("dE_head = dlogitst z (fp32)", shape,
+    report_flops("dE_head = dlogitst z, one GEMM", shape,
                  timed_ms(s, [&] { linear_backward_weight(blas, d, zp, lp, dE.get(), CUDA_R_32F); }), flops);
   }
+  // as the workload runs them (logits_gemm.h)
+  const LinearDims d = logits_dims(T, h, V);
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "(%lld, %lld) workload's", (long long)T, (long long)V);
+  report_flops("logits = z Et", shape, timed_ms(s, [&] { logits_forward(blas, d, zp, Ep, lp); }), flops);
+  report_flops("dz = dlogits E", shape,
+               timed_ms(s, [&] { logits_input_grad(blas, d, lp, Ep, dz.as<uint16_t>(), dz32.as<float>(), s); }),
+               flops);
+  report_flops("dE_head = dlogitst z (fp32)", shape,
+               timed_ms(s, [&] { logits_weight_grad(blas, d, zp, lp, dE.get(), CUDA_R_32F); }), flops);
 }
 
 void bench_attention(const Shape& m, cudaStream_t s) {

@@ -222,6 +222,7 @@ std::vector<BufferSpec> decoder_buffers(const ModelDesc& model, const StepConfig
   gpu.add(buf::kDecDqkv, MemKind::kActivations, dl::activation_buffer_bytes(T, 3 * h));
   if (proj) gpu.add(buf::kDecDe, MemKind::kActivations, dl::activation_buffer_bytes(T, e));
   if (d.tied_embeddings) gpu.add(buf::kDecDeHead, MemKind::kActivations, V * e * 4);
+  if (dl::logits_split(V)) gpu.add(buf::kDecDz32, MemKind::kWorkspace, dl::logits_grad_scratch_bytes(T, e, V));
   gpu.add(buf::kDecDelta, MemKind::kWorkspace, T * d.heads * 4);
   const int64_t partials = std::max({dl::layer_norm_partial_floats(T, h), dl::bias_grad_partial_floats(T, 3 * h),
                                      dl::bias_grad_partial_floats(T, f)});

@@ -126,6 +126,7 @@ inline constexpr std::string_view kDecDf = "decoder.df";           // (T, f) bf1
 inline constexpr std::string_view kDecDqkv = "decoder.dqkv";       // (T, 3h) bf16
 inline constexpr std::string_view kDecDe = "decoder.de";           // (T, e) bf16 dz' / dein, e != h
 inline constexpr std::string_view kDecDeHead = "decoder.de_head";  // (V, e) fp32 the tied head's dE
+inline constexpr std::string_view kDecDz32 = "decoder.dz32";       // (T, e) fp32 dz' of a split logits GEMM
 inline constexpr std::string_view kDecDelta = "decoder.delta";     // (B, H, s) fp32 attention's D
 inline constexpr std::string_view kDecPartials = "decoder.partials";  // fp32 LayerNorm / bias column-sum partials
 inline constexpr std::string_view kDecDw32 = "decoder.dw32";          // (largest weight) fp32, fp16 gradients

@@ -34,14 +34,27 @@ constexpr bool attention_head_dim_supported(int64_t d) {
   return false;
 }
 
-// The row stride of the (T, V) bf16 logits and dlogits, in elements: the vocabulary rounded up to a
-// multiple of 8, so that every row starts 16-byte aligned. cuBLAS runs its tensor-core kernels only on
-// operands whose leading dimension is 16-byte aligned; GPT-2's V = 50257 as the stride sent the head's
-// three GEMMs to its unaligned kernels (docs/decoder.md, "The head"). The pad columns are never read or
-// written.
+// The head's logits (docs/decoder.md, "The head"). cuBLAS's bf16 GEMMs run their fast kernels only
+// where every leading dimension is 16-byte aligned and the product's m and k are multiples of 8. GPT-2's
+// V = 50257 is neither: its three logits GEMMs ran at 95-150 TFLOP/s on an H200 against 690-820 for OPT's
+// V = 50272 (bench/results/2026-11-29-h200-decoder-head). So:
+// - the (T, V) bf16 logits and dlogits have rows logits_stride(V) apart, V rounded up to a multiple of 8
+//   (the pad columns are never read or written);
+// - where V is not a multiple of 8 (logits_split), every logits GEMM runs as two: the first
+//   logits_main_columns(V) vocabulary entries (V rounded down to 8), then the other 1 to 7. The forward
+//   and the weight gradient write disjoint parts of their outputs. The input gradient dz = dlogits·E sums
+//   over V: both parts accumulate into an fp32 (T, e) scratch (logits_grad_scratch_bytes), rounded once
+//   to bf16 after.
 inline constexpr int64_t kLogitsRowAlign = 8;
 constexpr int64_t logits_stride(int64_t vocab) {
   return (vocab + kLogitsRowAlign - 1) / kLogitsRowAlign * kLogitsRowAlign;
+}
+constexpr bool logits_split(int64_t vocab) { return vocab > kLogitsRowAlign && vocab % kLogitsRowAlign != 0; }
+constexpr int64_t logits_main_columns(int64_t vocab) {
+  return logits_split(vocab) ? vocab / kLogitsRowAlign * kLogitsRowAlign : vocab;
+}
+constexpr int64_t logits_grad_scratch_bytes(int64_t rows, int64_t embed_width, int64_t vocab) {
+  return logits_split(vocab) ? rows * embed_width * 4 : 0;
 }
 
 // A (rows, width) bf16 activation as the decoder workload allocates it: GEMM slack rows past its end

@@ -59,9 +59,10 @@ std::vector<LayerGemm> forward_gemms(const ModelDesc& m, const LayerDesc& l, int
     case LayerKind::kHead: {
       std::vector<LayerGemm> g;
       if (has_embed_projection(d)) g.push_back({t, e, d.hidden});  // z' (T, e) = z W_out^T
-      LayerGemm logits{t, d.vocab, e};  // logits (T, V) = z' E^T, rows padded for cuBLAS
-      logits.out_stride = decoder_layout::logits_stride(d.vocab);
-      g.push_back(logits);
+      // logits (T, V) = z' E^T, rows padded; an unaligned V as two products (decoder_layout.h)
+      const int64_t main = decoder_layout::logits_main_columns(d.vocab), st = decoder_layout::logits_stride(d.vocab);
+      g.push_back({t, main, e, 1, GemmPass::kForward, false, false, st});
+      if (main < d.vocab) g.push_back({t, d.vocab - main, e, 1, GemmPass::kForward, false, false, st});
       return g;
     }
     case LayerKind::kBlock: return block_gemms(d, micro_batch);
@@ -225,6 +226,8 @@ ElementwiseCost head_elementwise(const DecoderShape& d, int64_t B, int64_t e) {
   const int64_t t = B * d.seq, h = d.hidden, v = d.vocab;
   ElementwiseCost c;
   c.fwd = {{kCrossEntropy, (t * v * e + 12 * t) + (2 * t * v * e + 8 * t), 1}};
+  // a split logits GEMM's input gradient: its fp32 sum read once and rounded to dz' (decoder_layout.h)
+  if (decoder_layout::logits_split(v)) c.bwd.push_back({kOther, t * embed_width(d) * (4 + e), 1});
   if (d.pre_ln) {
     c.fwd.push_back({kLayerNormForward, 2 * t * h * e + 2 * h * e + 8 * t, 1});
     c.bwd.push_back({kLayerNormBackward, 3 * t * h * e + 8 * t + 3 * h * e, 2});

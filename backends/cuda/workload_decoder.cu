@@ -31,6 +31,7 @@
 #include "backends/cuda/cublas_gemm.cuh"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/decoder_kernels.cuh"
+#include "backends/cuda/logits_gemm.h"
 #include "backends/cuda/workload.cuh"
 #include "core/alloc_plan.h"
 #include "core/decoder_layout.h"
@@ -116,10 +117,7 @@ class DecoderWorkload final : public Workload {
   int64_t e() const { return core::embed_width(d_); }
   bool fp16() const { return ctx_.grad_dtype == core::DType::kF16; }
   LinearDims dims(int64_t in, int64_t out) const { return LinearDims{int(rows_), int(in), int(out)}; }
-  // The logits GEMMs': (T, V) rows padded to core::decoder_layout::logits_stride.
-  LinearDims logits_dims() const {
-    return LinearDims{int(rows_), int(e()), int(d_.vocab), int(core::decoder_layout::logits_stride(d_.vocab))};
-  }
+  LinearDims logits_dims() const { return cuda::logits_dims(rows_, e(), d_.vocab); }  // logits_gemm.h
   AttentionDims attention_dims() const { return {ctx_.micro_batch, d_.seq, d_.heads, core::head_dim(d_)}; }
   EmbeddingDims embedding_dims(int64_t width) const {
     return {ctx_.micro_batch, d_.seq, width, d_.vocab, core::position_rows(d_), d_.pos_offset};
@@ -159,7 +157,7 @@ class DecoderWorkload final : public Workload {
   uint16_t *ein_ = nullptr, *z_ = nullptr, *zp_ = nullptr, *logits_ = nullptr;
   float* z_stats_ = nullptr;
   uint16_t *dx_ = nullptr, *dh_ = nullptr, *df_ = nullptr, *dqkv_ = nullptr, *de_ = nullptr;
-  float *de_head_ = nullptr, *delta_ = nullptr, *partials_ = nullptr, *dw32_ = nullptr;
+  float *de_head_ = nullptr, *delta_ = nullptr, *partials_ = nullptr, *dw32_ = nullptr, *dz32_ = nullptr;
   int32_t *tokens_ = nullptr, *targets_ = nullptr, *token_starts_ = nullptr, *token_rows_ = nullptr;
   float *row_loss_ = nullptr, *loss_sums_ = nullptr;
   // per step
@@ -242,6 +240,7 @@ void DecoderWorkload::allocate() {
   logits_ = bf(buf::kDecLogits);
   dx_ = bf(buf::kDecDx), dh_ = bf(buf::kDecDh), df_ = bf(buf::kDecDf), dqkv_ = bf(buf::kDecDqkv);
   if (d_.tied_embeddings) de_head_ = f32(buf::kDecDeHead);
+  if (core::decoder_layout::logits_split(d_.vocab)) dz32_ = f32(buf::kDecDz32);
   delta_ = f32(buf::kDecDelta), partials_ = f32(buf::kDecPartials);
   if (fp16()) dw32_ = f32(buf::kDecDw32);
   tokens_ = i32(buf::kDecTokens), targets_ = i32(buf::kDecTargets);
@@ -441,7 +440,7 @@ void DecoderWorkload::head_forward(int mb, const uint16_t* w, const uint16_t* E,
     linear_forward(*cublas_, dims(h, e()), z, w + t_.project_out.offset, 0.0f, zp_);
     z = zp_;
   }
-  linear_forward(*cublas_, logits_dims(), z, E, 0.0f, logits_);
+  logits_forward(*cublas_, logits_dims(), z, E, logits_);
   const double gscale = core::decoder_grad_scale(loss_scale_, T, ctx_.world, ctx_.grad_accum);
   cross_entropy_forward_backward(logits_, targets_, T, d_.vocab, logits_dims().out_stride, float(gscale), row_loss_,
                                  loss_sums_ + mb, s);
@@ -465,11 +464,15 @@ void DecoderWorkload::head_backward(const uint16_t* w, const uint16_t* E, uint16
   const uint16_t* z = d_.pre_ln ? z_ : x_[size_t(d_.layers)];  // the projection's input, or z' itself
   const uint16_t* zh = proj ? zp_ : z;                         // the logits GEMM's input z'
   uint16_t* dzh = proj ? de_ : (d_.pre_ln ? dh_ : dx_);        // dz'
-  linear_backward_data(*cublas_, logits_dims(), logits_, E, dzh);
-  if (d_.tied_embeddings)
-    linear_backward_weight(*cublas_, logits_dims(), zh, logits_, de_head_, CUDA_R_32F);
-  else
-    weight_grad(logits_dims(), zh, logits_, grad + t_.head.offset, s);
+  logits_input_grad(*cublas_, logits_dims(), logits_, E, dzh, dz32_, s);
+  if (d_.tied_embeddings) {
+    logits_weight_grad(*cublas_, logits_dims(), zh, logits_, de_head_, CUDA_R_32F);
+  } else if (fp16()) {  // fp16 gradients from fp32 GEMMs, as weight_grad
+    logits_weight_grad(*cublas_, logits_dims(), zh, logits_, dw32_, CUDA_R_32F);
+    f32_to_grad(dw32_, d_.vocab * e(), ctx_.grad_dtype, grad + t_.head.offset, s);
+  } else {
+    logits_weight_grad(*cublas_, logits_dims(), zh, logits_, grad + t_.head.offset, CUDA_R_16BF);
+  }
   if (proj) {
     weight_grad(dims(h, e()), z, de_, grad + t_.project_out.offset, s);
     linear_backward_data(*cublas_, dims(h, e()), de_, w + t_.project_out.offset, d_.pre_ln ? dh_ : dx_);

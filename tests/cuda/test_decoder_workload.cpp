@@ -40,18 +40,22 @@ namespace ref = backend::reference;
 // The test decoders with head dimension 64 (the attention kernels take 64, 80, 128): gpt-tiny with one
 // head; opt-tiny (ReLU, position offset 2, ffn != 4h) widened to hidden 128 with 2 heads; opt-tiny-proj
 // (post-LN, project_in/out) the same with embed_dim 64; one GPT-2-124M block (hidden 768, 12 heads) at
-// s = 1024 with a 1024-token vocabulary (the double reference's logits stay small).
+// s = 1024 with a 1024-token vocabulary (the double reference's logits stay small). Two with a vocabulary
+// that is not a multiple of 8, whose logits GEMMs run split (core/decoder_layout.h): gpt-tiny-v509 (tied
+// head, 504 + 5) and opt-tiny-v83-untied (its own head weight, 80 + 3).
 core::ModelDesc gpu_model(const std::string& name) {
   core::ModelSpec s;
-  if (name == "gpt-tiny") {
+  if (name == "gpt-tiny" || name == "gpt-tiny-v509") {
     s = core::model_preset("gpt-tiny");
     s.decoder.heads = 1;
-  } else if (name == "opt-tiny" || name == "opt-tiny-proj") {
-    s = core::model_preset(name);
+    if (name == "gpt-tiny-v509") s.decoder.vocab = 509;
+  } else if (name == "opt-tiny" || name == "opt-tiny-proj" || name == "opt-tiny-v83-untied") {
+    s = core::model_preset(name == "opt-tiny-proj" ? name : std::string("opt-tiny"));
     s.decoder.hidden = 128;
     s.decoder.heads = 2;
     s.decoder.ffn = 192;
     if (name == "opt-tiny-proj") s.decoder.embed_dim = 64;
+    if (name == "opt-tiny-v83-untied") s.decoder.vocab = 83, s.decoder.tied_embeddings = false;
   } else {
     s = core::model_preset("gpt2-124m");
     s.decoder.layers = 1;
@@ -149,7 +153,8 @@ std::vector<float> initial_weights(const core::ModelDesc& m, uint64_t seed) {
 // violation is counted, and the worst error per tensor printed, so one run shows the whole picture.
 TEST(DecoderWorkload, OneMicroBatchAgainstTheReference) {
   SKIP_WITHOUT_GPU();
-  for (const char* name : {"gpt-tiny", "opt-tiny", "opt-tiny-proj", "gpt2-block"}) {
+  for (const char* name :
+       {"gpt-tiny", "opt-tiny", "opt-tiny-proj", "gpt2-block", "gpt-tiny-v509", "opt-tiny-v83-untied"}) {
     const core::ModelDesc m = gpu_model(name);
     const int64_t batch = std::string(name) == "gpt2-block" ? 1 : 2;
     const std::vector<float> w = initial_weights(m, 5);
@@ -200,7 +205,7 @@ TEST(DecoderWorkload, OneMicroBatchAgainstTheReference) {
 // same kernels on the same inputs: the same bits as keeping the activations.
 TEST(DecoderWorkload, RunToRunAndCheckpointingGiveTheSameBits) {
   SKIP_WITHOUT_GPU();
-  for (const char* name : {"gpt-tiny", "opt-tiny-proj"}) {
+  for (const char* name : {"gpt-tiny", "opt-tiny-proj", "gpt-tiny-v509"}) {
     const core::ModelDesc m = gpu_model(name);
     const std::vector<float> w = initial_weights(m, 3);
     const MicroBatch a = run_workload(m, 2, false, 1024.0, w);

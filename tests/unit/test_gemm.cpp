@@ -67,10 +67,38 @@ TEST(Gemm, BlockGemmsAreTheFusedAttentionsCausalHalf) {
 TEST(Gemm, ProjectionsAreGemmsOfTheEmbeddingAndHead) {
   const ModelDesc m = describe_model(model_preset("opt-tiny-proj"));  // e 16, h 32, V 80, s 16
   EXPECT_EQ(forward_gemms(m, m.layers[0], 2), (std::vector<LayerGemm>{{32, 32, 16}}));
-  EXPECT_EQ(forward_gemms(m, m.layers.back(), 2), (std::vector<LayerGemm>{{32, 16, 32}, {32, 80, 16}}));
+  // the logits' rows are logits_stride(80) = 80 apart (core/decoder_layout.h)
+  EXPECT_EQ(forward_gemms(m, m.layers.back(), 2),
+            (std::vector<LayerGemm>{{32, 16, 32}, {32, 80, 16, 1, GemmPass::kForward, false, false, 80}}));
   const ModelDesc g = describe_model(model_preset("gpt-tiny"));
   EXPECT_TRUE(forward_gemms(g, g.layers[0], 2).empty());
   EXPECT_TRUE(layer_needs_input_grad(g, 0));  // the embedding's gradient reaches the token rows
+}
+
+// A vocabulary that is not a multiple of 8 (GPT-2's 50257): the logits GEMMs run as two products, the
+// first 50256 entries and the last one, rows 50264 apart, in the forward and in each backward pass; the
+// FLOPs are the unsplit product's, and the input gradient's fp32 sum is rounded by one more kernel.
+TEST(Gemm, AnUnalignedVocabularyRunsTheLogitsAsTwoProducts) {
+  ModelSpec spec = model_preset("gpt2-124m");
+  spec.decoder.layers = 1;
+  const ModelDesc m = describe_model(spec);
+  const int64_t T = 2 * 1024, h = 768;
+  const std::vector<LayerGemm> fwd = forward_gemms(m, m.layers.back(), 2);
+  EXPECT_EQ(fwd, (std::vector<LayerGemm>{{T, 50256, h, 1, GemmPass::kForward, false, false, 50264},
+                                         {T, 1, h, 1, GemmPass::kForward, false, false, 50264}}));
+  EXPECT_EQ(backward_gemms(fwd), (std::vector<LayerGemm>{{T, h, 50256, 1, GemmPass::kInputGrad, false, false, 50264},
+                                                         {50256, h, T, 1, GemmPass::kWeightGrad, false, false, 50264},
+                                                         {T, h, 1, 1, GemmPass::kInputGrad, false, false, 50264},
+                                                         {1, h, T, 1, GemmPass::kWeightGrad, false, false, 50264}}));
+  double flops = 0;
+  for (const LayerGemm& g : fwd) flops += 2.0 * double(g.m * g.n * g.k);
+  EXPECT_EQ(flops, 2.0 * double(T) * 50257 * double(h));
+  ModelSpec aligned = spec;
+  aligned.decoder.vocab = 50264;
+  const ElementwiseCost odd = layer_elementwise(m, m.layers.size() - 1, 2, 2),
+                        even = layer_elementwise(describe_model(aligned), m.layers.size() - 1, 2, 2);
+  EXPECT_EQ(odd.bwd_bytes() - even.bwd_bytes(), T * h * (4 + 2));  // dz' read in fp32, written in bf16
+  EXPECT_EQ(odd.bwd_kernels(), even.bwd_kernels() + 1);
 }
 
 TEST(Gemm, DecoderElementwiseBytesByHand) {
