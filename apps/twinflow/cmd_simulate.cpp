@@ -482,6 +482,24 @@ std::string footprint_line(const Sweep& w) {
          (w.pts.size() > 1 ? " to " + at(w.pts.back()) : std::string());
 }
 
+// For a decoder on a profile without the measured decoder terms (a built-in estimate, or a calibrate run without
+// --scenario): which terms are missing and what the simulator uses instead; empty when it has them all.
+std::string decoder_compute_note(const core::Scenario& sc) {
+  if (sc.model.type != core::ModelType::kDecoder) return {};
+  const core::GpuProfile& g = sc.cluster.hardware.gpu;
+  std::string missing;
+  const auto add = [&](bool absent, const char* what) {
+    if (absent) missing += (missing.empty() ? "" : ", ") + std::string(what);
+  };
+  add(g.bf16_gemm_tflops_by_shape.empty(), "GEMM rates by shape (the roofline-and-tiles model instead)");
+  add(g.attention_tflops_by_shape.empty(), "fused attention rates (its products costed as cuBLAS GEMMs)");
+  add(g.decoder_kernel_gbps.empty(), "memory-bound kernel rates (the HBM rate instead)");
+  if (missing.empty()) return {};
+  return "note: profile '" + sc.cluster.hardware.name + "' has no measured " + missing +
+         ": the decoder's compute is an optimistic estimate; `twinflow calibrate --scenario SCENARIO` on the machine "
+         "measures them (docs/decoder.md, \"Simulating a decoder\")";
+}
+
 // The table, the first OOM, and the best ratio against the published figure; returns the best as JSON.
 nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table& t) {
   const core::HardwareProfile& hw = sc.cluster.hardware;
@@ -496,6 +514,7 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
   if (!w.pts.empty())
     std::cout << "GPU GB includes the " << w.pts.front().unnamed_gpu << " (ratio " << fmt(w.pts.front().ratio, 3)
               << ")\n";
+  if (const std::string note = decoder_compute_note(sc); !note.empty()) std::cout << note << "\n";
   for (const auto& p : w.pts)
     if (p.oom) {
       std::cout << "OOM at ratio " << fmt(p.ratio, 3) << ": " << p.oom_reason << "\n";
