@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "backends/cuda/calibrate.h"
-#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cublas_gemm.cuh"
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/decoder_kernels.cuh"
 #include "backends/cuda/logits_gemm.h"
@@ -41,8 +41,10 @@ Shape preset_shape(const char* preset, int64_t batch, int64_t seq) {
   spec.decoder.seq = seq;
   core::normalize_model(spec);
   const core::DecoderShape& d = spec.decoder;
-  return {preset,  batch,   seq, d.hidden, d.heads, d.ffn, d.vocab, std::max(d.max_positions, seq), d.pos_offset,
-          d.activation == core::Activation::kRelu ? Activation::kRelu : Activation::kGeluTanh};
+  const int64_t positions = std::max(d.max_positions, seq);
+  Shape s{preset, batch, seq, d.hidden, d.heads, d.ffn, d.vocab, positions, d.pos_offset, Activation::kGeluTanh};
+  if (d.activation == core::Activation::kRelu) s.act = Activation::kRelu;
+  return s;
 }
 std::vector<Shape> shapes() {
   return {preset_shape("gpt2-124m", 8, 1024), preset_shape("opt-1.3b", 8, 1024), preset_shape("gpt2-350m", 8, 2048)};
@@ -223,8 +225,7 @@ void bench_head(const Shape& m, cudaStream_t s) {
   std::snprintf(shape, sizeof shape, "(%lld, %lld) workload's", (long long)T, (long long)V);
   report_flops("logits = z Et", shape, timed_ms(s, [&] { logits_forward(blas, d, zp, Ep, lp); }), flops);
   report_flops("dz = dlogits E", shape,
-               timed_ms(s, [&] { logits_input_grad(blas, d, lp, Ep, dz.as<uint16_t>(), dz32.as<float>(), s); }),
-               flops);
+               timed_ms(s, [&] { logits_input_grad(blas, d, lp, Ep, dz.as<uint16_t>(), dz32.as<float>(), s); }), flops);
   report_flops("dE_head = dlogitst z (fp32)", shape,
                timed_ms(s, [&] { logits_weight_grad(blas, d, zp, lp, dE.get(), CUDA_R_32F); }), flops);
 }

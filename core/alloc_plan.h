@@ -119,7 +119,7 @@ inline constexpr std::string_view kDecZ = "decoder.z";             // (T, h) bf1
 inline constexpr std::string_view kDecZStats = "decoder.z_stats";  // (2T) fp32 LNf's mean, rstd, pre-LN
 inline constexpr std::string_view kDecZp = "decoder.zp";           // (T, e) bf16 z·W_outᵀ, e != h
 inline constexpr std::string_view kDecLogits = "decoder.logits";   // (T, V) bf16 logits, then dlogits; rows
-                                                                    // decoder_layout::logits_stride(V) apart
+                                                                   // decoder_layout::logits_stride(V) apart
 inline constexpr std::string_view kDecDx = "decoder.dx";           // (T, h) bf16 the residual stream's gradient
 inline constexpr std::string_view kDecDh = "decoder.dh";           // (T, h) bf16 a branch's input gradient
 inline constexpr std::string_view kDecDf = "decoder.df";           // (T, f) bf16 dg, then du

@@ -34,9 +34,9 @@ constexpr bool attention_head_dim_supported(int64_t d) {
   return false;
 }
 
-// The head's logits (docs/decoder.md, "The head"). cuBLAS's bf16 GEMMs run their fast kernels only
-// where every leading dimension is 16-byte aligned and the product's m and k are multiples of 8. GPT-2's
-// V = 50257 is neither: its three logits GEMMs ran at 95-150 TFLOP/s on an H200 against 690-820 for OPT's
+// The head's logits (docs/decoder.md, "The head's logits on the GPU"). On an H200, cuBLAS's bf16 GEMMs took
+// their slow kernels where a leading dimension was not 16-byte aligned or the product's m or k was not a
+// multiple of 8: GPT-2's three logits GEMMs (V = 50257) ran at 95-150 TFLOP/s against 670-830 for OPT's
 // V = 50272 (bench/results/2026-11-29-h200-decoder-head). So:
 // - the (T, V) bf16 logits and dlogits have rows logits_stride(V) apart, V rounded up to a multiple of 8
 //   (the pad columns are never read or written);

@@ -577,9 +577,8 @@ class Calibrator {
                                "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
       c_.done(what, st.median, "TFLOP/s", st, "gpu.bf16_gemm_tflops_by_shape");
       if (o_.gemm_relu && gi >= builtin_cases_) {  // the same shape on full-entropy data, for comparison
-        const cal::Stat rnd =
-            cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_, cal::GemmData::kRandom, nullptr,
-                             g.out_stride);
+        const cal::Stat rnd = cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_,
+                                               cal::GemmData::kRandom, nullptr, g.out_stride);
         c_.done(what + " (random data)", rnd.median, "TFLOP/s", rnd);
       }
       p_.gpu.bf16_gemm_tflops_by_shape.push_back({g.m, g.n, g.k, sig4(st.median), g.pass});

@@ -958,6 +958,8 @@ std::vector<int32_t> uniform_ids(int64_t count, int64_t n, uint64_t seed) {
   return v;
 }
 
+using core::decoder_layout::logits_stride;
+
 // The buffers one embedding, block and head launch their kernels on (T = B s rows), filled once.
 struct DecoderBuffers {
   explicit DecoderBuffers(const DecoderKernelShape& d, cudaStream_t s)
@@ -985,7 +987,7 @@ struct DecoderBuffers {
         u(bf16s(t * d.ffn)),                        // (T, f) bf16: fc1's pre-activation
         g(bf16s(t * d.ffn)),                        // (T, f) bf16: the activation
         du(bf16s(t * d.ffn)),                       // (T, f) bf16
-        logits(bf16s(t * core::decoder_layout::logits_stride(d.vocab))),  // (T, V) bf16, the workload's rows
+        logits(bf16s(t * logits_stride(d.vocab))),  // (T, V) bf16, rows padded as the workload's
         targets(size_t(t) * 4),                     // (T) int32
         tokens(size_t(t) * 4),                      // (T) int32
         row_loss(size_t(t) * 4),                    // (T) fp32

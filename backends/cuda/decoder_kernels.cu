@@ -781,8 +781,8 @@ __device__ __forceinline__ RowParts row_parts(int64_t row, int64_t vocab, int64_
 // butterfly and then warps in order; pass 2 overwrites the row with the gradient. Reads the row twice
 // (the second time mostly from L2) and writes it once: cross_entropy_bytes.
 __global__ void __launch_bounds__(kCeThreads)
-    cross_entropy_kernel(uint16_t* __restrict__ logits, const int32_t* __restrict__ targets, int64_t vocab,
-                         int64_t ld, float gscale, float* __restrict__ row_loss) {
+    cross_entropy_kernel(uint16_t* __restrict__ logits, const int32_t* __restrict__ targets, int64_t vocab, int64_t ld,
+                         float gscale, float* __restrict__ row_loss) {
   __shared__ MaxSum warp_pairs[kCeThreads / 32];
   const int64_t row = blockIdx.x;
   uint16_t* x = logits + row * ld;

@@ -1048,8 +1048,8 @@ TEST(DecoderKernels, SoftmaxCrossEntropy) {
   const uint16_t pad = bf(100);  // past a row's end: above every logit, so a read of it shows; never written
   // odd packed rows (every row at a different 16-byte phase), and GPT-2's vocabulary in the workload's
   // padded rows (core::decoder_layout::logits_stride)
-  for (const auto& [V, ld] : {std::pair<int64_t, int64_t>{1003, 1003}, {50257, 50257},
-                             {50257, core::decoder_layout::logits_stride(50257)}}) {
+  for (const auto& [V, ld] :
+       {std::pair<int64_t, int64_t>{1003, 1003}, {50257, 50257}, {50257, core::decoder_layout::logits_stride(50257)}}) {
     std::vector<uint16_t> logits = rand_bf16(size_t(rows * ld), -8, 8, 110);
     for (int64_t r = 0; r < rows; ++r) {  // dominant logits at a row's ends and middle: a missed one shows
       for (int64_t j = V; j < ld; ++j) logits[size_t(r * ld + j)] = pad;

@@ -294,7 +294,8 @@ TEST(CublasMapping, RowMajorLinearLayerProducts) {
     auto filled = [&](size_t rows, size_t cols, size_t row_stride, uint64_t seed) {
       std::vector<double> v(rows * row_stride, kPad);
       for (size_t r = 0; r < rows; ++r)
-        for (size_t c = 0; c < cols; ++c) v[r * row_stride + c] = double(int(core::splitmix64(seed + r * cols + c) % 19) - 9);
+        for (size_t c = 0; c < cols; ++c)
+          v[r * row_stride + c] = double(int(core::splitmix64(seed + r * cols + c) % 19) - 9);
       return v;
     };
     const std::vector<double> X = filled(B, in, in, 1), W = filled(out, in, in, 2), dY = filled(B, out, ld, 3);

@@ -293,8 +293,8 @@ TEST(AllocPlan, TutorialDecoderActivationsFitAnH100) {
   // 16 bytes) + dx, dh, df, dqkv + dE 50257 * 1024 * 4 + 4T int32/fp32 + 50258 * 4 + 4 = 3071988044
   EXPECT_EQ(act, 24 * int64_t(512491520) + 3071988044);
   // GPT-2's vocabulary is not a multiple of 8: the split logits GEMM's fp32 dz' (T, h), a workspace
-  const auto dz32 = std::find_if(w.buffers.begin(), w.buffers.end(),
-                                 [](const BufferSpec& b) { return b.name == buf::kDecDz32; });
+  const auto dz32 =
+      std::find_if(w.buffers.begin(), w.buffers.end(), [](const BufferSpec& b) { return b.name == buf::kDecDz32; });
   ASSERT_NE(dz32, w.buffers.end());
   EXPECT_EQ(dz32->bytes, 16384 * 1024 * 4);
   EXPECT_EQ(dz32->kind, MemKind::kWorkspace);
