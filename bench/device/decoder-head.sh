@@ -31,14 +31,7 @@ ours() {  # NAME SCENARIO RATIOS
     --json "$W/run-$1.json" --trace "$W/trace-$1.json" > "$W/run-$1.log" 2>&1; echo "rc $?"
   grep -A4 "^summary" "$W/run-$1.log" | tail -n +3 | cut -c1-150; pack
 }
-peer() {  # NAME PRESET SEQ
-  step "peer: $1"
-  timeout 120 python3 bench/peer/hf_decoder.py speed --preset "$2" --seq "$3" --micro-batch 8 --steps 10 \
-    > "$W/peer-$1.json" 2> "$W/peer-$1.err"; echo "rc $?"
-  python3 -c "import json;d=json.load(open('$W/peer-$1.json'));print({k:d[k] for k in ('median_step_ms','tokens_per_s','tflops')})"
-  pack
-}
-ours 350m scenarios/real/gpt-350m-h200.yaml 0,0.3; peer 350m gpt2-350m 2048
-ours opt1.3b scenarios/real/opt-1.3b-h100.yaml 0; peer opt1.3b opt-1.3b 1024
-ours gpt2-124m scenarios/real/gpt2-124m-h100.yaml 0; peer gpt2-124m gpt2-124m 1024
+ours 350m scenarios/real/gpt-350m-h200.yaml 0,0.3; hf_speed 350m gpt2-350m 2048
+ours opt1.3b scenarios/real/opt-1.3b-h100.yaml 0; hf_speed opt1.3b opt-1.3b 1024
+ours gpt2-124m scenarios/real/gpt2-124m-h100.yaml 0; hf_speed gpt2-124m gpt2-124m 1024
 step done; pack

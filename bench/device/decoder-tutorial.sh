@@ -19,19 +19,12 @@ timeout 200 $B/twinflow run --scenario scenarios/gpt-350m-ratio0.3.yaml --profil
   --json "$W/run-tutorial.json" --trace "$W/trace-tutorial.json" > "$W/run-tutorial.log" 2>&1; echo "rc $?"
 grep -E "step [0-9]+/|engine built|error" "$W/run-tutorial.log" | cut -c1-160; pack
 
-peer() {  # NAME PRESET SEQ
-  step "peer: $1"
-  timeout 120 python3 bench/peer/hf_decoder.py speed --preset "$2" --seq "$3" --micro-batch 8 --steps 10 \
-    > "$W/peer-$1.json" 2> "$W/peer-$1.err"; echo "rc $?"
-  python3 -c "import json;d=json.load(open('$W/peer-$1.json'));print({k:d[k] for k in ('median_step_ms','tokens_per_s','tflops')})"
-  pack
-}
 ours() {  # NAME SCENARIO RATIOS
   step "ours: $1 (ratios $3)"
   timeout 150 $B/twinflow run --scenario "$2" --profile $P --ratios "$3" --steps 8 --json "$W/run-$1.json" \
     > "$W/run-$1.log" 2>&1; echo "rc $?"
   grep -A4 "^summary" "$W/run-$1.log" | tail -n +3 | cut -c1-150; pack
 }
-peer 350m gpt2-350m 2048; ours 350m scenarios/real/gpt-350m-h200.yaml 0,0.3
-peer gpt2-124m gpt2-124m 1024; ours gpt2-124m scenarios/real/gpt2-124m-h100.yaml 0
+hf_speed 350m gpt2-350m 2048; ours 350m scenarios/real/gpt-350m-h200.yaml 0,0.3
+hf_speed gpt2-124m gpt2-124m 1024; ours gpt2-124m scenarios/real/gpt2-124m-h100.yaml 0
 step done; pack

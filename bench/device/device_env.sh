@@ -41,3 +41,12 @@ torch_at_once() {
   for p in "${pids[@]}"; do wait "$p"; done
   cat "$W"/torch-k"$k"-r*.log
 }
+# hf_speed NAME PRESET SEQ: transformers' speed on the preset without offload (bench/peer/hf_decoder.py speed,
+# micro-batch 8, 10 steps) into $W/peer-NAME.json, its median step and tokens/s printed; calls pack after.
+hf_speed() {
+  step "peer: $1"
+  timeout 120 python3 bench/peer/hf_decoder.py speed --preset "$2" --seq "$3" --micro-batch 8 --steps 10 \
+    > "$W/peer-$1.json" 2> "$W/peer-$1.err"; echo "rc $?"
+  python3 -c "import json;d=json.load(open('$W/peer-$1.json'));print({k:d[k] for k in ('median_step_ms','tokens_per_s','tflops')})"
+  pack
+}
