@@ -207,6 +207,16 @@ double GpuProfile::attention_tflops_at(int64_t head_dim, int64_t seq, bool backw
   return best ? best->tflops : 0.0;
 }
 
+double GpuProfile::gemm_peak_tflops(DType compute) const {
+  switch (compute) {
+    case DType::kBF16: return bf16_tflops;
+    case DType::kF16: return fp16_tflops;
+    case DType::kF32: return fp32_tflops;
+    case DType::kNone: break;
+  }
+  return 0;
+}
+
 double GpuProfile::kernel_gbps(KernelClass c) const {
   for (const KernelRate& r : decoder_kernel_gbps)
     if (r.kind == c && r.gbps > 0) return r.gbps;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/gemm.h"
+#include "core/optim/dtype.h"
 
 namespace tf::core {
 
@@ -79,6 +80,10 @@ struct GpuProfile {
   double attention_tflops_at(int64_t head_dim, int64_t seq, bool backward) const;
   // The class's measured rate, else hbm_gbps.
   double kernel_gbps(KernelClass c) const;
+  // The dense GEMM peak for operands of `compute` (the parameters' dtype as gathered and computed with,
+  // core::StepConfig::param_dtype: bf16 for bf16 and fp16 training, fp32 for fp32): bf16_tflops, fp16_tflops
+  // or fp32_tflops; 0 when the profile has none.
+  double gemm_peak_tflops(DType compute) const;
   bool operator==(const GpuProfile&) const = default;
 };
 

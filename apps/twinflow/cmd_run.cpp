@@ -712,7 +712,7 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
                                     num(ov.bound_ms)};
     std::string rate;
     if (decoder) {
-      const Throughput th = throughput(ec.settings, o.sc.training.precision, o.sc.cluster.hardware.gpu, tl.step_ns);
+      const Throughput th = throughput(ec.settings, o.sc.cluster.hardware.gpu, tl.step_ns);
       row.insert(row.end(), {num(th.tokens_per_s, 0), num(th.mfu, 3)});
       rate = ", " + num(th.tokens_per_s, 0) + " tokens/s, MFU " + num(th.mfu, 3);
       pt.throughput.push_back(th);
@@ -743,10 +743,9 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
       std::cout << "tokens/s: all ranks' tokens of a step over its wall time; MFU: "
                 << num(model_flops_per_token(ec.settings) / 1e9, 3)
                 << " GFLOP per token (6 x matmul parameters + causal attention, no recompute) over the profile's "
-                << (o.sc.training.precision == core::Precision::kFP16 ? "fp16" : "bf16") << " peak of "
-                << (o.sc.training.precision == core::Precision::kFP16 ? o.sc.cluster.hardware.gpu.fp16_tflops
-                                                                      : o.sc.cluster.hardware.gpu.bf16_tflops)
-                << " TFLOP/s per GPU (" << o.sc.cluster.hardware.name << ")\n";
+                << core::dtype_name(ec.settings.step.param_dtype) << " peak of "
+                << o.sc.cluster.hardware.gpu.gemm_peak_tflops(ec.settings.step.param_dtype) << " TFLOP/s per GPU ("
+                << o.sc.cluster.hardware.name << "; the GEMMs' dtype)\n";
   }
 }
 
@@ -1007,8 +1006,7 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
   if (base.settings.workload == core::WorkloadType::kDecoder) {
     doc["tokens_per_step"] = tokens_per_step(base.settings);
     doc["model_flops_per_token"] = model_flops_per_token(base.settings);
-    doc["peak_tflops"] = o.sc.training.precision == core::Precision::kFP16 ? o.sc.cluster.hardware.gpu.fp16_tflops
-                                                                           : o.sc.cluster.hardware.gpu.bf16_tflops;
+    doc["peak_tflops"] = o.sc.cluster.hardware.gpu.gemm_peak_tflops(base.settings.step.param_dtype);
   }
   for (const RunPoint& p : points) {
     nlohmann::json jp;

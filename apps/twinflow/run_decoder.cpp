@@ -20,14 +20,13 @@ int64_t tokens_per_step(const core::RunSettings& s) {
 
 double model_flops_per_token(const core::RunSettings& s) { return s.model.train_flops_per_token(false); }
 
-Throughput throughput(const core::RunSettings& s, core::Precision precision, const core::GpuProfile& gpu,
-                      int64_t step_ns) {
+Throughput throughput(const core::RunSettings& s, const core::GpuProfile& gpu, int64_t step_ns) {
   Throughput t;
   if (step_ns <= 0) return t;
   const double seconds = double(step_ns) / 1e9;
   t.tokens_per_s = double(tokens_per_step(s)) / seconds;
   t.tflops = model_flops_per_token(s) * t.tokens_per_s / double(s.world) / 1e12;
-  const double peak = precision == core::Precision::kFP16 ? gpu.fp16_tflops : gpu.bf16_tflops;
+  const double peak = gpu.gemm_peak_tflops(s.step.param_dtype);
   t.mfu = peak > 0 ? t.tflops / peak : std::nan("");
   return t;
 }

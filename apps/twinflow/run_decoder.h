@@ -30,11 +30,10 @@ double model_flops_per_token(const core::RunSettings& s);
 struct Throughput {
   double tokens_per_s = 0;  // the step's tokens over all ranks / its wall time
   double tflops = 0;        // model TFLOP/s per GPU
-  double mfu = 0;           // tflops over the GPU's dense peak of the training dtype (the profile's)
+  double mfu = 0;           // tflops over the GPU's dense GEMM peak of the dtype it computes in (the profile's)
 };
 // Of one step of `step_ns` with the settings' model and batch, on `gpu`.
-Throughput throughput(const core::RunSettings& s, core::Precision precision, const core::GpuProfile& gpu,
-                      int64_t step_ns);
+Throughput throughput(const core::RunSettings& s, const core::GpuProfile& gpu, int64_t step_ns);
 
 // Writes steps [first_step, first_step + steps) of the run's data as hf_decoder.py's batch file:
 // int32 header (kBatchFileMagic, steps, B, s), then per step B x s int32 tokens and B x s int32

@@ -185,17 +185,14 @@ tf::sim::BusBandwidthCurve curve_of(const std::vector<core::BusPoint>& pts) {
   return tf::sim::BusBandwidthCurve(std::move(out));
 }
 
-double peak_tflops_of(const core::Scenario& s) {
+// The GEMM peak of the dtype the workloads compute in (bf16 for bf16 and fp16 training).
+double peak_tflops_of(const core::Scenario& s, core::DType compute) {
   const core::HardwareProfile& hw = s.cluster.hardware;
-  double peak_tflops = 0;
-  switch (s.training.precision) {
-    case core::Precision::kBF16: peak_tflops = hw.gpu.bf16_tflops; break;
-    case core::Precision::kFP16: peak_tflops = hw.gpu.fp16_tflops; break;
-    case core::Precision::kFP32: peak_tflops = hw.gpu.fp32_tflops; break;
-  }
+  const double peak_tflops = hw.gpu.gemm_peak_tflops(compute);
   if (!(peak_tflops > 0))
-    throw core::InputError("profile " + hw.name + ": the GPU has no " +
-                           std::string(core::precision_name(s.training.precision)) + " peak (0 TFLOP/s)");
+    throw core::InputError("profile " + hw.name + ": the GPU has no " + std::string(core::dtype_name(compute)) +
+                           " GEMM peak (0 TFLOP/s), which " + std::string(core::precision_name(s.training.precision)) +
+                           " training computes in");
   return peak_tflops;
 }
 
@@ -204,13 +201,14 @@ std::vector<LayerCost> layer_costs_of(const core::Scenario& s, const core::RunSe
                                       double gemm_max_efficiency) {
   const core::HardwareProfile& hw = s.cluster.hardware;
   LayerCostModel m;
-  m.gp.peak_tflops = peak_tflops_of(s);
+  m.gp.peak_tflops = peak_tflops_of(s, rs.step.param_dtype);
   m.gp.hbm_gbps = hw.gpu.hbm_gbps;
   m.gp.max_efficiency = gemm_max_efficiency;
   m.gp.bytes_per_element = int64_t(core::dtype_bytes(rs.step.param_dtype));
   m.gpu = &hw.gpu;
   std::vector<tf::sim::GemmRatePoint> measured_gemms;
-  const bool bf16 = s.training.precision == core::Precision::kBF16;
+  // fp16 training computes in bf16 too (core::StepConfig::param_dtype): its GEMMs and attention are bf16's
+  const bool bf16 = rs.step.param_dtype == core::DType::kBF16;
   if (bf16)
     for (const core::GemmPoint& e : hw.gpu.bf16_gemm_tflops_by_shape)
       measured_gemms.push_back({{e.m, e.n, e.k}, e.tflops, e.pass});

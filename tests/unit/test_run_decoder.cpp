@@ -97,19 +97,25 @@ TEST(RunDecoder, FilesThatCannotBeWrittenAreRuntimeFailures) {
   EXPECT_THROW(app::write_gradients("/dev/full", s.model, g), core::RuntimeFailure);
 }
 
-// tokens/s = micro_batch x seq x grad_accum x world / step time; model TFLOP/s per GPU over the peak.
+// tokens/s = micro_batch x seq x grad_accum x world / step time; model TFLOP/s per GPU over the GEMM peak of the
+// dtype the workload computes in: bf16 for bf16 and for fp16 training (core::StepConfig::param_dtype).
 TEST(RunDecoder, ThroughputByHand) {
-  const core::RunSettings s = gpt_tiny(2, 3, 2);
+  core::RunSettings s = gpt_tiny(2, 3, 2);
   EXPECT_EQ(app::tokens_per_step(s), 2 * 16 * 3 * 2);
   EXPECT_EQ(app::model_flops_per_token(s), s.model.train_flops_per_token(false));
   core::GpuProfile gpu;
   gpu.bf16_tflops = 500;
   gpu.fp16_tflops = 250;
-  const app::Throughput t = app::throughput(s, core::Precision::kBF16, gpu, 2'000'000);  // 2 ms
+  gpu.fp32_tflops = 50;
+  ASSERT_EQ(s.step.param_dtype, core::DType::kBF16);
+  const app::Throughput t = app::throughput(s, gpu, 2'000'000);  // 2 ms
   EXPECT_DOUBLE_EQ(t.tokens_per_s, 192 / 2e-3);
   EXPECT_DOUBLE_EQ(t.tflops, app::model_flops_per_token(s) * 96000.0 / 2 / 1e12);
   EXPECT_DOUBLE_EQ(t.mfu, t.tflops / 500);
-  EXPECT_DOUBLE_EQ(app::throughput(s, core::Precision::kFP16, gpu, 2'000'000).mfu, t.tflops / 250);
+  s.step.grad_dtype = core::DType::kF16;  // fp16 training: fp16 gradients, bf16 GEMMs
+  EXPECT_DOUBLE_EQ(app::throughput(s, gpu, 2'000'000).mfu, t.tflops / 500);
+  s.step.grad_dtype = s.step.param_dtype = core::DType::kF32;
+  EXPECT_DOUBLE_EQ(app::throughput(s, gpu, 2'000'000).mfu, t.tflops / 50);
 }
 
 TEST(RunDecoder, MemoryLineSaysBothAndTheDifference) {
