@@ -865,6 +865,22 @@ TEST(SimDecoder, MeasuredAttentionRateSetsTheFusedKernelsTime) {
   }
 }
 
+// fp16 training gathers and computes in bf16 (core::StepConfig::param_dtype): its layers cost what bf16 training's
+// do, with the bf16 attention rates and peak, however far the profile's fp16 peak is from bf16's.
+TEST(SimDecoder, Fp16TrainingComputesInBf16) {
+  using tf::core::OpKind;
+  tf::core::Scenario bf16 = tiny_decoder(false);
+  bf16.cluster.hardware.gpu.attention_tflops_by_shape = {{16, 64, 2.0, false}, {16, 64, 1.0, true}};
+  bf16.cluster.hardware.gpu.fp16_tflops = bf16.cluster.hardware.gpu.bf16_tflops / 3;
+  tf::core::Scenario fp16 = bf16;
+  fp16.training.precision = tf::core::Precision::kFP16;
+  for (int layer : {0, 1, 3}) {
+    SCOPED_TRACE(layer);
+    EXPECT_EQ(op_ns(fp16, OpKind::kForward, layer), op_ns(bf16, OpKind::kForward, layer));
+    EXPECT_EQ(op_ns(fp16, OpKind::kBackward, layer), op_ns(bf16, OpKind::kBackward, layer));
+  }
+}
+
 // A class's measured rate (gpu.decoder_kernel_gbps) replaces the HBM rate for that class's bytes only.
 // The block's two LayerNorm forwards move 2 x (2Th e + 2h e + 8T) = 2 x (16384 + 256 + 512) = 34,304 B;
 // at half the HBM rate they take 34,304 / hbm_gbps ns longer. The head's fused cross-entropy (one kernel in
