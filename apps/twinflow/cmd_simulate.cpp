@@ -500,6 +500,26 @@ std::string decoder_compute_note(const core::Scenario& sc) {
          "measures them (docs/decoder.md, \"Simulating a decoder\")";
 }
 
+// For a profile with a GEMM table that lacks some of the model's GEMMs (shape and pass): how many, each costed at
+// the nearest measured shape's rate carried over by the roofline-and-tiles model; empty when every one is measured or
+// the profile has no table (decoder_compute_note says that).
+std::string unmeasured_gemms_note(const core::Scenario& sc) {
+  if (sc.cluster.hardware.gpu.bf16_gemm_tflops_by_shape.empty()) return {};
+  std::vector<core::LayerGemm> all, missing;
+  for (const backend::sim::LayerCost& l : backend::sim::layer_costs(sc))
+    for (const backend::sim::PassCost* p : {&l.fwd, &l.bwd})
+      for (const backend::sim::GemmCost& g : p->gemms) {
+        if (std::find(all.begin(), all.end(), g.gemm) == all.end()) all.push_back(g.gemm);
+        if (g.measured && !g.exact_shape && std::find(missing.begin(), missing.end(), g.gemm) == missing.end())
+          missing.push_back(g.gemm);
+      }
+  if (missing.empty()) return {};
+  return "note: " + std::to_string(missing.size()) + " of this model's " + std::to_string(all.size()) +
+         " GEMM shapes are not in profile '" + sc.cluster.hardware.name +
+         "''s table: each runs at its nearest measured shape's rate, carried over by the roofline-and-tiles model; "
+         "`twinflow calibrate --scenario SCENARIO` on the machine measures them";
+}
+
 // The table, the first OOM, and the best ratio against the published figure; returns the best as JSON.
 nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table& t) {
   const core::HardwareProfile& hw = sc.cluster.hardware;
@@ -515,6 +535,7 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
     std::cout << "GPU GB includes the " << w.pts.front().unnamed_gpu << " (ratio " << fmt(w.pts.front().ratio, 3)
               << ")\n";
   if (const std::string note = decoder_compute_note(sc); !note.empty()) std::cout << note << "\n";
+  if (const std::string note = unmeasured_gemms_note(sc); !note.empty()) std::cout << note << "\n";
   for (const auto& p : w.pts)
     if (p.oom) {
       std::cout << "OOM at ratio " << fmt(p.ratio, 3) << ": " << p.oom_reason << "\n";

@@ -378,5 +378,17 @@ expect 2 "a bare ds_config given as the scenario" -- "$tf" simulate "$src/scenar
 contains "$tmp/err" "this is a DeepSpeed config" "core's message for a bare ds_config"
 contains "$tmp/err" "  ds_config: gpt-350m.json" "it says how to reference the ds_config"
 
+# ---- what the simulator's compute rests on: a note when a decoder's profile lacks the measured terms ----
+g350="$src/scenarios/real/gpt-350m-h200.yaml"
+expect 0 "a decoder on a profile without decoder terms" -- "$tf" simulate "$g350" --ratio 0 --profile h200-141gb-16core
+contains "$tmp/out" "^note: profile 'h200-141gb-16core' has no measured GEMM rates by shape" \
+  "the note names the missing terms"
+expect 0 "a decoder on the profile calibrated on it" -- "$tf" simulate "$g350" --ratio 0
+not_contains "$tmp/out" "^note:" "no note where every term and shape was measured"
+expect 0 "a decoder whose shapes the profile did not measure" -- "$tf" simulate \
+  "$src/scenarios/real/gpt2-124m-h100.yaml" --ratio 0 --profile h200-141gb-16core-calibrated
+contains "$tmp/out" "^note: 18 of this model's 18 GEMM shapes are not in profile 'h200-141gb-16core-calibrated''s table" \
+  "the note counts the shapes the profile did not measure"
+
 echo "cli: $pass passed, $fails failed"
 [ "$fails" -eq 0 ]
