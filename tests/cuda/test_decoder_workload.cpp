@@ -81,9 +81,10 @@ struct MicroBatch {
 // One micro-batch (micro-shard 0 of step 1) through the workload at world 1: forward 0..L+1, backward
 // L+1..0 on one stream, the weights bf16(init_weights(seed)).
 MicroBatch run_workload(const core::ModelDesc& m, int64_t batch, bool checkpointing, double loss_scale,
-                        const std::vector<float>& weights) {
+                        const std::vector<float>& weights, core::DType grad = core::DType::kBF16) {
   cu::WorkloadContext c;
   c.model = &m;
+  c.grad_dtype = grad;
   c.seed = 11;
   c.micro_batch = batch;
   c.checkpointing = checkpointing;
@@ -117,7 +118,8 @@ MicroBatch run_workload(const core::ModelDesc& m, int64_t batch, bool checkpoint
       EXPECT_EQ(host[size_t(j)], 0) << "padding of layer " << l << " at " << j;
     r.grad_bits.insert(r.grad_bits.end(), host.begin(), host.begin() + m.layers[l].params);
   }
-  for (uint16_t b : r.grad_bits) r.grad.push_back(core::bf16_to_f32(b));
+  for (uint16_t b : r.grad_bits)
+    r.grad.push_back(grad == core::DType::kF16 ? core::f16_to_f32(b) : core::bf16_to_f32(b));
   return r;
 }
 
@@ -215,6 +217,32 @@ TEST(DecoderWorkload, RunToRunAndCheckpointingGiveTheSameBits) {
     EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof a.loss), 0) << name;
     EXPECT_EQ(a.grad_bits, c.grad_bits) << name << ": checkpointing";
     EXPECT_EQ(std::memcmp(&a.loss, &c.loss, sizeof a.loss), 0) << name;
+  }
+}
+
+// fp16 gradients (fp16 training) come from fp32 GEMM outputs rounded once to fp16, the logits' split weight
+// gradient included (tied: into dE_head; untied: the head's own weight through the fp32 scratch). The activations
+// are bf16 either way and a loss scale of 2^10 scales them exactly, so the fp16 gradients / 2^10 are the bf16 run's
+// up to the two roundings (2^-9 and 2^-12 relative) and the GEMMs' other summation order.
+TEST(DecoderWorkload, Fp16GradientsAreTheBf16OnesScaled) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : {"gpt-tiny-v509", "opt-tiny-v83-untied"}) {
+    const core::ModelDesc m = gpu_model(name);
+    const std::vector<float> w = initial_weights(m, 4);
+    const MicroBatch b = run_workload(m, 2, false, 1.0, w);
+    const MicroBatch h = run_workload(m, 2, false, 1024.0, w, core::DType::kF16);
+    EXPECT_NEAR(h.loss, b.loss, 1e-6 * std::abs(b.loss)) << name;
+    for (const core::TensorDesc& t : m.tensors) {
+      double mx = 0;
+      for (int64_t i = 0; i < t.numel; ++i) mx = std::max(mx, std::abs(double(b.grad[size_t(t.offset + i)])));
+      int64_t bad = 0;
+      for (int64_t i = 0; i < t.numel; ++i) {
+        const size_t e = size_t(t.offset + i);
+        const double ref = b.grad[e], got = double(h.grad[e]) / 1024;
+        if (std::abs(got - ref) > 0x1p-7 * std::abs(ref) + 0x1p-14 * mx && ++bad <= 3)
+          ADD_FAILURE() << name << " " << t.name << "[" << i << "]: fp16 / 2^10 " << got << ", bf16 " << ref;
+      }
+    }
   }
 }
 
