@@ -970,6 +970,9 @@ nlohmann::json step_json(const cu::StepReport& r) {
   js["cpu_overlapped_ns"] = r.timeline.cpu_overlapped_ns;
   js["step_ns"] = r.timeline.step_ns;
   js["optimizer_phase_ns"] = r.timeline.optimizer_phase_ns;
+  js["host_boundary_ns"] = {{"begin", r.host.begin_ns},
+                            {"first_compute_issue", r.host.first_compute_issue_ns},
+                            {"body_done_to_next_start", r.host.body_done_to_next_start_ns}};
   js["exposed_ns"] = r.timeline.exposed_ns;
   js["exposed_transfer_ns"] = r.timeline.exposed_transfer_ns;
   js["exposed_cpu_optimizer_ns"] = r.timeline.exposed_cpu_optimizer_ns;

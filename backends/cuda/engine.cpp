@@ -674,6 +674,7 @@ class EngineImpl final : public Engine {
   struct OpState {
     bool issued = false;  // GPU op: its end event is recorded; CPU op: finished
     int64_t host_start_ns = 0, host_end_ns = 0;
+    int64_t host_issue_ns = -1;  // when its issuer had waited for its dependencies (from the step's host_t0)
   };
 
   // One step's execution state, by step parity (docs/ARCHITECTURE.md, "Carrying the optimizer tail into
@@ -687,13 +688,15 @@ class EngineImpl final : public Engine {
   // after waiting (under mu_) for the ops that wrote it.
   struct StepRun {
     int step = 0;
-    double scale = 1;             // the loss scale the step's gradients carry
-    int64_t opt_step = 0;         // optimizer steps taken before the step
-    bool after_tail = false;      // the previous step's carried ops were pending at the begin: honour carried_deps
-    std::vector<OpState> states;  // (ops)
-    std::vector<Event> events;    // (2 x ops): each op's start and end
-    std::optional<Event> t0;      // the step's start on the compute stream
-    Clock::time_point host_t0;    // ... on the host clock
+    double scale = 1;                  // the loss scale the step's gradients carry
+    int64_t opt_step = 0;              // optimizer steps taken before the step
+    bool after_tail = false;           // the previous step's carried ops were pending at the begin: honour carried_deps
+    std::vector<OpState> states;       // (ops)
+    std::vector<Event> events;         // (2 x ops): each op's start and end
+    std::optional<Event> t0;           // the step's start on the compute stream
+    Clock::time_point host_t0;         // ... on the host clock
+    Clock::time_point host_entry;      // when the main thread entered step() for it
+    Clock::time_point host_body_done;  // when the main thread saw its body (and the previous tail) complete
     std::unique_ptr<std::once_flag> decision_once;
     std::optional<core::StepDecision> decision;
     core::QueueOrder issued;                   // op ids in the order each queue's thread issued them
@@ -747,6 +750,7 @@ class EngineImpl final : public Engine {
           for (uint32_t dep : op.carried_deps) wait_dep(prev, q, dep);
         for (uint32_t dep : op.deps) wait_dep(r, q, dep);
         if (needs_decision(op)) decision(r);  // host data the op needs (scalars, skip)
+        r.states[id].host_issue_ns = host_now_ns(r);
         if (on_gpu(q)) {
           const cudaStream_t s = stream_of(q);
           TF_CUDA_CHECK(cudaEventRecord(start_ev(r, id), s));
@@ -1320,6 +1324,11 @@ StepReport EngineImpl::report(const StepRun& r, const StepRun* next) {
   rep.d2h_bytes = r.d2h_bytes;
   rep.h2d_bytes = r.h2d_bytes;
   rep.issued = r.issued;
+  const auto ns = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
+  rep.host.begin_ns = ns(r.host_t0 - r.host_entry);
+  if (const auto& cq = queue_ops_[size_t(core::Queue::kCompute)]; !cq.empty())
+    rep.host.first_compute_issue_ns = r.states[cq.front()].host_issue_ns;
+  if (next) rep.host.body_done_to_next_start_ns = ns(next->host_t0 - r.host_body_done);
   rep.speculated = r.spec.speculated;
   rep.speculation_held = r.spec.held;
   return rep;
@@ -1349,6 +1358,7 @@ std::optional<StepReport> EngineImpl::step() {
   last_scale_ = scaler_.scale;
   StepRun& r = run_of(step_);
   StepRun* prev = pending_ ? &run_of(pending_) : nullptr;
+  r.host_entry = Clock::now();
   begin_step(r, prev != nullptr);
   spec_->begin_step(s_.policy, step_, scaler_.scale, opt_step_);
   start_issuers(r, run_of(step_ - 1));
@@ -1356,6 +1366,7 @@ std::optional<StepReport> EngineImpl::step() {
   wait_issued_parts(r, prev);
   sync_part(r, last_body_op_);
   if (prev) sync_part(*prev, last_tail_op_);
+  r.host_body_done = Clock::now();
   end_body(r);
   if (prev) {
     StepReport rep = report(*prev, &r);
