@@ -971,6 +971,7 @@ nlohmann::json step_json(const cu::StepReport& r) {
   js["step_ns"] = r.timeline.step_ns;
   js["optimizer_phase_ns"] = r.timeline.optimizer_phase_ns;
   js["host_boundary_ns"] = {{"begin", r.host.begin_ns},
+                            {"begin_wait", r.host.begin_wait_ns},
                             {"first_compute_issue", r.host.first_compute_issue_ns},
                             {"body_done_to_next_start", r.host.body_done_to_next_start_ns}};
   js["exposed_ns"] = r.timeline.exposed_ns;

@@ -696,6 +696,7 @@ class EngineImpl final : public Engine {
     std::optional<Event> t0;           // the step's start on the compute stream
     Clock::time_point host_t0;         // ... on the host clock
     Clock::time_point host_entry;      // when the main thread entered step() for it
+    Clock::time_point host_prepared;   // ... when begin_step had the workload's batch and queued the start event
     Clock::time_point host_body_done;  // when the main thread saw its body (and the previous tail) complete
     std::unique_ptr<std::once_flag> decision_once;
     std::optional<core::StepDecision> decision;
@@ -1141,6 +1142,7 @@ void EngineImpl::begin_step(StepRun& r, bool after_tail) {
   if (norm_op_ >= 0) TF_CUDA_CHECK(cudaMemsetAsync(d_tiles_.get(), 0, d_tiles_.bytes(), cs));
   TF_CUDA_CHECK(cudaEventRecord(r.t0->get(), cs));
   for (size_t q = 1; q < streams_.size(); ++q) TF_CUDA_CHECK(cudaStreamWaitEvent(streams_[q]->get(), r.t0->get(), 0));
+  r.host_prepared = Clock::now();
   TF_CUDA_CHECK(cudaEventSynchronize(r.t0->get()));
   r.host_t0 = Clock::now();
 }
@@ -1326,6 +1328,7 @@ StepReport EngineImpl::report(const StepRun& r, const StepRun* next) {
   rep.issued = r.issued;
   const auto ns = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
   rep.host.begin_ns = ns(r.host_t0 - r.host_entry);
+  rep.host.begin_wait_ns = ns(r.host_t0 - r.host_prepared);
   if (const auto& cq = queue_ops_[size_t(core::Queue::kCompute)]; !cq.empty())
     rep.host.first_compute_issue_ns = r.states[cq.front()].host_issue_ns;
   if (next) rep.host.body_done_to_next_start_ns = ns(next->host_t0 - r.host_body_done);
