@@ -908,9 +908,10 @@ TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab, i
   ix.starts.assign(size_t(vocab) + 1, 0);
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t id = tok[r];
-    require(id >= 0 && id < vocab, fn,
-            "token id " + std::to_string(id) + " at row " + std::to_string(r) + " is outside [0, V = " +
-                std::to_string(vocab) + "); validate the data before it reaches the GPU (docs/decoder.md \"Data\")");
+    if (id < 0 || id >= vocab)  // the message only on failure: this loop runs over every token of every step
+      require(false, fn,
+              "token id " + std::to_string(id) + " at row " + std::to_string(r) + " is outside [0, V = " +
+                  std::to_string(vocab) + "); validate the data before it reaches the GPU (docs/decoder.md \"Data\")");
     if (id != pad_token) ++ix.starts[size_t(id) + 1];
   }
   for (int64_t v = 0; v < vocab; ++v) ix.starts[size_t(v) + 1] += ix.starts[size_t(v)];
