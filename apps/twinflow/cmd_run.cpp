@@ -972,7 +972,6 @@ nlohmann::json step_json(const cu::StepReport& r) {
   js["optimizer_phase_ns"] = r.timeline.optimizer_phase_ns;
   js["host_boundary_ns"] = {{"begin", r.host.begin_ns},
                             {"begin_wait", r.host.begin_wait_ns},
-                            {"first_compute_issue", r.host.first_compute_issue_ns},
                             {"body_done_to_next_start", r.host.body_done_to_next_start_ns}};
   js["exposed_ns"] = r.timeline.exposed_ns;
   js["exposed_transfer_ns"] = r.timeline.exposed_transfer_ns;

@@ -674,7 +674,6 @@ class EngineImpl final : public Engine {
   struct OpState {
     bool issued = false;  // GPU op: its end event is recorded; CPU op: finished
     int64_t host_start_ns = 0, host_end_ns = 0;
-    int64_t host_issue_ns = -1;  // when its issuer had waited for its dependencies (from the step's host_t0)
   };
 
   // One step's execution state, by step parity (docs/ARCHITECTURE.md, "Carrying the optimizer tail into
@@ -695,8 +694,8 @@ class EngineImpl final : public Engine {
     std::vector<Event> events;         // (2 x ops): each op's start and end
     std::optional<Event> t0;           // the step's start on the compute stream
     Clock::time_point host_t0;         // ... on the host clock
-    Clock::time_point host_entry;      // when the main thread entered step() for it
-    Clock::time_point host_prepared;   // ... when begin_step had the workload's batch and queued the start event
+    int64_t host_begin_ns = 0;         // begin_step's host time (StepReport::HostTimes::begin_ns) ...
+    int64_t host_begin_wait_ns = 0;    // ... of it waiting for the start event (begin_wait_ns)
     Clock::time_point host_body_done;  // when the main thread saw its body (and the previous tail) complete
     std::unique_ptr<std::once_flag> decision_once;
     std::optional<core::StepDecision> decision;
@@ -751,7 +750,6 @@ class EngineImpl final : public Engine {
           for (uint32_t dep : op.carried_deps) wait_dep(prev, q, dep);
         for (uint32_t dep : op.deps) wait_dep(r, q, dep);
         if (needs_decision(op)) decision(r);  // host data the op needs (scalars, skip)
-        r.states[id].host_issue_ns = host_now_ns(r);
         if (on_gpu(q)) {
           const cudaStream_t s = stream_of(q);
           TF_CUDA_CHECK(cudaEventRecord(start_ev(r, id), s));
@@ -1120,6 +1118,7 @@ class EngineImpl final : public Engine {
 // the norm's and the GPU optimizer's, done with step t - 1's body; the workload's batch is read by the
 // forward and backward only).
 void EngineImpl::begin_step(StepRun& r, bool after_tail) {
+  const Clock::time_point entry = Clock::now();
   {
     std::lock_guard lk(mu_);
     r.states.assign(plan_.ops.size(), OpState{});
@@ -1142,9 +1141,11 @@ void EngineImpl::begin_step(StepRun& r, bool after_tail) {
   if (norm_op_ >= 0) TF_CUDA_CHECK(cudaMemsetAsync(d_tiles_.get(), 0, d_tiles_.bytes(), cs));
   TF_CUDA_CHECK(cudaEventRecord(r.t0->get(), cs));
   for (size_t q = 1; q < streams_.size(); ++q) TF_CUDA_CHECK(cudaStreamWaitEvent(streams_[q]->get(), r.t0->get(), 0));
-  r.host_prepared = Clock::now();
+  const Clock::time_point prepared = Clock::now();
   TF_CUDA_CHECK(cudaEventSynchronize(r.t0->get()));
   r.host_t0 = Clock::now();
+  r.host_begin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(r.host_t0 - entry).count();
+  r.host_begin_wait_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(r.host_t0 - prepared).count();
 }
 
 // One issuing thread per queue. Queue q's thread first joins the previous step's thread of queue q (its
@@ -1326,12 +1327,11 @@ StepReport EngineImpl::report(const StepRun& r, const StepRun* next) {
   rep.d2h_bytes = r.d2h_bytes;
   rep.h2d_bytes = r.h2d_bytes;
   rep.issued = r.issued;
-  const auto ns = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
-  rep.host.begin_ns = ns(r.host_t0 - r.host_entry);
-  rep.host.begin_wait_ns = ns(r.host_t0 - r.host_prepared);
-  if (const auto& cq = queue_ops_[size_t(core::Queue::kCompute)]; !cq.empty())
-    rep.host.first_compute_issue_ns = r.states[cq.front()].host_issue_ns;
-  if (next) rep.host.body_done_to_next_start_ns = ns(next->host_t0 - r.host_body_done);
+  rep.host.begin_ns = r.host_begin_ns;
+  rep.host.begin_wait_ns = r.host_begin_wait_ns;
+  if (next)
+    rep.host.body_done_to_next_start_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(next->host_t0 - r.host_body_done).count();
   rep.speculated = r.spec.speculated;
   rep.speculation_held = r.spec.held;
   return rep;
@@ -1361,7 +1361,6 @@ std::optional<StepReport> EngineImpl::step() {
   last_scale_ = scaler_.scale;
   StepRun& r = run_of(step_);
   StepRun* prev = pending_ ? &run_of(pending_) : nullptr;
-  r.host_entry = Clock::now();
   begin_step(r, prev != nullptr);
   spec_->begin_step(s_.policy, step_, scaler_.scale, opt_step_);
   start_issuers(r, run_of(step_ - 1));

@@ -112,13 +112,12 @@ struct StepReport {
   StepTimeline timeline;                 // per-op intervals (ns from the step's start) and totals
   int64_t d2h_bytes = 0, h2d_bytes = 0;  // PCIe traffic of the step
   core::QueueOrder issued;               // op ids in the order each queue's issuer issued them
-  // The host's side of the step boundary, ns (-1: not known): the main thread's begin (from entering step()
-  // to the start event's completion: the previous body's GPU work drained), the part of it spent waiting for
-  // that event (after the workload's batch was sampled and the event queued), when the compute issuer issued
-  // the step's first op (from the start), and the host time from the step's body completing to the next
+  // The host's side of the step boundary, ns (-1: not known): the main thread's begin of the step (its
+  // workload's batch sampled, the start event queued and completed: the previous body's GPU work drained), the
+  // part of it spent waiting for that event, and the host time from the step's body completing to the next
   // step's start (the report, the caller's work between steps, the next begin).
   struct HostTimes {
-    int64_t begin_ns = -1, begin_wait_ns = -1, first_compute_issue_ns = -1, body_done_to_next_start_ns = -1;
+    int64_t begin_ns = -1, begin_wait_ns = -1, body_done_to_next_start_ns = -1;
   } host;
 };
 

@@ -139,7 +139,11 @@ class DecoderWorkload final : public Workload {
                              const uint16_t* w, uint16_t* grad, cudaStream_t s);
   void embedding_backward(const uint16_t* w, uint16_t* grad, cudaStream_t s);
   // dW (out, in) = dyᵀ·x in the grad dtype at `dw`.
-  void weight_grad(const LinearDims& d, const uint16_t* x, const uint16_t* dy, uint16_t* dw, cudaStream_t s);
+  // A weight gradient's GEMM into a buffer of the given type (linear_backward_weight, or the head's
+  // logits_weight_grad, which runs its split).
+  using WeightGemm = void (*)(CublasHandle&, const LinearDims&, const uint16_t*, const uint16_t*, void*, cudaDataType);
+  void weight_grad(const LinearDims& d, const uint16_t* x, const uint16_t* dy, uint16_t* dw, cudaStream_t s,
+                   WeightGemm gemm = linear_backward_weight);
   void zero_padding(int layer, uint16_t* grad, cudaStream_t s) const;
 
   WorkloadContext ctx_;
@@ -450,9 +454,9 @@ void DecoderWorkload::head_forward(int mb, const uint16_t* w, const uint16_t* E,
 // ---- backward ----------------------------------------------------------------------------------------
 
 void DecoderWorkload::weight_grad(const LinearDims& d, const uint16_t* x, const uint16_t* dy, uint16_t* dw,
-                                  cudaStream_t s) {
-  if (!fp16()) return linear_backward_weight(*cublas_, d, x, dy, dw, CUDA_R_16BF);
-  linear_backward_weight(*cublas_, d, x, dy, dw32_, CUDA_R_32F);
+                                  cudaStream_t s, WeightGemm gemm) {
+  if (!fp16()) return gemm(*cublas_, d, x, dy, dw, CUDA_R_16BF);
+  gemm(*cublas_, d, x, dy, dw32_, CUDA_R_32F);
   f32_to_grad(dw32_, int64_t(d.out) * d.in, ctx_.grad_dtype, dw, s);
 }
 
@@ -465,14 +469,10 @@ void DecoderWorkload::head_backward(const uint16_t* w, const uint16_t* E, uint16
   const uint16_t* zh = proj ? zp_ : z;                         // the logits GEMM's input z'
   uint16_t* dzh = proj ? de_ : (d_.pre_ln ? dh_ : dx_);        // dz'
   logits_input_grad(*cublas_, logits_dims(), logits_, E, dzh, dz32_, s);
-  if (d_.tied_embeddings) {
+  if (d_.tied_embeddings)
     logits_weight_grad(*cublas_, logits_dims(), zh, logits_, de_head_, CUDA_R_32F);
-  } else if (fp16()) {  // fp16 gradients from fp32 GEMMs, as weight_grad
-    logits_weight_grad(*cublas_, logits_dims(), zh, logits_, dw32_, CUDA_R_32F);
-    f32_to_grad(dw32_, d_.vocab * e(), ctx_.grad_dtype, grad + t_.head.offset, s);
-  } else {
-    logits_weight_grad(*cublas_, logits_dims(), zh, logits_, grad + t_.head.offset, CUDA_R_16BF);
-  }
+  else
+    weight_grad(logits_dims(), zh, logits_, grad + t_.head.offset, s, logits_weight_grad);
   if (proj) {
     weight_grad(dims(h, e()), z, de_, grad + t_.project_out.offset, s);
     linear_backward_data(*cublas_, dims(h, e()), de_, w + t_.project_out.offset, d_.pre_ln ? dh_ : dx_);
