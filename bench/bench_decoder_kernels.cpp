@@ -128,14 +128,24 @@ void bench_embedding(const Shape& m, cudaStream_t s) {
   report_bytes("position_grad", shape,
                timed_ms(s, [&] { position_grad(x0.as<uint16_t>(), d, core::DType::kBF16, dpos.as<uint16_t>(), s); }),
                position_grad_bytes(d));
-  report_bytes("token_embedding_grad (+head)", dims(m.vocab, h),
-               timed_ms(s,
-                        [&] {
-                          token_embedding_grad(x0.as<uint16_t>(), starts.as<int32_t>(), by_tok.as<int32_t>(),
-                                               head.as<float>(), T, m.vocab, h, core::DType::kBF16, dE.as<uint16_t>(),
-                                               s);
-                        }),
-               token_embedding_grad_bytes(T, m.vocab, h, true));
+  const auto token_grad = [&](const char* name, const DeviceMemory& index_starts, const DeviceMemory& index_rows) {
+    report_bytes(name, dims(m.vocab, h),
+                 timed_ms(s,
+                          [&] {
+                            token_embedding_grad(x0.as<uint16_t>(), index_starts.as<int32_t>(),
+                                                 index_rows.as<int32_t>(), head.as<float>(), T, m.vocab, h,
+                                                 core::DType::kBF16, dE.as<uint16_t>(), s);
+                          }),
+                 token_embedding_grad_bytes(T, m.vocab, h, true));
+  };
+  token_grad("token_embedding_grad (+head)", starts, by_tok);
+  // English text as GPT-2 tokenizes it: one id (" ") is about a tenth of the rows (1,577 of 16,384 in the
+  // tutorial's data), a long chain for the one vocabulary row that sums them
+  std::vector<int32_t> skewed = tok;
+  for (int64_t r = 0; r < T; r += 10) skewed[size_t(r)] = int32_t(std::min<int64_t>(220, m.vocab - 1));
+  const TokenRowIndex sx = sort_token_rows(skewed.data(), T, m.vocab);
+  const DeviceMemory sk_starts = i32_buffer(sx.starts), sk_rows = i32_buffer(sx.rows);
+  token_grad("token_embedding_grad 10% one id", sk_starts, sk_rows);
 }
 
 // Layer norm, bias/activation/residual and bias gradients at the block's widths.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <tuple>
 
 #include "core/config_node.h"
 #include "core/error.h"
@@ -113,24 +114,29 @@ std::vector<GemmPoint> read_gemm_points(const Node& v) {
   return pts;
 }
 
+// [head_dim, seq, pairs, tflops, pass], or [head_dim, seq, tflops, pass] as profiles before pairs wrote them
 std::vector<AttentionPoint> read_attention_points(const Node& v) {
+  constexpr const char* kForms = "[head_dim, seq, pairs, tflops, forward|backward] (or without pairs)";
   if (!v.is_seq() || v.children.empty())
-    config::fail(v, "expected a list of [head_dim, seq, tflops, forward|backward] entries, got " + v.describe());
+    config::fail(v, std::string("expected a list of ") + kForms + " entries, got " + v.describe());
   std::vector<AttentionPoint> pts;
   for (const Node& e : v.children) {
-    if (!e.is_seq() || e.children.size() != 4)
-      config::fail(e, "expected an entry [head_dim, seq, tflops, forward|backward], got " + e.describe());
+    if (!e.is_seq() || (e.children.size() != 4 && e.children.size() != 5))
+      config::fail(e, std::string("expected an entry ") + kForms + ", got " + e.describe());
+    const bool with_pairs = e.children.size() == 5;
     AttentionPoint a;
     a.head_dim = config::read_int(e.children[0], 1, 1 << 16);
     a.seq = config::read_int(e.children[1], 1, int64_t(1) << 31);
-    a.tflops = config::read_number(e.children[2], 0, 1e5, true);
-    const Node& pn = e.children[3];
+    if (with_pairs) a.pairs = config::read_int(e.children[2], 1, int64_t(1) << 31);
+    a.tflops = config::read_number(e.children[with_pairs ? 3 : 2], 0, 1e5, true);
+    const Node& pn = e.children.back();
     if (!pn.is_scalar() || (pn.scalar != "forward" && pn.scalar != "backward"))
       config::fail(pn, "unknown attention pass " + pn.describe() + "; allowed: forward, backward");
     a.backward = pn.scalar == "backward";
     for (const AttentionPoint& o : pts)
-      if (o.head_dim == a.head_dim && o.seq == a.seq && o.backward == a.backward)
-        config::fail(e, "head_dim " + std::to_string(a.head_dim) + ", seq " + std::to_string(a.seq) + " (" + pn.scalar +
+      if (o.head_dim == a.head_dim && o.seq == a.seq && o.pairs == a.pairs && o.backward == a.backward)
+        config::fail(e, "head_dim " + std::to_string(a.head_dim) + ", seq " + std::to_string(a.seq) +
+                            (a.pairs ? ", pairs " + std::to_string(a.pairs) : std::string()) + " (" + pn.scalar +
                             ") is listed twice");
     pts.push_back(a);
   }
@@ -192,18 +198,17 @@ double LinkProfile::bus_gbps_at(int64_t message_bytes) const {
   return p.back().bus_gbps;
 }
 
-double GpuProfile::attention_tflops_at(int64_t head_dim, int64_t seq, bool backward) const {
-  const auto dist = [](int64_t a, int64_t b) { return std::abs(std::log(double(a) / double(b))); };
+double GpuProfile::attention_tflops_at(int64_t head_dim, int64_t seq, int64_t pairs, bool backward) const {
+  const auto dist = [](int64_t a, int64_t b) {
+    return a <= 0 || b <= 0 ? 0.0 : std::abs(std::log(double(a) / double(b)));
+  };
+  // (head_dim, seq, pairs) distances, compared in that order
+  const auto key = [&](const AttentionPoint& a) {
+    return std::tuple{dist(a.head_dim, head_dim), dist(a.seq, seq), dist(a.pairs, pairs)};
+  };
   const AttentionPoint* best = nullptr;
-  for (const AttentionPoint& a : attention_tflops_by_shape) {
-    if (a.backward != backward) continue;
-    if (!best) {
-      best = &a;
-      continue;
-    }
-    const double dh = dist(a.head_dim, head_dim), bh = dist(best->head_dim, head_dim);
-    if (dh < bh || (dh == bh && dist(a.seq, seq) < dist(best->seq, seq))) best = &a;
-  }
+  for (const AttentionPoint& a : attention_tflops_by_shape)
+    if (a.backward == backward && (!best || key(a) < key(*best))) best = &a;
   return best ? best->tflops : 0.0;
 }
 
@@ -553,8 +558,8 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
   if (!g.attention_tflops_by_shape.empty()) {
     std::vector<std::string> rows;
     for (const AttentionPoint& a : g.attention_tflops_by_shape)
-      rows.push_back(integer(a.head_dim) + ", " + integer(a.seq) + ", " + num(a.tflops) + ", " +
-                     (a.backward ? "backward" : "forward"));
+      rows.push_back(integer(a.head_dim) + ", " + integer(a.seq) + ", " + (a.pairs ? integer(a.pairs) + ", " : "") +
+                     num(a.tflops) + ", " + (a.backward ? "backward" : "forward"));
     w.list_figure(2, "attention_tflops_by_shape", rows);
   }
   if (!g.decoder_kernel_gbps.empty()) {

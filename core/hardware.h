@@ -34,6 +34,10 @@ struct AttentionPoint {
   int64_t head_dim = 0, seq = 0;
   double tflops = 0;
   bool backward = false;  // the backward's kernels (D, dK/dV, dQ), else the forward's
+  // The micro-batch's (sample, head) pairs, batch x heads: the kernels' grid is this many pairs of query (or
+  // key) tiles, and a small grid leaves SMs idle in its last wave (GPT-2 124M's 96 pairs ran 13% below
+  // OPT-1.3B's 256 at the same d and s). 0: not recorded (profiles before 2026-11-30), a match for any.
+  int64_t pairs = 0;
   bool operator==(const AttentionPoint&) const = default;
 };
 
@@ -75,9 +79,10 @@ struct GpuProfile {
   double pinned_host_map_bytes_per_gb = 0;  // device bytes per GB of page-locked host memory (its mapping)
   std::vector<AttentionPoint> attention_tflops_by_shape;  // optional: the fused attention's rates
   std::vector<KernelRate> decoder_kernel_gbps;            // optional: one rate per measured class
-  // The attention rate for a pass at (head_dim, seq): the points of the pass with the nearest head
-  // dimension, of those the nearest sequence length (both in log distance), as measured; 0 when none.
-  double attention_tflops_at(int64_t head_dim, int64_t seq, bool backward) const;
+  // The attention rate for a pass at (head_dim, seq, pairs): the points of the pass with the nearest head
+  // dimension, of those the nearest sequence length, of those the nearest pairs (all in log distance; a
+  // point without pairs is at distance 0), as measured; 0 when none.
+  double attention_tflops_at(int64_t head_dim, int64_t seq, int64_t pairs, bool backward) const;
   // The class's measured rate, else hbm_gbps.
   double kernel_gbps(KernelClass c) const;
   // The dense GEMM peak for operands of `compute` (the parameters' dtype as gathered and computed with,

@@ -41,7 +41,9 @@
 #include "core/optim/grad_stats.h"
 #include "core/output_file.h"
 #include "core/scenario.h"
+#include "core/settings.h"
 #include "core/strings.h"
+#include "core/token_data.h"
 #if defined(TWINFLOW_HAVE_CUDA)
 #include "backends/cuda/calibrate.h"
 #include "backends/cuda/cuda_backend.h"
@@ -606,24 +608,32 @@ class Calibrator {
     if (core::has_embed_projection(d) || d.heads <= 0 || d.hidden % d.heads != 0 ||
         !core::decoder_layout::attention_head_dim_supported(core::head_dim(d)))
       return std::nullopt;
-    return cal::DecoderKernelShape{sc.training.micro_batch,
-                                   d.seq,
-                                   d.hidden,
-                                   d.heads,
-                                   d.ffn,
-                                   d.vocab,
-                                   core::position_rows(d),
-                                   d.pos_offset,
-                                   d.activation == core::Activation::kRelu,
-                                   d.pre_ln,
-                                   d.tied_embeddings};
+    cal::DecoderKernelShape shape{sc.training.micro_batch,
+                                  d.seq,
+                                  d.hidden,
+                                  d.heads,
+                                  d.ffn,
+                                  d.vocab,
+                                  core::position_rows(d),
+                                  d.pos_offset,
+                                  d.activation == core::Activation::kRelu,
+                                  d.pre_ln,
+                                  d.tied_embeddings,
+                                  {},
+                                  {}};
+    // the first micro-batch the run trains on: its data file's (or the built-in stream's) token frequencies
+    const core::RunSettings rs = core::resolve_settings(sc);
+    const core::TokenSource source = core::open_token_source(rs.data_train, d.vocab, d.seq);
+    shape.tokens.resize(size_t(shape.batch * d.seq)), shape.targets.resize(shape.tokens.size());
+    source.micro_batch(rs.seed, 0, 0, shape.batch, shape.tokens, shape.targets);
+    return shape;
   }
 
   // Per decoder --scenario: each class of the decoder's memory-bound kernels and the fused attention,
   // timed at the scenario's shapes as the workload launches them (cal::decoder_kernel_seconds). A class's
   // rate is its bytes as the simulator counts them (core::layer_elementwise over the embedding, one block
   // and the head) over their time, added over the scenarios; the attention's is core::fused_attention_flops
-  // of a block's forward and backward over their time, one point per (head dim, seq).
+  // of a block's forward and backward over their time, one point per (head dim, seq, batch x heads).
   void measure_decoder_kernels() {
     std::array<double, core::kKernelClassCount> bytes{}, secs{};
     std::array<double, core::kKernelClassCount> worst_spread{};
@@ -661,10 +671,11 @@ class Calibrator {
         c_.done(std::string("decoder attention ") + (backward ? "backward" : "forward") + " " + sc.name + ", d " +
                     std::to_string(hd),
                 tflops, "TFLOP/s", st, "gpu.attention_tflops_by_shape");
-        const core::AttentionPoint pt{hd, shape->seq, sig4(tflops), backward};
+        const core::AttentionPoint pt{hd, shape->seq, sig4(tflops), backward, shape->batch * shape->heads};
         const bool known = std::any_of(p_.gpu.attention_tflops_by_shape.begin(), p_.gpu.attention_tflops_by_shape.end(),
                                        [&](const core::AttentionPoint& a) {
-                                         return a.head_dim == pt.head_dim && a.seq == pt.seq && a.backward == backward;
+                                         return a.head_dim == pt.head_dim && a.seq == pt.seq && a.pairs == pt.pairs &&
+                                                a.backward == backward;
                                        });
         if (!known) p_.gpu.attention_tflops_by_shape.push_back(pt);
       }
@@ -682,11 +693,13 @@ class Calibrator {
         c_.origin() + ": the decoder workload's own kernels (backends/cuda/decoder_kernels.cuh) launched as one " +
         "embedding, block and head launch them, at " + shapes + "; [class, GB/s] = the class's bytes as " +
         "core::layer_elementwise counts them over its measured time (summed over the scenarios), each time the " +
-        "median of " + std::to_string(R_) + " repetitions of >= 2 ms, bf16 data uniform in [-1, 1), spreads " +
+        "median of " + std::to_string(R_) + " repetitions of >= 2 ms, bf16 data uniform in [-1, 1), token ids " +
+        "and targets the scenario's first micro-batch (its data.train file or the built-in stream), spreads " +
         spreads + ", " + gpu_label_;
     src()["gpu.attention_tflops_by_shape"] =
         c_.origin() + ": the fused causal attention (backends/cuda/attention.cu) at " + shapes +
-        "; [head_dim, seq, TFLOP/s, pass] = core::fused_attention_flops of the pass (forward: QK^T and PV over "
+        "; [head_dim, seq, pairs (batch x heads), TFLOP/s, pass] = core::fused_attention_flops of the pass (forward: "
+        "QK^T and PV over "
         "the causal half; backward: the recomputed scores, dQ, dK, dP, dV) over the measured time of its kernels, "
         "each the median of " +
         std::to_string(R_) + " repetitions of >= 2 ms on uniform [-1, 1) q, k, v, " + gpu_label_;

@@ -1003,7 +1003,12 @@ struct DecoderBuffers {
     for (DeviceMemory* m : {&x, &y, &r, &dy, &dx, &w, &b, &b3, &bf, &qkv, &o, &u, &g, &logits, &embed, &pos})
       fill_random(GemmType::kBF16, m->get(), m->bytes() / 2, seed++, s);
     fill_random(GemmType::kFP32, head_grad.get(), head_grad.bytes() / 4, seed++, s);
-    const std::vector<int32_t> tok = uniform_ids(t, d.vocab, 1), tgt = uniform_ids(t, d.vocab, 2);
+    const std::vector<int32_t> tok = d.tokens.empty() ? uniform_ids(t, d.vocab, 1) : d.tokens;
+    const std::vector<int32_t> tgt = d.targets.empty() ? uniform_ids(t, d.vocab, 2) : d.targets;
+    if (int64_t(tok.size()) != t || int64_t(tgt.size()) != t)
+      throw std::invalid_argument("decoder_kernel_seconds: " + std::to_string(tok.size()) + " tokens and " +
+                                  std::to_string(tgt.size()) +
+                                  " targets for a micro-batch of B * s = " + std::to_string(t) + " rows");
     const TokenRowIndex index = sort_token_rows(tok.data(), t, d.vocab);
     TF_CUDA_CHECK(cudaMemcpyAsync(tokens.get(), tok.data(), tokens.bytes(), cudaMemcpyHostToDevice, s));
     TF_CUDA_CHECK(cudaMemcpyAsync(targets.get(), tgt.data(), targets.bytes(), cudaMemcpyHostToDevice, s));

@@ -75,6 +75,9 @@ struct DecoderKernelShape {
   bool relu = true;                      // OPT's ReLU, else GPT-2's GELU (tanh)
   bool pre_ln = true;                    // the head's final LayerNorm (pre-LN models)
   bool tied = true;                      // the embedding's gradient adds the tied head's fp32 dE_head
+  // One micro-batch of the scenario's own data, (batch * seq) ids each: the embedding's gradient takes as
+  // long as its most frequent token's row chain, so uniform ids would time another kernel. Empty: uniform.
+  std::vector<int32_t> tokens, targets;
 };
 // Seconds per repetition of each class's launches (core::KernelClass) over the embedding, one block
 // and the head, forward and backward, as backends/cuda/workload_decoder.cu issues them: LayerNorm
@@ -82,7 +85,7 @@ struct DecoderKernelShape {
 // activation; two bias + residual adds; du with db1; db2, dbo, dbqkv; the embedding's gather and its
 // backward (dPos, dE with dE_head); the fused cross-entropy; the attention forward and backward. Each
 // the median of `reps` repetitions of >= 2 ms after a warm-up; bf16 data uniform in [-1, 1), tokens and
-// targets uniform in [0, V).
+// targets the shape's (else uniform in [0, V)).
 struct DecoderKernelTimes {
   std::vector<std::pair<core::KernelClass, Stat>> class_seconds;
   Stat attention_fwd_s, attention_bwd_s;

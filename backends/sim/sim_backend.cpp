@@ -81,11 +81,13 @@ struct AttentionRates {
   bool measured() const { return fwd_tflops > 0 && bwd_tflops > 0; }
 };
 
-AttentionRates attention_rates(const core::GpuProfile& g, const core::ModelDesc& m, const core::LayerDesc& l) {
+AttentionRates attention_rates(const core::GpuProfile& g, const core::ModelDesc& m, const core::LayerDesc& l,
+                               int64_t micro_batch) {
   if (l.kind != core::LayerKind::kBlock || m.spec.decoder.heads <= 0) return {};
   const core::DecoderShape& d = m.spec.decoder;
-  return {g.attention_tflops_at(core::head_dim(d), d.seq, false),
-          g.attention_tflops_at(core::head_dim(d), d.seq, true)};
+  const int64_t pairs = micro_batch * d.heads;
+  return {g.attention_tflops_at(core::head_dim(d), d.seq, pairs, false),
+          g.attention_tflops_at(core::head_dim(d), d.seq, pairs, true)};
 }
 
 // What a layer's costs are computed with: the GEMM shape model, the measured table (null: the
@@ -163,7 +165,7 @@ LayerCost layer_cost(const core::RunSettings& rs, bool bf16, const LayerCostMode
                                      bwd = core::backward_gemms(fwd, core::layer_needs_input_grad(model, i));
   const core::ElementwiseCost ew = core::layer_elementwise(model, i, rs.step.micro_batch, act_bytes);
   // the attention kernel's rates are of bf16 training (its only dtype)
-  const AttentionRates att = bf16 ? attention_rates(*m.gpu, model, l) : AttentionRates{};
+  const AttentionRates att = bf16 ? attention_rates(*m.gpu, model, l, rs.step.micro_batch) : AttentionRates{};
   LayerCost c;
   c.layer = i;
   c.kind = l.kind;

@@ -654,7 +654,9 @@ TEST(DecoderKernels, TokenEmbeddingGradient) {
   SKIP_WITHOUT_GPU();
   Stream stream;
   const int64_t T = 3 * 37, V = 101;
-  const std::vector<int32_t> tok = random_tokens(T, 40, 2);  // repeated ids; 40 .. 100 have no rows
+  std::vector<int32_t> tok = random_tokens(T, 40, 2);  // repeated ids; 40 .. 100 have no rows
+  for (int64_t r = 0; r < T; r += 2)
+    tok[size_t(r)] = 3;  // a frequent id (56+ rows): batches of loads in flight, then the rest
   const TokenRowIndex ix = sort_token_rows(tok.data(), T, V);
   DevBuf<int32_t> starts(ix.starts), rows(ix.rows);
   for (const int64_t width : {72, 75})
@@ -686,6 +688,13 @@ TEST(DecoderKernels, TokenEmbeddingGradient) {
           if (count == 0) {  // exactly round(head) (or +0)
             const uint16_t want = !with_head ? 0 : core::f32_to_f16(head[i]);
             EXPECT_EQ(got[i], want) << tag << " row " << v << " has no tokens";
+          } else {  // the contract's order (docs/decoder.md): fp32, r ascending, then dE_head + the sum, one rounding
+            float acc = 0;
+            for (int64_t r = 0; r < T; ++r)
+              if (tok[size_t(r)] == v) acc = acc + core::bf16_to_f32(drows[size_t(r * width + c)]);
+            const float total = with_head ? head[i] + acc : acc;
+            const uint16_t want = with_head ? core::f32_to_f16(total) : core::f32_to_bf16(total);
+            EXPECT_EQ(got[i], want) << tag << " row " << v << " col " << c << " (" << count << " tokens)";
           }
           ref[i] = hv + sum;
           tol[i] = rounding(grad, ref[i]) + double(count + 1) * kU32 * mag;

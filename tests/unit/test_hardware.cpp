@@ -45,7 +45,11 @@ HardwareProfile full_profile() {
                                      {16, 4096, 4096, 55.5},
                                      {8192, 8192, 8192, 700.5, GemmPass::kInputGrad},
                                      {8192, 8192, 4096, 650.25, GemmPass::kWeightGrad}};
-  p.gpu.attention_tflops_by_shape = {{64, 1024, 301.5, false}, {64, 1024, 240.25, true}, {128, 2048, 410.125, false}};
+  p.gpu.attention_tflops_by_shape = {{64, 1024, 301.5, false},
+                                     {64, 1024, 240.25, true},
+                                     {128, 2048, 410.125, false},
+                                     {64, 1024, 260.5, false, 96},  // with its (sample, head) pairs
+                                     {64, 1024, 201.75, true, 96}};
   p.gpu.decoder_kernel_gbps = {{KernelClass::kLayerNormForward, 2650.5}, {KernelClass::kCrossEntropy, 1999.25}};
   p.pcie.h2d_gbps = 53.7;
   p.pcie.d2h_gbps = 54.1;
@@ -283,7 +287,11 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
       {"- [64, 1024, 240.25, backward]", "- [64, 1024, 240.25, forward]", "is listed twice"},
       {"- [64, 1024, 240.25, backward]", "- [64, 1024, 240.25, sideways]", "unknown attention pass"},
       {"- [64, 1024, 240.25, backward]", "- [64, 1024, 0, backward]", "attention_tflops_by_shape.value[1][2]"},
-      {"- [64, 1024, 240.25, backward]", "- [64, 240.25, backward]", "expected an entry [head_dim, seq, tflops"},
+      {"- [64, 1024, 240.25, backward]", "- [64, 240.25, backward]", "expected an entry [head_dim, seq, pairs, tflops"},
+      {"- [64, 1024, 96, 201.75, backward]", "- [64, 1024, 96, 240.25, forward]", "pairs 96 (forward) is listed twice"},
+      {"- [64, 1024, 96, 201.75, backward]", "- [64, 1024, 0, 201.75, backward]",
+       "attention_tflops_by_shape.value[4][2]"},
+      {"- [64, 1024, 96, 201.75, backward]", "- [64, 1024, 96, 1, 201.75, backward]", "or without pairs"},
       {"- [cross_entropy, 1999.25]", "- [layer_norm, 1999.25]", "unknown kernel class"},
       {"- [cross_entropy, 1999.25]", "- [layer_norm_forward, 1999.25]", "is listed twice"},
       {"- [cross_entropy, 1999.25]", "- [other, 1999.25]", "unknown kernel class"},
@@ -322,22 +330,34 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
   }
 }
 
-// The attention rate of a pass: the nearest head dimension's points, of those the nearest sequence length.
+// The attention rate of a pass: the nearest head dimension's points, of those the nearest sequence length, of
+// those the nearest (sample, head) pairs; a point without pairs matches any.
 TEST(GpuProfile, AttentionRateIsTheNearestMeasuredShapes) {
   GpuProfile g;
-  EXPECT_EQ(g.attention_tflops_at(64, 1024, false), 0.0);  // none measured
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, 256, false), 0.0);  // none measured
   g.attention_tflops_by_shape = {{64, 1024, 300, false},
                                  {64, 1024, 240, true},
                                  {128, 1024, 400, false},
                                  {128, 4096, 450, false},
                                  {128, 2048, 350, true}};
-  EXPECT_EQ(g.attention_tflops_at(64, 1024, false), 300);
-  EXPECT_EQ(g.attention_tflops_at(64, 1024, true), 240);
-  EXPECT_EQ(g.attention_tflops_at(64, 8192, true), 240);    // the only d 64 backward point
-  EXPECT_EQ(g.attention_tflops_at(128, 2000, false), 400);  // nearer 1024 than 4096 in log distance
-  EXPECT_EQ(g.attention_tflops_at(128, 3000, false), 450);  // nearer 4096 than 1024
-  EXPECT_EQ(g.attention_tflops_at(80, 1024, false), 300);   // 80 is nearer 64 than 128 in log distance
-  EXPECT_EQ(g.attention_tflops_at(100, 1024, true), 350);   // nearer 128: its backward point
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, 256, false), 300);
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, 96, true), 240);     // no pairs recorded: any
+  EXPECT_EQ(g.attention_tflops_at(64, 8192, 256, true), 240);    // the only d 64 backward point
+  EXPECT_EQ(g.attention_tflops_at(128, 2000, 256, false), 400);  // nearer 1024 than 4096 in log distance
+  EXPECT_EQ(g.attention_tflops_at(128, 3000, 256, false), 450);  // nearer 4096 than 1024
+  EXPECT_EQ(g.attention_tflops_at(80, 1024, 256, false), 300);   // 80 is nearer 64 than 128 in log distance
+  EXPECT_EQ(g.attention_tflops_at(100, 1024, 256, true), 350);   // nearer 128: its backward point
+  // calibrate's points (pairs = batch x heads): GPT-2 124M's 96 and OPT-1.3B's 256 at d 64, s 1024
+  g.attention_tflops_by_shape = {{64, 1024, 163.6, false, 96},
+                                 {64, 1024, 187.1, false, 256},
+                                 {64, 2048, 231.5, false, 128},
+                                 {64, 1024, 145.5, true, 96}};
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, 96, false), 163.6);
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, 256, false), 187.1);
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, 128, false), 163.6);  // 128 is nearer 96 than 256 in log distance
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, 512, false), 187.1);
+  EXPECT_EQ(g.attention_tflops_at(64, 1200, 96, false), 163.6);   // seq before pairs: 1200 is nearer 1024
+  EXPECT_EQ(g.attention_tflops_at(64, 1024, 1024, true), 145.5);  // the only backward point
   g.hbm_gbps = 3000;
   g.decoder_kernel_gbps = {{KernelClass::kBiasGrad, 1500}};
   EXPECT_EQ(g.kernel_gbps(KernelClass::kBiasGrad), 1500);
