@@ -128,13 +128,14 @@ void bench_embedding(const Shape& m, cudaStream_t s) {
   report_bytes("position_grad", shape,
                timed_ms(s, [&] { position_grad(x0.as<uint16_t>(), d, core::DType::kBF16, dpos.as<uint16_t>(), s); }),
                position_grad_bytes(d));
-  const auto token_grad = [&](const char* name, const DeviceMemory& index_starts, const DeviceMemory& index_rows) {
+  const auto token_grad = [&](const char* name, const DeviceMemory& index_starts, const DeviceMemory& index_rows,
+                              int in_flight = 16) {
     report_bytes(name, dims(m.vocab, h),
                  timed_ms(s,
                           [&] {
                             token_embedding_grad(x0.as<uint16_t>(), index_starts.as<int32_t>(),
                                                  index_rows.as<int32_t>(), head.as<float>(), T, m.vocab, h,
-                                                 core::DType::kBF16, dE.as<uint16_t>(), s);
+                                                 core::DType::kBF16, dE.as<uint16_t>(), s, in_flight);
                           }),
                  token_embedding_grad_bytes(T, m.vocab, h, true));
   };
@@ -146,6 +147,7 @@ void bench_embedding(const Shape& m, cudaStream_t s) {
   const TokenRowIndex sx = sort_token_rows(skewed.data(), T, m.vocab);
   const DeviceMemory sk_starts = i32_buffer(sx.starts), sk_rows = i32_buffer(sx.rows);
   token_grad("token_embedding_grad 10% one id", sk_starts, sk_rows);
+  token_grad("  the same, 1 row in flight", sk_starts, sk_rows, 1);
 }
 
 // Layer norm, bias/activation/residual and bias gradients at the block's widths.

@@ -36,7 +36,7 @@ struct AttentionPoint {
   bool backward = false;  // the backward's kernels (D, dK/dV, dQ), else the forward's
   // The micro-batch's (sample, head) pairs, batch x heads: the kernels' grid is this many pairs of query (or
   // key) tiles, and a small grid leaves SMs idle in its last wave (GPT-2 124M's 96 pairs ran 13% below
-  // OPT-1.3B's 256 at the same d and s). 0: not recorded (profiles before 2026-11-30), a match for any.
+  // OPT-1.3B's 256 at the same d and s). 0: not recorded (older profiles), a match for any.
   int64_t pairs = 0;
   bool operator==(const AttentionPoint&) const = default;
 };

@@ -263,6 +263,7 @@ struct PosGradOp {
 };
 
 // -- token embedding gradient, one vocabulary row per (r, col) group: token_embedding_grad_bytes.
+template <int kInFlight>
 struct TokenGradOp {
   const uint16_t* drows;  // (T, n) bf16
   const int32_t* starts;  // (V + 1)
@@ -270,10 +271,9 @@ struct TokenGradOp {
   const float* head;      // (V, n) fp32 or null
   uint16_t* dembed;       // (V, n) grad dtype
   bool fp16;
-  // Rows a thread has in flight at once. A frequent token is a long chain: GPT-2's " " is ~10% of
-  // English text (1,577 of 16,384 rows in the tutorial's data), and one row load at a time made that
-  // one vocabulary row take 0.3 ms, four times the whole kernel's bytes at the HBM rate.
-  static constexpr int kInFlight = 16;
+  // kInFlight: rows a thread has in flight at once. A frequent token is a long chain: GPT-2's " " is ~10% of
+  // English text (2,000-3,400 of the 16,384 rows of a GPT-350M micro-batch on the tutorial's data), and one
+  // load at a time its vocabulary row waits for each row behind the load of that row's index.
   __device__ static void add8(float* acc, uint4 q) {
     float x[8];
     unpack8(q, x);
@@ -285,11 +285,20 @@ struct TokenGradOp {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     const int32_t k0 = starts[v], k1 = starts[v + 1];
     int32_t k = k0;
-    // kInFlight loads issued, then added in ascending r: the contract's order, the same bits as one at a time
-    for (; k1 - k >= kInFlight; k += kInFlight) {
+    // kInFlight rows loaded at once, the next batch's indices with them, then added in ascending r: the
+    // contract's order, the same bits as one row at a time
+    int32_t idx[kInFlight];
+    if (k1 - k >= kInFlight)
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) idx[j] = by_tok[k + j];
+    while (k1 - k >= kInFlight) {
       uint4 q[kInFlight];
 #pragma unroll
-      for (int j = 0; j < kInFlight; ++j) q[j] = load8_bits<kVec>(drows + int64_t(by_tok[k + j]) * n, col, n);
+      for (int j = 0; j < kInFlight; ++j) q[j] = load8_bits<kVec>(drows + int64_t(idx[j]) * n, col, n);
+      k += kInFlight;
+      if (k1 - k >= kInFlight)
+#pragma unroll
+        for (int j = 0; j < kInFlight; ++j) idx[j] = by_tok[k + j];
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) add8(acc, q[j]);
     }
@@ -938,16 +947,23 @@ TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab, i
 
 void token_embedding_grad(const uint16_t* drows, const int32_t* starts, const int32_t* rows_by_token,
                           const float* head_grad, int64_t rows, int64_t vocab, int64_t width, core::DType grad,
-                          uint16_t* dembed, cudaStream_t stream) {
+                          uint16_t* dembed, cudaStream_t stream, int rows_in_flight) {
   constexpr const char* fn = "token_embedding_grad";
   require_dims(rows, width, fn);
   require(vocab >= 1, fn, "vocab must be >= 1, got " + std::to_string(vocab));
   require_grad(grad, fn);
   require_ptr(drows, fn, "drows"), require_ptr(starts, fn, "starts"), require_ptr(rows_by_token, fn, "rows_by_token");
   require_ptr(dembed, fn, "dembed");
+  require(rows_in_flight == 1 || rows_in_flight == 16, fn,
+          "rows_in_flight must be 1 or 16, got " + std::to_string(rows_in_flight));
   const bool vec = width % 8 == 0 && aligned16(drows) && aligned16(dembed) && (!head_grad || aligned16(head_grad));
-  launch_rowwise(fn, vocab, width, vec,
-                 TokenGradOp{drows, starts, rows_by_token, head_grad, dembed, grad == core::DType::kF16}, stream);
+  const bool fp16 = grad == core::DType::kF16;
+  if (rows_in_flight == 16)
+    launch_rowwise(fn, vocab, width, vec, TokenGradOp<16>{drows, starts, rows_by_token, head_grad, dembed, fp16},
+                   stream);
+  else
+    launch_rowwise(fn, vocab, width, vec, TokenGradOp<1>{drows, starts, rows_by_token, head_grad, dembed, fp16},
+                   stream);
 }
 int64_t token_embedding_grad_bytes(int64_t rows, int64_t vocab, int64_t width, bool head) {
   return 4 * (vocab + 1) + 4 * rows + 2 * rows * width + (head ? 4 : 0) * vocab * width + 2 * vocab * width;

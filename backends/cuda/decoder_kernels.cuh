@@ -95,9 +95,11 @@ TokenRowIndex sort_token_rows(const int32_t* tok, int64_t rows, int64_t vocab, i
 //   drows[r] (starting from +0); a token with no rows gets round(dE_head[v]) (or 0 without a head).
 // drows (T, e) bf16: dx0 (e == h) or the project_in data gradient (e != h). dE_head (V, e) fp32, the
 // tied LM head's gradient (null when untied). starts (V + 1), rows (T) int32: sort_token_rows's arrays.
+// A token's rows are loaded `rows_in_flight` at a time (16, or 1: one load after another, for the bench's
+// comparison); either gives the same bits.
 void token_embedding_grad(const uint16_t* drows, const int32_t* starts, const int32_t* rows_by_token,
                           const float* head_grad, int64_t rows, int64_t vocab, int64_t width, core::DType grad,
-                          uint16_t* dembed, cudaStream_t stream);
+                          uint16_t* dembed, cudaStream_t stream, int rows_in_flight = 16);
 int64_t token_embedding_grad_bytes(int64_t rows, int64_t vocab, int64_t width, bool head);
 
 // --- layer norm -----------------------------------------------------------------------------------

@@ -668,10 +668,10 @@ TEST(DecoderKernels, TokenEmbeddingGradient) {
       DevBuf<uint16_t> din(drows), out(size_t(V * width));
       DevBuf<float> dhead(head);
       const std::string tag = "token_embedding_grad h=" + std::to_string(width) + (with_head ? " head fp16" : " bf16");
-      const auto run = [&] {
+      const auto run = [&](int in_flight = 16) {
         out.poison();
         token_embedding_grad(din.get(), starts.get(), rows.get(), with_head ? dhead.get() : nullptr, T, V, width, grad,
-                             out.get(), stream.get());
+                             out.get(), stream.get(), in_flight);
         return out.download(tag);
       };
       const auto got = run();
@@ -701,6 +701,7 @@ TEST(DecoderKernels, TokenEmbeddingGradient) {
         }
       expect_within(tag, g, ref, tol, grad);
       expect_same_bits(tag, got, run());
+      expect_same_bits(tag + " one row in flight", got, run(1));
     }
 }
 
