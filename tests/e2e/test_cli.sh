@@ -386,9 +386,12 @@ contains "$tmp/out" "^note: profile 'h200-141gb-16core' has no measured GEMM rat
 expect 0 "a decoder on the profile calibrated on it" -- "$tf" simulate "$g350" --ratio 0
 not_contains "$tmp/out" "^note:" "no note where every term and shape was measured"
 expect 0 "a decoder whose shapes the profile did not measure" -- "$tf" simulate \
-  "$src/scenarios/real/gpt2-124m-h100.yaml" --ratio 0 --profile h200-141gb-16core-calibrated
-contains "$tmp/out" "^note: 18 of this model's 18 GEMM shapes are not in profile 'h200-141gb-16core-calibrated''s table" \
+  "$src/scenarios/real/opt-13b-h200.yaml" --ratio 0.5 --profile h200-141gb-16core-calibrated
+contains "$tmp/out" "^note: 15 of this model's 15 GEMM shapes are not in profile 'h200-141gb-16core-calibrated''s table" \
   "the note counts the shapes the profile did not measure"
+expect 0 "a decoder the profile was calibrated on among others" -- "$tf" simulate \
+  "$src/scenarios/real/gpt2-124m-h100.yaml" --ratio 0 --profile h200-141gb-16core-calibrated
+not_contains "$tmp/out" "^note:" "GPT-2 124M's shapes and attention grid are in the calibrated profile"
 
 echo "cli: $pass passed, $fails failed"
 [ "$fails" -eq 0 ]
