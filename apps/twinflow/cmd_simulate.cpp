@@ -520,6 +520,25 @@ std::string unmeasured_gemms_note(const core::Scenario& sc) {
          "`twinflow calibrate --scenario SCENARIO` on the machine measures them";
 }
 
+// A note when the profile measured the fused attention, but not at this decoder's (head dim, seq, micro-batch x
+// heads): the nearest measured point's rate stands in (core::GpuProfile::attention_tflops_at).
+std::string unmeasured_attention_note(const core::Scenario& sc) {
+  const core::GpuProfile& g = sc.cluster.hardware.gpu;
+  const core::ModelDesc m = core::describe_model(sc.model);
+  if (g.attention_tflops_by_shape.empty() || m.spec.type != core::ModelType::kDecoder || m.spec.decoder.heads <= 0)
+    return {};
+  const core::DecoderShape& d = m.spec.decoder;
+  const int64_t hd = core::head_dim(d), pairs = sc.training.micro_batch * d.heads;
+  const auto exact = [&](const core::AttentionPoint& a) {
+    return a.head_dim == hd && a.seq == d.seq && (a.pairs == pairs || a.pairs == 0);
+  };
+  if (std::any_of(g.attention_tflops_by_shape.begin(), g.attention_tflops_by_shape.end(), exact)) return {};
+  return "note: profile '" + sc.cluster.hardware.name + "' did not measure the fused attention at head dim " +
+         std::to_string(hd) + ", seq " + std::to_string(d.seq) + ", " + std::to_string(pairs) +
+         " (micro-batch x heads) pairs: it runs at the nearest measured point's rate (head dim, then seq, then "
+         "pairs); `twinflow calibrate --scenario SCENARIO` on the machine measures it";
+}
+
 // The table, the first OOM, and the best ratio against the published figure; returns the best as JSON.
 nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table& t) {
   const core::HardwareProfile& hw = sc.cluster.hardware;
@@ -536,6 +555,7 @@ nlohmann::json print_sweep(const core::Scenario& sc, const Sweep& w, const Table
               << ")\n";
   if (const std::string note = decoder_compute_note(sc); !note.empty()) std::cout << note << "\n";
   if (const std::string note = unmeasured_gemms_note(sc); !note.empty()) std::cout << note << "\n";
+  if (const std::string note = unmeasured_attention_note(sc); !note.empty()) std::cout << note << "\n";
   for (const auto& p : w.pts)
     if (p.oom) {
       std::cout << "OOM at ratio " << fmt(p.ratio, 3) << ": " << p.oom_reason << "\n";

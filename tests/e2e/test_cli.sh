@@ -389,6 +389,8 @@ expect 0 "a decoder whose shapes the profile did not measure" -- "$tf" simulate 
   "$src/scenarios/real/opt-13b-h200.yaml" --ratio 0.5 --profile h200-141gb-16core-calibrated
 contains "$tmp/out" "^note: 15 of this model's 15 GEMM shapes are not in profile 'h200-141gb-16core-calibrated''s table" \
   "the note counts the shapes the profile did not measure"
+contains "$tmp/out" "^note: profile 'h200-141gb-16core-calibrated' did not measure the fused attention at head dim 128, seq 1024, 160 (micro-batch x heads) pairs" \
+  "the note names the attention point the profile lacks"
 expect 0 "a decoder the profile was calibrated on among others" -- "$tf" simulate \
   "$src/scenarios/real/gpt2-124m-h100.yaml" --ratio 0 --profile h200-141gb-16core-calibrated
 not_contains "$tmp/out" "^note:" "GPT-2 124M's shapes and attention grid are in the calibrated profile"
