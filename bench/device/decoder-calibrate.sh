@@ -14,7 +14,6 @@ W=/tmp/decoder-calibrate
 . bench/device/device_env.sh
 pack() { tar czf "$OUT/decoder-calibrate.tar.gz" -C "$W" .; }
 LOG=$W machine_info
-mark() { echo "$(date -u +%H:%M:%S.%N) $*" >> "$W/marks.txt"; }
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active --format=csv \
   -lms 100 > "$W/clocks.csv" 2>&1 &
 SMI=$!

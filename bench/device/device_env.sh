@@ -5,6 +5,8 @@ mkdir -p "$OUT" "$W"
 export LD_LIBRARY_PATH=$PWD/.devbin:${LD_LIBRARY_PATH:-}
 B=.devbin
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+# mark NAME: the time and NAME into $W/marks.txt (a phase's start, to line up with a clocks log)
+mark() { echo "$(date -u +%H:%M:%S.%N) $*" >> "$W/marks.txt"; }
 # x CMD...: runs it, or prints it with DRY=1 (the scripts' dry run on any machine)
 x() { if [ -n "${DRY:-}" ]; then echo "+ $*"; else "$@"; fi; }
 # machine_info: the GPU, CPUs, memory, CPU model and kernel into $LOG/machine.txt (after archive_logs)

@@ -18,7 +18,6 @@ LOG=$W machine_info
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
   --format=csv -lms 20 > "$W/clocks.csv" 2>&1 &
 SMI=$!
-mark() { echo "$(date -u +%H:%M:%S.%N) $*" >> "$W/marks.txt"; }
 
 step "GPU tests"; mark tests
 timeout 150 $B/tf_cuda_tests > "$W/cuda-tests.log" 2>&1; echo "rc $?"; tail -n 6 "$W/cuda-tests.log"; pack

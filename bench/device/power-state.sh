@@ -16,7 +16,6 @@ W=/tmp/power-state
 . bench/device/device_env.sh
 pack() { tar czf "$OUT/power-state.tar.gz" -C "$W" .; }
 LOG=$W machine_info
-mark() { echo "$(date -u +%H:%M:%S.%N) $*" >> "$W/marks.txt"; }
 P=h200-141gb-16core-calibrated
 # the bf16 tutorial: the same scenario and ds_config but for the precision (files in this copy of the tree only)
 sed 's/"enabled": false/"enabled": TRUE_/; s/"enabled": true/"enabled": false/; s/TRUE_/true/' \

@@ -12,7 +12,6 @@ W=/tmp/sustained
 pack() { tar czf "$OUT/sustained.tar.gz" -C "$W" .; }
 LOG=$W machine_info
 export PYTHONUNBUFFERED=1
-mark() { echo "$(date -u +%H:%M:%S.%N) $*" >> "$W/marks.txt"; }
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active --format=csv \
   -lms 50 > "$W/clocks.csv" 2>&1 &
 SMI=$!
