@@ -24,7 +24,9 @@ constexpr int kLnChunkRows = int(core::decoder_layout::kLayerNormChunkRows);  //
 constexpr int kBiasCols = 32;  // bias gradient: block (32 column groups of 8, 8 row lanes)
 constexpr int kBiasLanes = 8;
 constexpr int kBiasChunkRows = int(core::decoder_layout::kBiasChunkRows);  // rows per bias-gradient partial
-constexpr int kFoldLanes = 8;    // fold of partials: block (32 columns, 8 lanes)
+// fold of partials: block (32 columns, 32 lanes). A fold is a few columns (2n for a layer norm) over many chunks
+// (T / 16): with 8 lanes GPT-350M's layer-norm fold ran 64 blocks of 8 warps, each thread 128 loads in series.
+constexpr int kFoldLanes = 32;
 constexpr int kCeThreads = 512;  // cross-entropy: a block per row
 constexpr int kLossSumThreads = 1024;
 
@@ -714,7 +716,7 @@ __global__ void __launch_bounds__(kBiasCols* kBiasLanes)
 }
 
 // out = one rounding of Σ_k partials[k][c] over `chunks` rows of (chunks, cols) fp32, in chunk order:
-// lane l of 8 adds chunks [l·q, (l + 1)·q) (q = ceil(chunks / 8)) in order, then the lane sums are
+// lane l of 32 adds chunks [l·q, (l + 1)·q) (q = ceil(chunks / 32)) in order, then the lane sums are
 // added in lane order. Column c < split goes to out0[c], the rest to out1[c - split].
 __global__ void __launch_bounds__(kBiasCols* kFoldLanes)
     fold_partials_kernel(const float* __restrict__ partials, int64_t chunks, int64_t cols, int64_t split,

@@ -6,8 +6,8 @@
 // launch runs on `stream`, allocates nothing, checks its arguments (core::InputError naming the
 // function and the argument, before any GPU work) and its launch (core::RuntimeFailure).
 //
-// Folds: a column's per-chunk fp32 partials are added in chunk order, 8 lanes each adding a contiguous
-// run of ceil(chunks / 8) chunks, then the 8 runs in lane order; the sum is rounded once.
+// Folds: a column's per-chunk fp32 partials are added in chunk order, 32 lanes each adding a contiguous
+// run of ceil(chunks / 32) chunks, then the 32 runs in lane order; the sum is rounded once.
 //
 // Numerics (docs/decoder.md "Rounding"): bf16 storage, fp32 arithmetic with no contraction (-fmad=false:
 // a*b + c is a rounded product then a rounded sum), IEEE division and square root, one round-to-
