@@ -24,8 +24,9 @@ constexpr int kLnChunkRows = int(core::decoder_layout::kLayerNormChunkRows);  //
 constexpr int kBiasCols = 32;  // bias gradient: block (32 column groups of 8, 8 row lanes)
 constexpr int kBiasLanes = 8;
 constexpr int kBiasChunkRows = int(core::decoder_layout::kBiasChunkRows);  // rows per bias-gradient partial
-// fold of partials: block (32 columns, 32 lanes). A fold is a few columns (2n for a layer norm) over many chunks
-// (T / 16): with 8 lanes GPT-350M's layer-norm fold ran 64 blocks of 8 warps, each thread 128 loads in series.
+// fold of partials: block (32 columns, 32 lanes). A fold is a few columns (2n for a layer norm) over many chunks:
+// with 8 lanes, GPT-350M's layer-norm fold (1,024 chunks of 16 rows then) ran 64 blocks of 8 warps, each thread
+// 128 loads in series.
 constexpr int kFoldLanes = 32;
 constexpr int kCeThreads = 512;  // cross-entropy: a block per row
 constexpr int kLossSumThreads = 1024;
@@ -541,7 +542,7 @@ __device__ __forceinline__ void ln_write_partials(const float (&dw)[kVecs][8], c
 }
 
 // dx = bf16(dresid + ((g - Σg/n) - xhat·(Σ(g·xhat)/n))·rstd) and this chunk's dw, db partials.
-// Block b takes rows [16b, 16b + 16); row group k of the block takes rows 16b + k, 16b + k + groups, ...
+// Block b takes rows [Cb, Cb + C), C = kLnChunkRows; row group k of the block takes rows Cb + k, Cb + k + groups, ...
 // dy and x stay packed bf16 between the two passes; xhat = (x - mean)·rstd and g = dy·w are computed
 // again in the second (the same operations, the same bits), w is re-read from L1. A row's loads are
 // round trips in series (dy and x, then the sums, then dresid): while a row is summed, its dresid (and,
