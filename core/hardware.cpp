@@ -198,7 +198,8 @@ double LinkProfile::bus_gbps_at(int64_t message_bytes) const {
   return p.back().bus_gbps;
 }
 
-double GpuProfile::attention_tflops_at(int64_t head_dim, int64_t seq, int64_t pairs, bool backward) const {
+const AttentionPoint* GpuProfile::attention_point_at(int64_t head_dim, int64_t seq, int64_t pairs,
+                                                     bool backward) const {
   const auto dist = [](int64_t a, int64_t b) {
     return a <= 0 || b <= 0 ? 0.0 : std::abs(std::log(double(a) / double(b)));
   };
@@ -209,7 +210,12 @@ double GpuProfile::attention_tflops_at(int64_t head_dim, int64_t seq, int64_t pa
   const AttentionPoint* best = nullptr;
   for (const AttentionPoint& a : attention_tflops_by_shape)
     if (a.backward == backward && (!best || key(a) < key(*best))) best = &a;
-  return best ? best->tflops : 0.0;
+  return best;
+}
+
+double GpuProfile::attention_tflops_at(int64_t head_dim, int64_t seq, int64_t pairs, bool backward) const {
+  const AttentionPoint* p = attention_point_at(head_dim, seq, pairs, backward);
+  return p ? p->tflops : 0.0;
 }
 
 double GpuProfile::gemm_peak_tflops(DType compute) const {

@@ -79,9 +79,11 @@ struct GpuProfile {
   double pinned_host_map_bytes_per_gb = 0;  // device bytes per GB of page-locked host memory (its mapping)
   std::vector<AttentionPoint> attention_tflops_by_shape;  // optional: the fused attention's rates
   std::vector<KernelRate> decoder_kernel_gbps;            // optional: one rate per measured class
-  // The attention rate for a pass at (head_dim, seq, pairs): the points of the pass with the nearest head
-  // dimension, of those the nearest sequence length, of those the nearest pairs (all in log distance; a
-  // point without pairs is at distance 0), as measured; 0 when none.
+  // The measured attention point a pass at (head_dim, seq, pairs) runs at: of the pass's points, those with the
+  // nearest head dimension, of those the nearest sequence length, of those the nearest pairs (all in log
+  // distance; a point without pairs is at distance 0); null when the pass has none.
+  const AttentionPoint* attention_point_at(int64_t head_dim, int64_t seq, int64_t pairs, bool backward) const;
+  // That point's rate; 0 when none.
   double attention_tflops_at(int64_t head_dim, int64_t seq, int64_t pairs, bool backward) const;
   // The class's measured rate, else hbm_gbps.
   double kernel_gbps(KernelClass c) const;

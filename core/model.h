@@ -40,7 +40,7 @@ struct DecoderShape {
   // OPT's padding_idx (pad_token_id 1): the row's lookups add nothing to its gradient (the tied head's
   // part still does), as transformers' nn.Embedding(padding_idx) has it; -1: none (GPT-2).
   int64_t pad_token = -1;
-  double ln_eps = 1e-5;    // LayerNorm epsilon
+  double ln_eps = 1e-5;  // LayerNorm epsilon
   ModelFamily family = ModelFamily::kGpt2;
 };
 
@@ -49,6 +49,8 @@ inline int64_t embed_width(const DecoderShape& d) { return d.embed_dim > 0 ? d.e
 inline bool has_embed_projection(const DecoderShape& d) { return embed_width(d) != d.hidden; }
 inline int64_t position_rows(const DecoderShape& d) { return d.max_positions + d.pos_offset; }  // P + off
 inline int64_t head_dim(const DecoderShape& d) { return d.hidden / d.heads; }                   // d = h / H
+// The fused attention's (sample, head) pairs at a micro-batch: its kernels' grid (core::AttentionPoint::pairs).
+inline int64_t attention_pairs(const DecoderShape& d, int64_t micro_batch) { return micro_batch * d.heads; }
 
 // What a scenario names. For kMlp, mlp_dims = [in, h1, ..., out] gives the linear layers
 // (in -> h1), (h1 -> h2), ...; each linear has a bias when mlp_bias.

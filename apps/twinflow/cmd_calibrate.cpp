@@ -608,25 +608,28 @@ class Calibrator {
     if (core::has_embed_projection(d) || d.heads <= 0 || d.hidden % d.heads != 0 ||
         !core::decoder_layout::attention_head_dim_supported(core::head_dim(d)))
       return std::nullopt;
-    cal::DecoderKernelShape shape{sc.training.micro_batch,
-                                  d.seq,
-                                  d.hidden,
-                                  d.heads,
-                                  d.ffn,
-                                  d.vocab,
-                                  core::position_rows(d),
-                                  d.pos_offset,
-                                  d.activation == core::Activation::kRelu,
-                                  d.pre_ln,
-                                  d.tied_embeddings,
-                                  {},
-                                  {}};
-    // the first micro-batch the run trains on: its data file's (or the built-in stream's) token frequencies
+    return cal::DecoderKernelShape{sc.training.micro_batch,
+                                   d.seq,
+                                   d.hidden,
+                                   d.heads,
+                                   d.ffn,
+                                   d.vocab,
+                                   core::position_rows(d),
+                                   d.pos_offset,
+                                   d.activation == core::Activation::kRelu,
+                                   d.pre_ln,
+                                   d.tied_embeddings,
+                                   {},
+                                   {}};
+  }
+
+  // The first micro-batch the scenario's run trains on (its data file or the built-in stream) into the shape's
+  // tokens and targets: the embedding's gradient is timed on the run's token frequencies.
+  static void read_first_micro_batch(const core::Scenario& sc, cal::DecoderKernelShape& shape) {
     const core::RunSettings rs = core::resolve_settings(sc);
-    const core::TokenSource source = core::open_token_source(rs.data_train, d.vocab, d.seq);
-    shape.tokens.resize(size_t(shape.batch * d.seq)), shape.targets.resize(shape.tokens.size());
+    const core::TokenSource source = core::open_token_source(rs.data_train, shape.vocab, shape.seq);
+    shape.tokens.resize(size_t(shape.batch * shape.seq)), shape.targets.resize(shape.tokens.size());
     source.micro_batch(rs.seed, 0, 0, shape.batch, shape.tokens, shape.targets);
-    return shape;
   }
 
   // Per decoder --scenario: each class of the decoder's memory-bound kernels and the fused attention,
@@ -639,8 +642,9 @@ class Calibrator {
     std::array<double, core::kKernelClassCount> worst_spread{};
     std::string shapes;
     for (const core::Scenario& sc : scenarios_) {
-      const std::optional<cal::DecoderKernelShape> shape = decoder_kernel_shape(sc);
+      std::optional<cal::DecoderKernelShape> shape = decoder_kernel_shape(sc);
       if (!shape) continue;
+      read_first_micro_batch(sc, *shape);
       const core::ModelDesc m = core::describe_model(sc.model);
       const int64_t mb = sc.training.micro_batch;
       const std::string at = sc.name + " (B " + std::to_string(mb) + ", s " + std::to_string(shape->seq) + ", h " +
@@ -671,7 +675,8 @@ class Calibrator {
         c_.done(std::string("decoder attention ") + (backward ? "backward" : "forward") + " " + sc.name + ", d " +
                     std::to_string(hd),
                 tflops, "TFLOP/s", st, "gpu.attention_tflops_by_shape");
-        const core::AttentionPoint pt{hd, shape->seq, sig4(tflops), backward, shape->batch * shape->heads};
+        const core::AttentionPoint pt{hd, shape->seq, sig4(tflops), backward,
+                                      core::attention_pairs(m.spec.decoder, mb)};
         const bool known = std::any_of(p_.gpu.attention_tflops_by_shape.begin(), p_.gpu.attention_tflops_by_shape.end(),
                                        [&](const core::AttentionPoint& a) {
                                          return a.head_dim == pt.head_dim && a.seq == pt.seq && a.pairs == pt.pairs &&
@@ -698,9 +703,9 @@ class Calibrator {
         spreads + ", " + gpu_label_;
     src()["gpu.attention_tflops_by_shape"] =
         c_.origin() + ": the fused causal attention (backends/cuda/attention.cu) at " + shapes +
-        "; [head_dim, seq, pairs (batch x heads), TFLOP/s, pass] = core::fused_attention_flops of the pass (forward: "
-        "QK^T and PV over "
-        "the causal half; backward: the recomputed scores, dQ, dK, dP, dV) over the measured time of its kernels, "
+        "; [head_dim, seq, pairs (batch x heads), TFLOP/s, pass] = core::fused_attention_flops of the pass "
+        "(forward: QK^T and PV over the causal half; backward: the recomputed scores, dQ, dK, dP, dV) over the "
+        "measured time of its kernels, "
         "each the median of " +
         std::to_string(R_) + " repetitions of >= 2 ms on uniform [-1, 1) q, k, v, " + gpu_label_;
   }

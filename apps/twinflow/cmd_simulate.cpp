@@ -521,22 +521,20 @@ std::string unmeasured_gemms_note(const core::Scenario& sc) {
 }
 
 // A note when the profile measured the fused attention, but not at this decoder's (head dim, seq, micro-batch x
-// heads): the nearest measured point's rate stands in (core::GpuProfile::attention_tflops_at).
+// heads): it names the point whose rate the simulator uses instead (core::GpuProfile::attention_point_at).
 std::string unmeasured_attention_note(const core::Scenario& sc) {
-  const core::GpuProfile& g = sc.cluster.hardware.gpu;
   const core::ModelDesc m = core::describe_model(sc.model);
-  if (g.attention_tflops_by_shape.empty() || m.spec.type != core::ModelType::kDecoder || m.spec.decoder.heads <= 0)
-    return {};
+  if (m.spec.type != core::ModelType::kDecoder || m.spec.decoder.heads <= 0) return {};
   const core::DecoderShape& d = m.spec.decoder;
-  const int64_t hd = core::head_dim(d), pairs = sc.training.micro_batch * d.heads;
-  const auto exact = [&](const core::AttentionPoint& a) {
-    return a.head_dim == hd && a.seq == d.seq && (a.pairs == pairs || a.pairs == 0);
-  };
-  if (std::any_of(g.attention_tflops_by_shape.begin(), g.attention_tflops_by_shape.end(), exact)) return {};
+  const int64_t hd = core::head_dim(d), pairs = core::attention_pairs(d, sc.training.micro_batch);
+  const core::AttentionPoint* p = sc.cluster.hardware.gpu.attention_point_at(hd, d.seq, pairs, false);
+  if (!p || (p->head_dim == hd && p->seq == d.seq && (p->pairs == pairs || p->pairs == 0))) return {};
   return "note: profile '" + sc.cluster.hardware.name + "' did not measure the fused attention at head dim " +
          std::to_string(hd) + ", seq " + std::to_string(d.seq) + ", " + std::to_string(pairs) +
-         " (micro-batch x heads) pairs: it runs at the nearest measured point's rate (head dim, then seq, then "
-         "pairs); `twinflow calibrate --scenario SCENARIO` on the machine measures it";
+         " (micro-batch x heads) pairs: it runs at the rate of the nearest measured point, head dim " +
+         std::to_string(p->head_dim) + ", seq " + std::to_string(p->seq) +
+         (p->pairs ? ", " + std::to_string(p->pairs) + " pairs" : std::string()) +
+         "; `twinflow calibrate --scenario SCENARIO` on the machine measures it";
 }
 
 // The table, the first OOM, and the best ratio against the published figure; returns the best as JSON.

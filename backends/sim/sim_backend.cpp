@@ -85,7 +85,7 @@ AttentionRates attention_rates(const core::GpuProfile& g, const core::ModelDesc&
                                int64_t micro_batch) {
   if (l.kind != core::LayerKind::kBlock || m.spec.decoder.heads <= 0) return {};
   const core::DecoderShape& d = m.spec.decoder;
-  const int64_t pairs = micro_batch * d.heads;
+  const int64_t pairs = core::attention_pairs(d, micro_batch);
   return {g.attention_tflops_at(core::head_dim(d), d.seq, pairs, false),
           g.attention_tflops_at(core::head_dim(d), d.seq, pairs, true)};
 }

@@ -391,6 +391,8 @@ contains "$tmp/out" "^note: 15 of this model's 15 GEMM shapes are not in profile
   "the note counts the shapes the profile did not measure"
 contains "$tmp/out" "^note: profile 'h200-141gb-16core-calibrated' did not measure the fused attention at head dim 128, seq 1024, 160 (micro-batch x heads) pairs" \
   "the note names the attention point the profile lacks"
+contains "$tmp/out" "it runs at the rate of the nearest measured point, head dim 64, seq 1024, 256 pairs" \
+  "and the point whose rate stands in"
 expect 0 "a decoder the profile was calibrated on among others" -- "$tf" simulate \
   "$src/scenarios/real/gpt2-124m-h100.yaml" --ratio 0 --profile h200-141gb-16core-calibrated
 not_contains "$tmp/out" "^note:" "GPT-2 124M's shapes and attention grid are in the calibrated profile"

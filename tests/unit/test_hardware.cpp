@@ -335,6 +335,7 @@ TEST(HardwareWriter, CalibrateFieldsAreChecked) {
 TEST(GpuProfile, AttentionRateIsTheNearestMeasuredShapes) {
   GpuProfile g;
   EXPECT_EQ(g.attention_tflops_at(64, 1024, 256, false), 0.0);  // none measured
+  EXPECT_EQ(g.attention_point_at(64, 1024, 256, false), nullptr);
   g.attention_tflops_by_shape = {{64, 1024, 300, false},
                                  {64, 1024, 240, true},
                                  {128, 1024, 400, false},
@@ -358,6 +359,11 @@ TEST(GpuProfile, AttentionRateIsTheNearestMeasuredShapes) {
   EXPECT_EQ(g.attention_tflops_at(64, 1024, 512, false), 187.1);
   EXPECT_EQ(g.attention_tflops_at(64, 1200, 96, false), 163.6);   // seq before pairs: 1200 is nearer 1024
   EXPECT_EQ(g.attention_tflops_at(64, 1024, 1024, true), 145.5);  // the only backward point
+  // the point itself: the one whose rate is returned (simulate names it in a note)
+  ASSERT_NE(g.attention_point_at(64, 1024, 128, false), nullptr);
+  EXPECT_EQ(*g.attention_point_at(64, 1024, 128, false), g.attention_tflops_by_shape[0]);
+  EXPECT_EQ(*g.attention_point_at(64, 1024, 512, false), g.attention_tflops_by_shape[1]);
+  EXPECT_EQ(g.attention_point_at(64, 1024, 96, true), &g.attention_tflops_by_shape[3]);
   g.hbm_gbps = 3000;
   g.decoder_kernel_gbps = {{KernelClass::kBiasGrad, 1500}};
   EXPECT_EQ(g.kernel_gbps(KernelClass::kBiasGrad), 1500);
