@@ -9,14 +9,9 @@
 
 namespace tf::core {
 
-int ranks_per_node(const Scenario& s, int world) {
-  return std::max(1, world == s.cluster.world_size() ? s.cluster.gpus_per_node : s.cluster.hardware.gpus_per_node);
-}
-
-RankBudget rank_budget(const Scenario& s, int world) {
+RankBudget rank_budget(const Scenario& s, int ranks_per_node) {
   const HardwareProfile& hw = s.cluster.hardware;
-  return {hw.gpu.hbm_bytes,
-          pinnable_host_bytes_per_rank(hw.host_memory_bytes, ranks_per_node(s, world), s.training.host_reserve),
+  return {hw.gpu.hbm_bytes, pinnable_host_bytes_per_rank(hw.host_memory_bytes, ranks_per_node, s.training.host_reserve),
           margin_bytes(s.training.gpu_headroom, hw.gpu.hbm_bytes),
           margin_bytes(s.training.host_reserve, hw.host_memory_bytes)};
 }
@@ -52,7 +47,7 @@ FitInputs fit_inputs(const Scenario& s, const SettingsOverrides& o) {
   f.mo = f.rs.memory_options();
   if (!o.workload) f.mo.workload = WorkloadType::kAuto;
   f.part = make_partition(f.rs.model, f.rs.partition);
-  f.budget = rank_budget(s, f.rs.world);
+  f.budget = rank_budget(s, f.rs.ranks_per_node);
   f.mo.host_bytes_per_rank = f.budget.host_bytes;
   return f;
 }
@@ -136,7 +131,7 @@ std::optional<std::string> more_ranks(const Scenario& s, const SettingsOverrides
     ow.world = int(w);
     if (auto fit = try_change(
             s, ow,
-            std::to_string(w) + " ranks (" + std::to_string(ranks_per_node(s, int(w))) + " per node of the profile)"))
+            std::to_string(w) + " ranks (" + std::to_string(resolve_settings(s, ow).ranks_per_node) + " per node)"))
       return fit;
   }
   return std::nullopt;

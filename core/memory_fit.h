@@ -15,10 +15,6 @@
 
 namespace tf::core {
 
-// The ranks that share one node at `world` ranks: the scenario's GPUs per node at its own world, else
-// its profile's (a command that changes the world fills nodes of the profile).
-int ranks_per_node(const Scenario& s, int world);
-
 // The memory one rank may use on the scenario's machine: its GPU's (the profile's gpu.hbm_bytes), and what
 // it may pin of its node's host memory (host.memory_bytes less training.host_reserve, shared equally by the
 // node's ranks: core::pinnable_host_bytes_per_rank); and the GPU headroom `ratio: auto` keeps free
@@ -29,7 +25,7 @@ struct RankBudget {
   int64_t gpu_headroom_bytes = 0;
   int64_t host_reserve_bytes = 0;  // of the whole node
 };
-RankBudget rank_budget(const Scenario& s, int world);
+RankBudget rank_budget(const Scenario& s, int ranks_per_node);
 
 // What the memory model says of a scenario at `world` ranks (the settings of resolve_settings with
 // `overrides`; the memory of `overrides.workload` when given, else of the model trained for real), for

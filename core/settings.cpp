@@ -41,6 +41,10 @@ WorkloadType workload_of(const Scenario& sc, const SettingsOverrides& o) {
 
 }  // namespace
 
+int ranks_per_node(const Scenario& s, int world) {
+  return std::max(1, world == s.cluster.world_size() ? s.cluster.gpus_per_node : s.cluster.hardware.gpus_per_node);
+}
+
 RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   RunSettings s;
   s.model = describe_model(sc.model);
@@ -48,6 +52,10 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
   if (s.world < 1 || s.world > kMaxWorld)
     throw InputError(o.world_from + " " + std::to_string(s.world) + ": ranks must be in [1, " +
                      std::to_string(kMaxWorld) + "]");
+  s.ranks_per_node = o.ranks_per_node.value_or(ranks_per_node(sc, s.world));
+  if (o.ranks_per_node && (s.ranks_per_node < 1 || s.ranks_per_node > s.world))
+    throw InputError("ranks per node " + std::to_string(s.ranks_per_node) + " (LOCAL_WORLD_SIZE) must be in [1, " +
+                     std::to_string(s.world) + "], the world size");
   const int grad_accum = o.grad_accum.value_or(int(sc.training.grad_accum));
   if (grad_accum < 1 || grad_accum > kMaxBatch)
     throw InputError(o.grad_accum_from + " " + std::to_string(grad_accum) + ": micro-batches per step must be in [1, " +

@@ -49,11 +49,14 @@ struct SettingsOverrides {
   // CPU optimizer threads per rank (run --threads, a measured run's threads); default the scenario's
   // cluster.cpu_cores_per_gpu
   std::optional<int> cpu_threads = {};
+  // Ranks that share one node (host): as launched (run: LOCAL_WORLD_SIZE); default core::ranks_per_node
+  std::optional<int> ranks_per_node = {};
 };
 
 struct RunSettings {
   ModelDesc model;
   int world = 1;
+  int ranks_per_node = 1;      // ranks sharing one node: the override (as launched), else core::ranks_per_node
   PartitionOptions partition;  // the scenario's ZeRO stage, `world`, 2048-element alignment (the statistics tile)
   StepPolicy policy;           // optimizer, hyper-parameters, lr schedule, clipping, overflow policy
   StepConfig step;             // micro-batch, accumulation, dtypes, what the optimizers wait for; its
@@ -87,9 +90,14 @@ struct RunSettings {
   }
 };
 
+// The ranks that share one node at `world` ranks: the scenario's GPUs per node at its own world, else
+// its profile's (a command that changes the world fills nodes of the profile). A launched run knows better
+// (SettingsOverrides::ranks_per_node).
+int ranks_per_node(const Scenario& s, int world);
+
 // Throws core::InputError for an override out of range (world outside [1, kMaxWorld], grad_accum
-// outside [1, kMaxBatch], staging_slots outside [0, 1024]), naming what set it, and for an MLP workload
-// for a decoder or a decoder workload for an MLP.
+// outside [1, kMaxBatch], staging_slots outside [0, 1024], ranks_per_node outside [1, world]), naming what
+// set it, and for an MLP workload for a decoder or a decoder workload for an MLP.
 RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& overrides = {});
 
 // Throws core::InputError when simulating every rank of `sc` with `overrides` is too large

@@ -329,6 +329,7 @@ core::SettingsOverrides run_overrides(const RunOptions& o, const backend::launch
   core::SettingsOverrides s;
   s.world = env.world_size;
   s.world_from = "the launched world (WORLD_SIZE)";
+  s.ranks_per_node = env.local_world_size;  // one host's ranks share its link, cores and memory
   s.grad_accum = o.grad_accum;
   s.grad_accum_from = "--grad-accum";
   s.workload = o.workload;
@@ -1175,6 +1176,11 @@ int cmd_run(const std::vector<std::string>& args) {
     // core::CpuPassOrder).
     const backend::sim::ModelChoices chosen =
         backend::sim::resolve_model_choices(ec.settings, o.sc, ec.ratio, run_sim_options(o, env));
+    if (!chosen.not_costed.empty() && env.rank == 0 && i == 0)
+      std::cerr << "note: " << chosen.not_costed
+                << ": training.speculation and cpu_order auto keep their defaults (every eligible layer the host "
+                   "holds speculates, in the plan's order); a profile of this machine (`twinflow calibrate`) lets "
+                   "the cost model choose\n";
     metrics.set_ratio(ec.ratio);
     points.push_back(run_ratio(o, ec, chosen, metrics, rdv.get(), signals ? &*signals : nullptr));
     all_ok = all_ok && points.back().parity_ok;

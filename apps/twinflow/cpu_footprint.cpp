@@ -27,7 +27,7 @@ int64_t segment_bytes(const RankLayout& l) { return l.elems() * kCpuRankBytesPer
 
 HostFootprint footprint_at(const core::Scenario& sc, double ratio) {
   const core::RunSettings rs = core::resolve_settings(sc, {});
-  const int k = std::max(1, std::min(rs.world, core::ranks_per_node(sc, rs.world)));
+  const int k = std::max(1, std::min(rs.world, rs.ranks_per_node));
   // the simulator's plan of the node's pinned memory: what it looks the footprint factor up at
   const backend::sim::SimPoint p = backend::sim::simulate_step(sc, ratio, {});
   HostFootprint fp;

@@ -1,11 +1,20 @@
 // The cost model's choices before a plan is made (see choices.h).
 #include "backends/sim/choices.h"
 
+#include <utility>
+
 namespace tf::backend::sim {
 
 ModelChoices resolve_model_choices(core::RunSettings& settings, const core::Scenario& s, double ratio,
                                    const SimOptions& opt) {
   ModelChoices c;
+  if (!settings.speculation_auto && !settings.cpu_order_auto) return c;
+  if (std::optional<std::string> issue =
+          collective_cost_issue(s.cluster.hardware, settings.world, settings.ranks_per_node)) {
+    c.not_costed = std::move(*issue);
+    settings.speculation_auto = settings.cpu_order_auto = false;
+    return c;
+  }
   SimOptions o = opt;
   if (settings.speculation_auto) {
     c.speculation = choose_speculation(s, ratio, o);

@@ -258,6 +258,10 @@ void layer_costs(const core::Scenario& s, const core::RunSettings& rs, double ge
 
 void collective_costs(const core::HardwareProfile& hw, int world, CostSetup& c) {
   if (world <= 1) return;
+  if (const std::optional<std::string> issue = collective_cost_issue(hw, world, c.ranks_per_node))
+    throw core::InputError(*issue +
+                           ": use a profile of this cluster (`twinflow calibrate --out FILE.yaml` on one "
+                           "of its nodes measures one; cluster.profile: FILE.yaml)");
   const bool one_node = world <= c.ranks_per_node;
   const core::LinkProfile& link = one_node ? hw.intra_node : hw.inter_node;
   if (one_node) {  // measured curves are of one node's link
@@ -267,10 +271,6 @@ void collective_costs(const core::HardwareProfile& hw, int world, CostSetup& c) 
   }
   const bool measured = !c.collective.curve.empty() || !c.collective.all_gather_curve.empty() ||
                         !c.collective.reduce_scatter_curve.empty();
-  if (!measured && !(link.gbps > 0))
-    throw core::InputError("world " + std::to_string(world) + ": profile " + hw.name + " has no " +
-                           (one_node ? "intra-node" : "inter-node") + " GPU link (" + link.kind +
-                           ", 0 GB/s) for the collectives");
   // A measured bus bandwidth already contains NCCL's latency (the whole call was timed): adding the
   // profile's latency on top would count it twice.
   c.collective.latency_ns = measured ? 0.0 : link.latency_ns;
@@ -282,6 +282,19 @@ void collective_costs(const core::HardwareProfile& hw, int world, CostSetup& c) 
 // on how many of its host's ranks run their pass at that moment (sim::shared_cpu_gparam_s); without
 // it, the static share of today's model: each rank at most 1/R of the all-core rate, R the ranks per node.
 }  // namespace
+
+std::optional<std::string> collective_cost_issue(const core::HardwareProfile& hw, int world, int ranks_per_node) {
+  if (world <= 1) return std::nullopt;
+  const bool one_node = world <= ranks_per_node;
+  const core::LinkProfile& link = one_node ? hw.intra_node : hw.inter_node;
+  const bool measured = one_node && (!link.bus_gbps_by_message_bytes.empty() ||  // curves are of one node's link
+                                     !link.all_gather_bus_gbps_by_message_bytes.empty() ||
+                                     !link.reduce_scatter_bus_gbps_by_message_bytes.empty());
+  if (measured || link.gbps > 0) return std::nullopt;
+  return "world " + std::to_string(world) + " (" + std::to_string(ranks_per_node) + " rank(s) per node): profile " +
+         hw.name + " has no " + (one_node ? "intra-node" : "inter-node") + " GPU link (" + link.kind +
+         ", 0 GB/s) to cost the collectives with";
+}
 
 std::vector<double> cpu_rates_by_active(const core::CpuProfile& cpu, int threads, int ranks_per_node) {
   const int t = std::max(1, threads);
@@ -327,7 +340,7 @@ CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, 
   if (!(hw.gpu.hbm_gbps > 0)) throw core::InputError("profile " + hw.name + ": gpu.hbm_gbps must be > 0");
   CostSetup c;
   c.world = rs.world;
-  c.ranks_per_node = core::ranks_per_node(s, rs.world);
+  c.ranks_per_node = rs.ranks_per_node;
   c.gpus_per_link = std::max(1, hw.pcie.gpus_per_link);
   c.launch_ns = hw.gpu.kernel_launch_ns;
   c.event_sync_ns = hw.gpu.event_sync_ns;
@@ -961,7 +974,7 @@ SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& 
   mo.workload = core::WorkloadType::kAuto;  // the model trained for real: what the step's costs are of
   const core::Partition part = core::make_partition(rs.model, rs.partition);
   // `speculation: max` (auto's ceiling) fills the rank's host memory beyond the plan (core::resolve_speculation_bytes)
-  const core::RankBudget budget = core::rank_budget(s, rs.world);
+  const core::RankBudget budget = core::rank_budget(s, rs.ranks_per_node);
   mo.host_bytes_per_rank = budget.host_bytes;
 
   SimPoint p;

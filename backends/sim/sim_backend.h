@@ -161,6 +161,11 @@ std::vector<LayerCost> layer_costs(const core::Scenario& s, const SimOptions& op
 // core::InputError for a ratio outside [0, 1] or a world the profile cannot hold.
 SimPoint simulate_step(const core::Scenario& s, double ratio, const SimOptions& opt = {});
 
+// Why the profile cannot cost the collectives of `world` ranks, `ranks_per_node` to a node (no measured curve
+// and no bandwidth for the link they cross: one node's, or between nodes), or nullopt when it can. simulate_step
+// throws core::InputError with it; `run` keeps its auto choices' defaults (backends/sim/choices.h).
+std::optional<std::string> collective_cost_issue(const core::HardwareProfile& hw, int world, int ranks_per_node);
+
 // One rank's CPU optimizer rate (Gparam/s, before any DMA slowdown) while a = 1..ranks_per_host ranks of
 // its host run their passes at once ([a - 1]): the simulator's host model (docs/ARCHITECTURE.md, "The
 // simulator: the host is shared"); the static share of each rank when the profile has no rank curve.

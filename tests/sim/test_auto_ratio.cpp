@@ -223,7 +223,7 @@ TEST(AutoRatio, SpeculationMaxFitsWithItsSpareSlotsCounted) {
   s.cluster.hardware.host_memory_bytes =
       (memory_at(s, 0.6).host_total + slack) * tf::core::ranks_per_node(s, s.cluster.world_size()) + reserve;
   ASSERT_LT(s.cluster.hardware.host_memory_bytes, int64_t(80) << 30);
-  const int64_t host_budget = tf::core::rank_budget(s, s.cluster.world_size()).host_bytes;
+  const int64_t host_budget = tf::core::rank_budget(s, tf::core::ranks_per_node(s, s.cluster.world_size())).host_bytes;
   ASSERT_EQ(host_budget, memory_at(s, 0.6).host_total + slack);
 
   const AutoRatio a = choose_ratio(s, full_staging());

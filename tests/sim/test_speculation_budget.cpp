@@ -153,4 +153,50 @@ TEST(SpeculationBudget, NothingToChooseWhereNothingSpeculatesOrTheBudgetIsGiven)
   const backend::sim::SimPoint p = backend::sim::simulate_step(s, 1.0, {});
   EXPECT_EQ(p.speculation_layers, rs.step.speculation_layers);
   EXPECT_EQ(p.cpu_order, rs.step.cpu_order);
+  EXPECT_TRUE(chosen.not_costed.empty());
+}
+
+// A one-GPU scenario launched on two GPUs of one host (2026-11-29, two H200s: `run` refused at world 2 because
+// the cost model took the two ranks for two nodes): with the launched ranks per node the collectives cross
+// the node's link; a profile without one cannot cost them, so the auto choices keep their defaults and say
+// why, while simulate_step still refuses (it has nothing to simulate them with).
+TEST(SpeculationBudget, AProfileWithoutTheLinkKeepsTheDefaults) {
+  core::Scenario s = core::load_scenario(kDir + "/scenarios/real/parity-mlp.yaml");  // h100-80gb-16core: one GPU
+  ASSERT_EQ(s.cluster.hardware.intra_node.gbps, 0);
+  s.training.speculation_bytes.reset();  // auto
+  s.training.cpu_order_auto = true;
+  SimOptions o;
+  o.overrides.world = 2;
+  o.overrides.ranks_per_node = 2;
+  core::RunSettings rs = core::resolve_settings(s, o.overrides);
+  ASSERT_TRUE(rs.speculation_auto);
+  ASSERT_TRUE(rs.cpu_order_auto);
+  const backend::sim::ModelChoices c = backend::sim::resolve_model_choices(rs, s, 0.3, o);
+  EXPECT_FALSE(c.speculation.has_value());
+  EXPECT_FALSE(c.cpu_order.has_value());
+  EXPECT_EQ(c.not_costed,
+            "world 2 (2 rank(s) per node): profile h100-80gb-16core has no intra-node GPU link (none, 0 GB/s) to cost "
+            "the collectives with");
+  EXPECT_FALSE(rs.speculation_auto);
+  EXPECT_FALSE(rs.cpu_order_auto);
+  EXPECT_EQ(rs.step.speculation_layers, core::kEveryEligibleLayer);
+  EXPECT_EQ(rs.step.cpu_order, core::CpuPassOrder{});  // today's order
+  try {
+    (void)backend::sim::simulate_step(s, 0.3, o);
+    ADD_FAILURE() << "simulate_step costed collectives over a link the profile does not have";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no intra-node GPU link"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("twinflow calibrate"), std::string::npos) << e.what();
+  }
+  // the same world on nodes of the profile (one GPU each) crosses the link between nodes
+  o.overrides.ranks_per_node.reset();
+  core::RunSettings two_nodes = core::resolve_settings(s, o.overrides);
+  EXPECT_NE(backend::sim::resolve_model_choices(two_nodes, s, 0.3, o).not_costed.find("inter-node"), std::string::npos);
+  // a profile of two GPUs a node costs them: the choices are made
+  core::Scenario x2 = s;
+  x2.cluster.hardware = core::load_scenario(kDir + "/scenarios/real/mlp-2b-h200x2.yaml").cluster.hardware;
+  core::RunSettings costed = core::resolve_settings(x2, o.overrides);
+  const backend::sim::ModelChoices made = backend::sim::resolve_model_choices(costed, x2, 0.3, o);
+  EXPECT_TRUE(made.not_costed.empty()) << made.not_costed;
+  EXPECT_TRUE(made.speculation.has_value());
 }

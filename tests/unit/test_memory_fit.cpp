@@ -64,8 +64,8 @@ TEST(MemoryFit, BudgetSharesTheHostLessTheReserveAmongTheNodesRanks) {
       "optimizer: {type: adamw}\nzero: {stage: 3}\n",
       {}, "dgx.yaml");
   ASSERT_EQ(dgx.cluster.hardware.host_memory_bytes, 2000000000000);
-  EXPECT_EQ(rank_budget(dgx, 4).host_bytes, 450000000000);   // 1.8 TB over the scenario's node of 4
-  EXPECT_EQ(rank_budget(dgx, 16).host_bytes, 225000000000);  // ... over the profile's nodes of 8
+  EXPECT_EQ(rank_budget(dgx, ranks_per_node(dgx, 4)).host_bytes, 450000000000);  // 1.8 TB over the scenario's node of 4
+  EXPECT_EQ(rank_budget(dgx, ranks_per_node(dgx, 16)).host_bytes, 225000000000);  // ... over the profile's nodes of 8
   // 64 GiB: 8 GiB is more than 10%; two ranks share the rest
   EXPECT_EQ(pinnable_host_bytes_per_rank(int64_t(64) << 30, 2, kDefaultHostReserve), int64_t(28) << 30);
   EXPECT_EQ(pinnable_host_bytes_per_rank(int64_t(4) << 30, 1, kDefaultHostReserve), 0);  // all reserved

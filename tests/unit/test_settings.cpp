@@ -131,6 +131,27 @@ TEST(Settings, OverrideErrorsNameTheirSource) {
   EXPECT_EQ(error_of({.grad_accum = int(kMaxBatch) + 1, .grad_accum_from = "--grad-accum"}),
             "--grad-accum 1048577: micro-batches per step must be in [1, 1048576]");
   EXPECT_EQ(error_of({.grad_accum = 0}), "the grad_accum override 0: micro-batches per step must be in [1, 1048576]");
+  EXPECT_EQ(error_of({.world = 2, .ranks_per_node = 3}),
+            "ranks per node 3 (LOCAL_WORLD_SIZE) must be in [1, 2], the world size");
+  EXPECT_EQ(error_of({.world = 2, .ranks_per_node = 0}),
+            "ranks per node 0 (LOCAL_WORLD_SIZE) must be in [1, 2], the world size");
+}
+
+// The ranks of one node: the scenario's GPUs per node at its own world, the profile's at another, and a
+// launched run's LOCAL_WORLD_SIZE over both (two GPUs of one host launched with a one-GPU scenario).
+TEST(Settings, RanksPerNode) {
+  const Scenario one = parse_scenario(
+      "model: {type: mlp, dims: [256, 512, 256]}\ncluster: {profile: h100-80gb-16core}\n"
+      "training: {micro_batch: 2}\noptimizer: {type: adamw}\nzero: {stage: 3}\n",
+      {}, "one.yaml");  // one GPU a node, as its profile
+  EXPECT_EQ(resolve_settings(one).ranks_per_node, 1);
+  EXPECT_EQ(resolve_settings(one, {.world = 2}).ranks_per_node, 1);  // nodes of the profile
+  EXPECT_EQ(resolve_settings(one, {.world = 2, .ranks_per_node = 2}).ranks_per_node, 2);
+  EXPECT_EQ(ranks_per_node(one, 2), 1);
+  const Scenario two = scenario("micro_batch: 2");  // two GPUs a node, of two a node in its profile
+  EXPECT_EQ(resolve_settings(two).ranks_per_node, 2);
+  EXPECT_EQ(resolve_settings(two, {.world = 8}).ranks_per_node, 2);
+  EXPECT_EQ(resolve_settings(two, {.world = 8, .ranks_per_node = 8}).ranks_per_node, 8);
 }
 
 // The simulators' bound on ranks x micro-batches x layers (core::simulation_size_issue) names the
