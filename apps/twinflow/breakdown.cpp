@@ -100,12 +100,15 @@ TraceLayerTimes read_trace_layer_times(const std::string& file, size_t layers) {
   t.fwd_ops.assign(layers, 0), t.bwd_ops.assign(layers, 0);
   for (const nlohmann::json& e : doc["traceEvents"]) {
     if (!e.is_object() || e.value("ph", "") != "X" || e.value("pid", -1) != 0) continue;
-    const std::optional<core::OpLabel> op = core::parse_op_label(e.value("name", ""));
+    const nlohmann::json args = e.value("args", nlohmann::json::object());
+    // args.label: the op without the step prefix that a trace of several steps puts in its name ("s5 forward L0
+    // mb0", `--trace-steps`); the name where a writer left the label out
+    const std::string label = args.value("label", e.value("name", ""));
+    const std::optional<core::OpLabel> op = core::parse_op_label(label);
     if (!op || (op->kind != core::OpKind::kForward && op->kind != core::OpKind::kBackward)) continue;
     if (op->layer < 0 || size_t(op->layer) >= layers)
-      throw core::InputError(core::printable(file) + ": op \"" + core::printable(e.value("name", "")) +
+      throw core::InputError(core::printable(file) + ": op \"" + core::printable(label) +
                              "\" names no layer of the scenario's model (" + std::to_string(layers) + " layers)");
-    const nlohmann::json args = e.value("args", nlohmann::json::object());
     // start_ns/end_ns: the exact interval; dur (us) where a writer left them out
     const double ns = args.contains("end_ns") ? args["end_ns"].get<double>() - args["start_ns"].get<double>()
                                               : e.value("dur", 0.0) * 1e3;

@@ -618,7 +618,7 @@ void write_step_files(const RunOptions& o, const RunPoint& pt, const cu::Engine&
   const backend::sim::SimPoint sp = last_step_point(pt, eng, world);
   const std::string suffix = rank > 0 ? ".rank" + std::to_string(rank) : "";
   if (o.out.trace && o.trace_steps > 1)
-    backend::sim::write_chrome_trace(eng.plan(), traced_steps(o, pt),
+    backend::sim::write_chrome_trace(sp, traced_steps(o, pt),
                                      per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix);
   else if (o.out.trace)
     backend::sim::write_chrome_trace(sp, per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix);

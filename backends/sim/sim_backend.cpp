@@ -1102,9 +1102,11 @@ void write_chrome_trace(const SimPoint& p, const std::string& path, const std::s
                        path, option);
 }
 
-void write_chrome_trace(const core::StepPlan& plan, const std::vector<TracedStep>& steps, const std::string& path,
+void write_chrome_trace(const SimPoint& p, const std::vector<TracedStep>& steps, const std::string& path,
                         const std::string& option) {
+  if (p.plans.empty()) throw std::invalid_argument("write_chrome_trace: the SimPoint has no plan");
   if (steps.empty()) throw std::invalid_argument("write_chrome_trace: no steps to trace");
+  const core::StepPlan& plan = p.plans[0];
   nlohmann::json events = nlohmann::json::array();
   append_rank_names(events, 0);
   nlohmann::json list = nlohmann::json::array();
@@ -1116,7 +1118,10 @@ void write_chrome_trace(const core::StepPlan& plan, const std::vector<TracedStep
     append_op_events(events, plan, s.ops, 0, s.offset_ns, s.step);
     list.push_back({{"step", s.step}, {"offset_ns", s.offset_ns}, {"step_ns", s.step_ns}});
   }
-  write_trace_document(std::move(events), {{"steps", std::move(list)}}, path, option);
+  write_trace_document(
+      std::move(events),
+      {{"steps", std::move(list)}, {"ratio", p.ratio}, {"requested_ratio", p.requested_ratio}, {"world", p.world}},
+      path, option);
 }
 
 }  // namespace tf::backend::sim

@@ -194,10 +194,11 @@ struct TracedStep {
   std::vector<OpTiming> ops;
 };
 
-// The same trace over `steps` of one rank on one time axis: one thread per queue, one event per op named
-// "sSTEP LABEL" with its step in the args, the steps' periods in "otherData". Throws
-// std::invalid_argument when `steps` is empty or a step's ops do not match `plan`.
-void write_chrome_trace(const core::StepPlan& plan, const std::vector<TracedStep>& steps, const std::string& path,
+// The same trace over `steps` of one rank on one time axis: one thread per queue, one event per op of
+// p.plans[0] named "sSTEP LABEL" with its step in the args (and the label alone), the steps' periods and p's
+// ratio and world in "otherData" (what `validate --breakdown` simulates the trace at). Throws
+// std::invalid_argument when p has no plan, `steps` is empty or a step's ops do not match the plan.
+void write_chrome_trace(const SimPoint& p, const std::vector<TracedStep>& steps, const std::string& path,
                         const std::string& option = "--trace");
 
 // Per rank, the op ids per queue in the order the simulation ran them (needs record_ops); equal to

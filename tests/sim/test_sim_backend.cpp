@@ -255,7 +255,7 @@ TEST(SimBackend, ChromeTraceOfAWindowOfStepsShiftsEachStepByThePeriodsBeforeIt) 
   const int64_t period = p.step_ns - 1000;  // a carried step's period is shorter than its last op's end
   const std::vector<tf::backend::sim::TracedStep> steps = {{4, 0, period, ops}, {5, period, p.step_ns, ops}};
   const std::string path = (std::filesystem::path(testing::TempDir()) / "tf_sim_trace_steps.json").string();
-  tf::backend::sim::write_chrome_trace(p.plans[0], steps, path);
+  tf::backend::sim::write_chrome_trace(p, steps, path);
   std::ifstream in(path);
   const nlohmann::json doc = nlohmann::json::parse(in);
   std::map<int, size_t> per_step;
@@ -272,12 +272,16 @@ TEST(SimBackend, ChromeTraceOfAWindowOfStepsShiftsEachStepByThePeriodsBeforeIt) 
   EXPECT_EQ(per_step[5], ops.size());
   ASSERT_EQ(doc.at("otherData").at("steps").size(), 2u);
   EXPECT_EQ(doc.at("otherData").at("steps")[1].at("offset_ns").get<int64_t>(), period);
+  EXPECT_EQ(doc.at("otherData").at("world").get<int>(), p.world);
+  EXPECT_DOUBLE_EQ(doc.at("otherData").at("ratio").get<double>(), p.ratio);
   std::filesystem::remove(path);
   // nothing to trace, or a step whose timings are not its plan's
-  EXPECT_THROW(tf::backend::sim::write_chrome_trace(p.plans[0], {}, path), std::invalid_argument);
+  EXPECT_THROW(tf::backend::sim::write_chrome_trace(p, std::vector<tf::backend::sim::TracedStep>{}, path),
+               std::invalid_argument);
+  EXPECT_THROW(tf::backend::sim::write_chrome_trace(SimPoint{}, steps, path), std::invalid_argument);
   std::vector<tf::backend::sim::TracedStep> short_step = {{1, 0, period, ops}};
   short_step[0].ops.pop_back();
-  EXPECT_THROW(tf::backend::sim::write_chrome_trace(p.plans[0], short_step, path), std::invalid_argument);
+  EXPECT_THROW(tf::backend::sim::write_chrome_trace(p, short_step, path), std::invalid_argument);
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 

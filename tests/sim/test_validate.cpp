@@ -605,6 +605,31 @@ TEST(Breakdown, TheSimulatorsOwnTraceIsItsPrediction) {
   EXPECT_THROW((void)tf::app::breakdown_traces(s, {tf::app::TraceLayerTimes{}}), tf::core::InputError);
 }
 
+// A window of steps (run --trace-steps, what `validate --trace` writes) reads as its steps' ops together: their
+// names carry the step ("s5 forward L0 mb0"), their labels not; the world and ratio come from otherData. Before,
+// two-GPU traces of validate were refused ("layer 0 has no forward or no backward op").
+TEST(Breakdown, AWindowOfStepsReadsWithItsWorld) {
+  tf::core::Scenario s =
+      tf::core::load_scenario(std::string(TWINFLOW_SOURCE_DIR) + "/scenarios/real/mlp-2b-h200x2.yaml");
+  const tf::backend::sim::SimPoint p =
+      tf::backend::sim::simulate_step(s, 0.3, {.record_ops = true, .keep_plans = true});
+  const std::vector<tf::backend::sim::TracedStep> steps = {{5, 0, p.step_ns, p.ranks[0].ops},
+                                                           {6, p.step_ns, p.step_ns, p.ranks[0].ops}};
+  const std::string path = (std::filesystem::temp_directory_path() / "tf_breakdown_window.json").string();
+  tf::backend::sim::write_chrome_trace(p, steps, path);
+  const size_t layers = tf::core::resolve_settings(s).model.layers.size();
+  const tf::app::TraceLayerTimes t = tf::app::read_trace_layer_times(path, layers);
+  std::filesystem::remove(path);
+  EXPECT_EQ(t.world, 2);
+  EXPECT_DOUBLE_EQ(t.ratio, p.requested_ratio);
+  const int mb = int(s.training.grad_accum);
+  EXPECT_EQ(t.fwd_ops, std::vector<int>(layers, 2 * mb));  // both steps' micro-batches
+  EXPECT_EQ(t.bwd_ops, std::vector<int>(layers, 2 * mb));
+  const tf::app::Breakdown b = tf::app::breakdown_traces(s, {t});  // simulated at the trace's world: 2 ranks
+  ASSERT_FALSE(b.rows.empty());
+  for (const tf::app::BreakdownRow& r : b.rows) EXPECT_GT(r.measured_ms, 0) << r.predicted_ms;
+}
+
 TEST(Breakdown, OpLabelsReadBack) {
   const auto l = tf::core::parse_op_label("backward L12 mb3");
   ASSERT_TRUE(l.has_value());
