@@ -7,6 +7,15 @@ B=.devbin
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 # mark NAME: the time and NAME into $W/marks.txt (a phase's start, to line up with a clocks log)
 mark() { echo "$(date -u +%H:%M:%S.%N) $*" >> "$W/marks.txt"; }
+# pack_small NAME: $W into $OUT/NAME.tar.gz, leaving out (and naming) every file over 256 MiB: a call returns only
+# small files, and gzip over a big one takes the call's time (2026-11-29: 16 GB of master weights, a lost call)
+pack_small() {
+  local big
+  big=$(cd "$W" && find . -type f -size +256M)
+  [ -n "$big" ] && echo "pack: left out (over 256 MiB):" $big >&2
+  # shellcheck disable=SC2046
+  tar czf "$OUT/$1.tar.gz" -C "$W" $(for f in $big; do printf -- '--exclude=%s ' "$f"; done) .
+}
 # x CMD...: runs it, or prints it with DRY=1 (the scripts' dry run on any machine)
 x() { if [ -n "${DRY:-}" ]; then echo "+ $*"; else "$@"; fi; }
 # machine_info: the GPU, CPUs, memory, CPU model and kernel into $LOG/machine.txt (after archive_logs)

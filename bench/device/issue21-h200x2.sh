@@ -14,7 +14,7 @@ W=/tmp/issue21-h200x2
 rm -rf "$W"  # a warm machine keeps /tmp between calls: pack only this call's files
 . bench/device/device_env.sh
 export NCCL_NVLS_ENABLE=0
-pack() { tar czf "$OUT/issue21-h200x2.tar.gz" -C "$W" .; }
+pack() { pack_small issue21-h200x2; }
 SC=scenarios/real/opt-1.3b-h100.yaml
 RATIOS=0,0.3,1
 STEPS=${STEPS:-6}
