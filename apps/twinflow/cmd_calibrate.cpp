@@ -254,6 +254,8 @@ const double kAdamWBf16Bytes =
     double(core::bytes_per_element(core::OptimizerKind::kAdamW, core::DType::kBF16, core::DType::kBF16).total());
 const std::string kAdamWBf16Text = fmt(kAdamWBf16Bytes, 0) + " B/element";
 
+// How long a collective runs back to back alone, for its rate beside the GEMM (collective_beside_compute)
+constexpr std::chrono::milliseconds kCollectiveAloneWindow{200};
 // Odd sizes whose cudaMalloc cost shows the allocation granularity: k MiB + 1 costs g when g > k MiB and
 // k MiB + g below it (core::granularity_of); the large one checks that big buffers round alike.
 constexpr int64_t kGranularityProbeBytes[] = {(int64_t(1) << 20) + 1, (int64_t(2) << 20) + 1, (int64_t(5) << 20) + 4097,
@@ -439,7 +441,7 @@ class Calibrator {
   // 2 hbm, 1 gpu optimizer, 8 pcie, 5 launch/event, the thread sweep, the rank counts, the out-of-place
   // factor, the footprints, mem, 3 dma factors (2 rows each), 4 copies under the CPU pass, a GEMM alone and
   // under copies; with several GPUs the concurrent H2D, the all-gather curve and the reduce-scatter's (3 rows
-  // per size), the GEMM under both collectives
+  // per size), the GEMM under both collectives and both collectives beside it and alone
   int planned_steps() const {
     const int random_rows = o_.gemm_relu ? int(gemms_.size() - builtin_cases_) : 0;
     const int memory = 3 + (gpus_ > 1 ? 1 : 0) + int(std::size(kGranularityProbeBytes)) + 2;
@@ -448,7 +450,7 @@ class Calibrator {
       if (decoder_kernel_shape(sc)) decoder_rows += core::kKernelClassCount - 3 + 2;
     return memory + int(gemms_.size()) + random_rows + decoder_rows + 2 + 3 + 8 + 5 + int(threads_.size()) +
            int(cpu_ranks_.size()) + 1 + int(footprints_.size()) + 1 + 3 * 2 + 4 + 2 +
-           (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 : 0);
+           (gpus_ > 1 ? 1 + 4 * int(sizes_.size()) + 2 + 2 * 2 : 0);
   }
 
   void announce() const {
@@ -1198,8 +1200,8 @@ class Calibrator {
     const cal::GemmData data = o_.gemm_relu ? cal::GemmData::kReluMlp : cal::GemmData::kRandom;
     const std::string what = "gemm bf16 " + std::string(core::gemm_pass_name(g.pass)) + " " + std::to_string(g.m) +
                              "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
-    const auto rate = [&](const cal::BackgroundLoad* load) {
-      return cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_, data, load, g.out_stride);
+    const auto rate = [&](const cal::BackgroundLoad* load, double* load_rate = nullptr) {
+      return cal::gemm_tflops(0, cal::GemmType::kBF16, g.pass, g.m, g.n, g.k, R_, data, load, g.out_stride, load_rate);
     };
     const cal::Stat alone = rate(nullptr);
     c_.done(what + ", alone", alone.median, "TFLOP/s", alone);
@@ -1217,24 +1219,42 @@ class Calibrator {
                   under_dma);
     if (!group) return;
     const int64_t bytes = group->message_bytes_for(std::min<int64_t>(int64_t(128) << 20, sizes_.back()));
-    std::string parts;
+    std::string parts, beside;
     double sum = 0, worst = 0;
     for (const auto& [kind, name] : {std::pair{cal::Collective::kAllGather, "all-gather"},
                                      std::pair{cal::Collective::kReduceScatter, "engine reduce-scatter"}}) {
       const cal::BackgroundLoad load = group->background(kind, bytes);
-      const cal::Stat under = rate(&load);
+      double bus_under = 0;
+      const cal::Stat under = rate(&load, &bus_under);
       c_.done(what + ", while the " + name + " of " + with_units(double(bytes)) + " runs", under.median, "TFLOP/s",
               under, "gpu.compute_slowdown_during_collectives");
       sum += alone.median / under.median;
       worst = std::max(worst, under.spread);
       parts += (parts.empty() ? "" : ", ") + fmt(under.median, 1) + " under the " + name;
+      beside += "; the " + std::string(name) + " itself " + collective_beside_compute(load, name, bus_under);
     }
     p_.gpu.compute_slowdown_during_collectives = std::max(1.0, sig4(sum / 2));
     src()["gpu.compute_slowdown_during_collectives"] =
         c_.origin() + ": " + what + ": " + fmt(alone.median, 1) + " TFLOP/s alone, " + parts + " (" +
         with_units(double(bytes)) + " messages back to back on all " + std::to_string(gpus_) +
         " GPUs, the engine's functions); the mean of the two ratios alone / under, at least 1; medians of " +
-        std::to_string(R_) + ", spreads up to " + fmt(std::max(worst, alone.spread) * 100, 1) + "%";
+        std::to_string(R_) + ", spreads up to " + fmt(std::max(worst, alone.spread) * 100, 1) + "%" + beside;
+  }
+
+  // The other side of the pairs above: the collective's own bus rate while the GEMM ran (what `load` moved over
+  // the GEMM's timed window) against the same load alone for kCollectiveAloneWindow, in the calibrate table and the
+  // source text. No simulator term reads it yet: the simulator slows compute under collectives but not the
+  // collectives under compute, and on two H200s the engine's reduce-scatter beside the backward ran 17.6% over
+  // its simulated time (bench/results/2026-11-29-h200x2-tables).
+  std::string collective_beside_compute(const cal::BackgroundLoad& load, const std::string& name, double bus_under) {
+    load.start();
+    std::this_thread::sleep_for(kCollectiveAloneWindow);
+    const double bus_alone = load.stop();
+    c_.done(name + ", whole calls back to back, alone (bus bandwidth)", bus_alone, "GB/s", cal::make_stat({bus_alone}));
+    c_.done(name + ", whole calls back to back beside the GEMM (bus bandwidth)", bus_under, "GB/s",
+            cal::make_stat({bus_under}));
+    return fmt(bus_under, 1) + " bus GB/s beside the GEMM, " + fmt(bus_alone, 1) + " alone (whole calls over " +
+           std::to_string(kCollectiveAloneWindow.count()) + " ms): " + fmt(bus_alone / bus_under, 3) + "x slower";
   }
 
   std::string nccl_how() const {

@@ -214,7 +214,7 @@ DeviceInfo device_info(int device) {
 // ---- GEMM --------------------------------------------------------------------------------------------
 
 Stat gemm_tflops(int device, GemmType type, core::GemmPass pass, int64_t m, int64_t n, int64_t k, int reps,
-                 GemmData data, const BackgroundLoad* load, int64_t out_stride) {
+                 GemmData data, const BackgroundLoad* load, int64_t out_stride, double* load_rate) {
   check_reps(reps, "gemm_tflops");
   if (pass == core::GemmPass::kAny)
     throw core::InputError("gemm_tflops: a GEMM is timed in the layout of its pass; 'any' names none");
@@ -280,7 +280,10 @@ Stat gemm_tflops(int device, GemmType type, core::GemmPass pass, int64_t m, int6
     if (load) (void)load->stop();
     throw;
   }
-  if (load) (void)load->stop();
+  if (load) {
+    const double rate = load->stop();
+    if (load_rate) *load_rate = rate;
+  }
   for (double s : secs) tflops.push_back(flops / s / 1e12);
   return make_stat(std::move(tflops));
 }

@@ -61,11 +61,13 @@ struct BackgroundLoad {
 };
 // TFLOP/s of C (m, n) = A (m, k) B (k, n), 2mnk FLOP per product; when one set of operands fits in
 // twice the L2 cache, several sets rotate so that the timing is not of the cache. With `load`, timed
-// while it runs (on other streams: the GEMM shares the GPU's SMs and HBM with it). out_stride > 0: the
+// while it runs (on other streams: the GEMM shares the GPU's SMs and HBM with it), and what its stop()
+// returned (the load's own rate over the timed window) into *load_rate when given. out_stride > 0: the
 // linear layer's Y and dY rows lie that many elements apart (core::LayerGemm::out_stride, the workload's
 // layout), else packed.
 Stat gemm_tflops(int device, GemmType type, core::GemmPass pass, int64_t m, int64_t n, int64_t k, int reps,
-                 GemmData data = GemmData::kRandom, const BackgroundLoad* load = nullptr, int64_t out_stride = 0);
+                 GemmData data = GemmData::kRandom, const BackgroundLoad* load = nullptr, int64_t out_stride = 0,
+                 double* load_rate = nullptr);
 
 // ---- the decoder's own kernels (decoder_kernels.cuh, attention.cu) -----------------------------------
 // The shapes a decoder's embedding (e = h), blocks and head launch their kernels at, one micro-batch.
