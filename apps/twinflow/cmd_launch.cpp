@@ -17,6 +17,7 @@
 
 #include "apps/twinflow/cli.h"
 #include "apps/twinflow/commands.h"
+#include "backends/launch/rank_exits.h"
 #include "core/error.h"
 
 extern char** environ;
@@ -32,16 +33,6 @@ constexpr auto kPollMs = std::chrono::milliseconds(10);
 
 volatile sig_atomic_t g_forward_signal = 0;
 void on_signal(int sig) { g_forward_signal = sig; }
-
-std::string describe(int status) {
-  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    const char* name = sigabbrev_np(sig);
-    return "signal " + std::to_string(sig) + (name ? std::string(" (SIG") + name + ")" : std::string());
-  }
-  return "status " + std::to_string(status);
-}
 
 // This process's environment with the overrides applied, as "K=V" strings.
 std::vector<std::string> child_environment(const std::map<std::string, std::string>& overrides) {
@@ -68,8 +59,9 @@ void signal_all(std::vector<Child>& children, int sig) {
     if (c.running) ::kill(-c.pid, sig);
 }
 
-// Reaps whatever exited; returns the number of children still running.
-int reap(std::vector<Child>& children, Child** first_failure) {
+// Reaps whatever exited; returns the number of children still running. With `failures`, each child that
+// failed is added with the poll that reaped it (the launcher has not signalled anyone yet).
+int reap(std::vector<Child>& children, int poll, std::vector<backend::launch::RankExit>* failures) {
   int running = 0;
   for (Child& c : children) {
     if (!c.running) continue;
@@ -79,7 +71,7 @@ int reap(std::vector<Child>& children, Child** first_failure) {
       c.running = false;
       c.status = status;
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && first_failure && !*first_failure) *first_failure = &c;
+      if (!ok && failures) failures->push_back({c.rank, status, poll});
     } else if (r < 0 && errno == ECHILD) {
       c.running = false;
     } else {
@@ -87,6 +79,22 @@ int reap(std::vector<Child>& children, Child** first_failure) {
     }
   }
   return running;
+}
+
+// The rank that failed first (backend::launch::first_failure), then any other that failed on its own before the
+// launcher stopped the rest (usually a consequence: its peer was gone).
+void report_failures(const std::vector<Child>& children, const std::vector<backend::launch::RankExit>& failures) {
+  const size_t first = backend::launch::first_failure(failures);
+  const auto pid_of = [&](int rank) { return children[size_t(rank)].pid; };
+  const backend::launch::RankExit& f = failures[first];
+  std::cerr << "twinflow launch: rank " << f.rank << " (pid " << pid_of(f.rank) << ") failed with "
+            << backend::launch::describe_status(f.status) << "; stopped the other " << (children.size() - 1)
+            << " rank(s)\n";
+  for (size_t i = 0; i < failures.size(); ++i)
+    if (i != first)
+      std::cerr << "twinflow launch: rank " << failures[i].rank << " (pid " << pid_of(failures[i].rank)
+                << ") also failed before it was stopped, with " << backend::launch::describe_status(failures[i].status)
+                << (failures[i].poll == f.poll ? " (seen at the same moment)" : " (after it)") << "\n";
 }
 
 }  // namespace
@@ -171,10 +179,10 @@ int cmd_launch(const std::vector<std::string>& args) {
     children.push_back({pid, rank, true, 0});
   }
 
-  Child* failed = nullptr;
-  int forwarded = 0;
+  std::vector<backend::launch::RankExit> failures;  // ranks that failed before the launcher stopped anyone
+  int forwarded = 0, poll = 0;
   if (spawn_error.empty()) {
-    while (reap(children, &failed) > 0 && !failed) {
+    while (reap(children, poll++, &failures) > 0 && failures.empty()) {
       if (g_forward_signal) {
         forwarded = g_forward_signal;
         break;
@@ -183,14 +191,14 @@ int cmd_launch(const std::vector<std::string>& args) {
     }
   }
   // Stop whoever is left: SIGTERM, then SIGKILL after the grace period.
-  if (reap(children, &failed) > 0) {
+  if (reap(children, poll, forwarded ? nullptr : &failures) > 0) {
     signal_all(children, forwarded ? forwarded : SIGTERM);
     const auto kill_at = std::chrono::steady_clock::now() + kGracePeriodMs;
-    while (reap(children, nullptr) > 0 && std::chrono::steady_clock::now() < kill_at)
+    while (reap(children, poll, nullptr) > 0 && std::chrono::steady_clock::now() < kill_at)
       std::this_thread::sleep_for(kPollMs);
-    if (reap(children, nullptr) > 0) {
+    if (reap(children, poll, nullptr) > 0) {
       signal_all(children, SIGKILL);
-      for (int i = 0; i < 500 && reap(children, nullptr) > 0; ++i) std::this_thread::sleep_for(kPollMs);
+      for (int i = 0; i < 500 && reap(children, poll, nullptr) > 0; ++i) std::this_thread::sleep_for(kPollMs);
     }
   }
   sigaction(SIGINT, &old_int, nullptr);
@@ -201,9 +209,8 @@ int cmd_launch(const std::vector<std::string>& args) {
     std::cerr << "twinflow launch: interrupted by signal " << forwarded << "; stopped all ranks\n";
     return kExitCheckFailed;
   }
-  if (failed) {
-    std::cerr << "twinflow launch: rank " << failed->rank << " (pid " << failed->pid << ") failed with "
-              << describe(failed->status) << "; stopped the other " << (n - 1) << " rank(s)\n";
+  if (!failures.empty()) {
+    report_failures(children, failures);
     return kExitCheckFailed;
   }
   return kExitOk;
