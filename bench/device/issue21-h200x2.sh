@@ -43,7 +43,7 @@ sed -n '/^summary/,$p' "$W/opt-w1.log" | head -6; grep -E "error|failed" "$W/opt
 step "OPT-1.3B, world 2 (launch), grad_accum 1, ratios $RATIOS"
 timeout 150 $B/twinflow launch --nproc-per-node 2 -- run $SC --grad-accum 1 --ratios $RATIOS --steps "$STEPS" \
   --save-master "$M/opt-w2" --json "$W/opt-w2.json" > "$W/opt-w2.log" 2>&1; echo "rc $?"
-sed -n '/^summary/,$p' "$W/opt-w2.log" | head -6; grep -E "error|failed|launch" "$W/opt-w2.log" | head -5
+sed -n '/^summary/,$p' "$W/opt-w2.log" | head -6; grep -E "error|failed|launch|^note" "$W/opt-w2.log" | head -6
 for r in 0.000 0.300 1.000; do
   if cmp "$M/opt-w1.r$r" "$M/opt-w2.r$r"; then
     echo "ratio $r: world 1 and world 2 bit-identical ($(stat -c %s "$M/opt-w1.r$r") bytes)"
