@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "apps/twinflow/table.h"
@@ -87,6 +88,21 @@ std::vector<BreakdownRow> trace_rows(const core::ModelDesc& model, const std::ve
   return rows;
 }
 
+// The trace's op kinds, a step's worth, against the simulator's step of the scenario at the trace's ratio.
+std::vector<OpKindRow> op_kind_rows(const core::Scenario& s, backend::sim::SimOptions opt, const TraceLayerTimes& t) {
+  opt.record_ops = opt.keep_plans = true;
+  const backend::sim::SimPoint p = backend::sim::simulate_step(s, t.ratio, opt);
+  std::array<double, core::kOpKindCount> sim_ns{};
+  for (const backend::sim::OpTiming& o : p.ranks.at(0).ops)
+    sim_ns[size_t(p.plans.at(0).ops.at(o.op).kind)] += double(o.end_ns - o.start_ns);
+  std::vector<OpKindRow> rows;
+  for (int k = 0; k < core::kOpKindCount; ++k)
+    if (t.kind_ops[size_t(k)] > 0)
+      rows.push_back({core::OpKind(k), double(t.kind_ops[size_t(k)]) / t.steps, t.kind_ns[size_t(k)] / t.steps / 1e6,
+                      sim_ns[size_t(k)] / 1e6});
+  return rows;
+}
+
 }  // namespace
 
 TraceLayerTimes read_trace_layer_times(const std::string& file, size_t layers) {
@@ -98,6 +114,7 @@ TraceLayerTimes read_trace_layer_times(const std::string& file, size_t layers) {
   t.world = other.value("world", 1);
   t.fwd_ns.assign(layers, 0), t.bwd_ns.assign(layers, 0);
   t.fwd_ops.assign(layers, 0), t.bwd_ops.assign(layers, 0);
+  std::set<int> steps;
   for (const nlohmann::json& e : doc["traceEvents"]) {
     if (!e.is_object() || e.value("ph", "") != "X" || e.value("pid", -1) != 0) continue;
     const nlohmann::json args = e.value("args", nlohmann::json::object());
@@ -105,13 +122,17 @@ TraceLayerTimes read_trace_layer_times(const std::string& file, size_t layers) {
     // mb0", `--trace-steps`); the name where a writer left the label out
     const std::string label = args.value("label", e.value("name", ""));
     const std::optional<core::OpLabel> op = core::parse_op_label(label);
-    if (!op || (op->kind != core::OpKind::kForward && op->kind != core::OpKind::kBackward)) continue;
-    if (op->layer < 0 || size_t(op->layer) >= layers)
-      throw core::InputError(core::printable(file) + ": op \"" + core::printable(label) +
-                             "\" names no layer of the scenario's model (" + std::to_string(layers) + " layers)");
+    if (!op) continue;
     // start_ns/end_ns: the exact interval; dur (us) where a writer left them out
     const double ns = args.contains("end_ns") ? args["end_ns"].get<double>() - args["start_ns"].get<double>()
                                               : e.value("dur", 0.0) * 1e3;
+    t.kind_ns[size_t(op->kind)] += ns;
+    ++t.kind_ops[size_t(op->kind)];
+    if (args.contains("step")) steps.insert(args["step"].get<int>());
+    if (op->kind != core::OpKind::kForward && op->kind != core::OpKind::kBackward) continue;
+    if (op->layer < 0 || size_t(op->layer) >= layers)
+      throw core::InputError(core::printable(file) + ": op \"" + core::printable(label) +
+                             "\" names no layer of the scenario's model (" + std::to_string(layers) + " layers)");
     const bool bwd = op->kind == core::OpKind::kBackward;
     (bwd ? t.bwd_ns : t.fwd_ns)[size_t(op->layer)] += ns;
     ++(bwd ? t.bwd_ops : t.fwd_ops)[size_t(op->layer)];
@@ -120,6 +141,7 @@ TraceLayerTimes read_trace_layer_times(const std::string& file, size_t layers) {
     if (t.fwd_ops[i] == 0 || t.bwd_ops[i] == 0)
       throw core::InputError(core::printable(file) + ": layer " + std::to_string(i) +
                              " has no forward or no backward op on rank 0; is it a trace of this scenario's model?");
+  t.steps = std::max<int>(1, int(steps.size()));
   return t;
 }
 
@@ -140,6 +162,7 @@ Breakdown breakdown_traces(const core::Scenario& sc, const std::vector<TraceLaye
       throw core::InputError(core::printable(t.file) + ": " + std::to_string(t.fwd_ns.size()) +
                              " layers read, the model has " + std::to_string(model.layers.size()));
     b.costs = backend::sim::layer_costs(s, opt);
+    if (per_trace.empty()) b.kinds = op_kind_rows(s, opt, t);
     per_trace.push_back(trace_rows(model, b.costs, t));
     double m = 0, p = 0;
     for (const BreakdownRow& r : per_trace.back()) m += r.measured_ms, p += r.predicted_ms;
@@ -184,6 +207,17 @@ double cost_group_ns(const PassCost& c, CostGroup g) {
 }
 
 namespace {
+
+void print_op_kinds(const Breakdown& b) {
+  if (b.kinds.empty()) return;
+  Table t({"op", "ops/step", "measured_ms", "simulated_ms", "measured/simulated"});
+  for (const OpKindRow& r : b.kinds)
+    t.add({core::op_kind_name(r.kind), fmt(r.ops, 1), fmt(r.measured_ms, 2), fmt(r.simulated_ms, 2),
+           r.simulated_ms > 0 ? fmt(r.measured_ms / r.simulated_ms, 3) : "-"});
+  std::cout << "\nrank 0's ops by kind, a step's worth of the first trace, against the simulator's step at its ratio "
+               "and world (with the slowdowns the rows above leave out):\n";
+  t.print(std::cout);
+}
 
 void print_gemms(const Breakdown& b) {
   Table t({"layer", "pass", "gemm (m, n, k) x batch", "table pass", "TFLOP/s", "us", "rate from"});
@@ -254,6 +288,7 @@ void print_breakdown(const Breakdown& b, const core::Scenario& sc) {
   for (size_t i = 0; i < b.trace_measured_ms.size(); ++i)
     std::cout << (i ? ", " : " ") << fmt(b.trace_measured_ms[i], 1) << "/" << fmt(b.trace_predicted_ms[i], 1);
   std::cout << "\n";
+  print_op_kinds(b);
   print_gemms(b);
 }
 

@@ -10,16 +10,20 @@
 
 #include "backends/sim/sim_backend.h"
 #include "core/scenario.h"
+#include "core/step.h"
 
 namespace tf::app {
 
 // Rank 0's forward and backward op time per layer in one trace, summed over its micro-batches.
 struct TraceLayerTimes {
   std::string file;
-  double ratio = 0;                    // the trace's otherData.requested_ratio
-  int world = 1;                       // otherData.world
-  std::vector<double> fwd_ns, bwd_ns;  // per layer (model order); 0 where the trace has none
-  std::vector<int> fwd_ops, bwd_ops;   // ops summed per layer (one per micro-batch)
+  double ratio = 0;                                  // the trace's otherData.requested_ratio
+  int world = 1;                                     // otherData.world
+  std::vector<double> fwd_ns, bwd_ns;                // per layer (model order); 0 where the trace has none
+  std::vector<int> fwd_ops, bwd_ops;                 // ops summed per layer (one per micro-batch)
+  int steps = 1;                                     // the steps the trace holds (args.step; a window of --trace-steps)
+  std::array<double, core::kOpKindCount> kind_ns{};  // every op of rank 0 by kind, summed over the steps
+  std::array<int, core::kOpKindCount> kind_ops{};
 };
 
 // Reads a trace that `twinflow run --trace` (or `simulate --trace`) wrote, for a model of `layers`
@@ -38,14 +42,26 @@ struct BreakdownRow {
   double exposed_issue_ms = 0;       // the part of predicted_ms the host's issue time adds (PassCost::ns)
 };
 
+// One op kind of the first trace, a step's worth, against the simulator's own step at the trace's ratio and world:
+// its op times with every slowdown the simulator applies (under collectives, copies and the CPU pass), where
+// `rows` compares the layers' costs before them. Where both agree on the compute and differ here, the
+// slowdowns are what is wrong.
+struct OpKindRow {
+  core::OpKind kind = core::OpKind::kForward;
+  double ops = 0;                            // per step, measured
+  double measured_ms = 0, simulated_ms = 0;  // per step, rank 0
+};
+
 struct Breakdown {
   std::vector<BreakdownRow> rows;                             // kinds in model order, forward before backward
   std::vector<double> trace_measured_ms, trace_predicted_ms;  // per trace: all forward + backward ops
   std::vector<backend::sim::LayerCost> costs;                 // the simulator's, per layer
+  std::vector<OpKindRow> kinds;                               // the op kinds the first trace has
 };
 
 // The traces' layers against `sc`'s simulated costs (sc.cluster.hardware is the profile), at each trace's
-// world. Throws core::InputError when a trace's layers do not match the model's.
+// world, and the first trace's op kinds against the simulator's step. Throws core::InputError when a trace's
+// layers do not match the model's.
 Breakdown breakdown_traces(const core::Scenario& sc, const std::vector<TraceLayerTimes>& traces);
 
 // The op class groups of the printed table: the GPU's work by class (they add up to PassCost::work_ns).

@@ -1244,7 +1244,7 @@ class Calibrator {
   // The other side of the pairs above: the collective's own bus rate while the GEMM ran (what `load` moved over
   // the GEMM's timed window) against the same load alone for kCollectiveAloneWindow, in the calibrate table and the
   // source text. No simulator term reads it yet: the simulator slows compute under collectives but not the
-  // collectives under compute, and on two H200s the engine's reduce-scatter beside the backward ran 17.6% over
+  // collectives under compute, and on two H200s the engine's reduce-scatter beside the backward ran 9.4% over
   // its simulated time (bench/results/2026-11-29-h200x2-tables).
   std::string collective_beside_compute(const cal::BackgroundLoad& load, const std::string& name, double bus_under) {
     load.start();

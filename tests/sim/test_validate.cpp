@@ -628,6 +628,19 @@ TEST(Breakdown, AWindowOfStepsReadsWithItsWorld) {
   const tf::app::Breakdown b = tf::app::breakdown_traces(s, {t});  // simulated at the trace's world: 2 ranks
   ASSERT_FALSE(b.rows.empty());
   for (const tf::app::BreakdownRow& r : b.rows) EXPECT_GT(r.measured_ms, 0) << r.predicted_ms;
+  // by op kind, a step's worth against the simulator's own step: the trace is that step twice, so every kind
+  // matches, collectives and slowdowns included
+  EXPECT_EQ(t.steps, 2);
+  ASSERT_FALSE(b.kinds.empty());
+  bool reduce_scatter = false;
+  for (const tf::app::OpKindRow& r : b.kinds) {
+    EXPECT_NEAR(r.measured_ms, r.simulated_ms, 1e-9) << tf::core::op_kind_name(r.kind);
+    reduce_scatter = reduce_scatter || r.kind == tf::core::OpKind::kReduceScatter;
+    if (r.kind == tf::core::OpKind::kForward) {
+      EXPECT_DOUBLE_EQ(r.ops, double(layers * mb));
+    }
+  }
+  EXPECT_TRUE(reduce_scatter);
 }
 
 TEST(Breakdown, OpLabelsReadBack) {
