@@ -256,6 +256,12 @@ void layer_costs(const core::Scenario& s, const core::RunSettings& rs, double ge
   }
 }
 
+// Whether `link` has measured curves (calibrate measures them on one node's link only).
+bool has_curves(const core::LinkProfile& link) {
+  return !link.bus_gbps_by_message_bytes.empty() || !link.all_gather_bus_gbps_by_message_bytes.empty() ||
+         !link.reduce_scatter_bus_gbps_by_message_bytes.empty();
+}
+
 void collective_costs(const core::HardwareProfile& hw, int world, CostSetup& c) {
   if (world <= 1) return;
   if (const std::optional<std::string> issue = collective_cost_issue(hw, world, c.ranks_per_node))
@@ -264,13 +270,12 @@ void collective_costs(const core::HardwareProfile& hw, int world, CostSetup& c) 
                            "of its nodes measures one; cluster.profile: FILE.yaml)");
   const bool one_node = world <= c.ranks_per_node;
   const core::LinkProfile& link = one_node ? hw.intra_node : hw.inter_node;
-  if (one_node) {  // measured curves are of one node's link
+  const bool measured = one_node && has_curves(link);
+  if (measured) {
     c.collective.curve = curve_of(link.bus_gbps_by_message_bytes);
     c.collective.all_gather_curve = curve_of(link.all_gather_bus_gbps_by_message_bytes);
     c.collective.reduce_scatter_curve = curve_of(link.reduce_scatter_bus_gbps_by_message_bytes);
   }
-  const bool measured = !c.collective.curve.empty() || !c.collective.all_gather_curve.empty() ||
-                        !c.collective.reduce_scatter_curve.empty();
   // A measured bus bandwidth already contains NCCL's latency (the whole call was timed): adding the
   // profile's latency on top would count it twice.
   c.collective.latency_ns = measured ? 0.0 : link.latency_ns;
@@ -287,10 +292,7 @@ std::optional<std::string> collective_cost_issue(const core::HardwareProfile& hw
   if (world <= 1) return std::nullopt;
   const bool one_node = world <= ranks_per_node;
   const core::LinkProfile& link = one_node ? hw.intra_node : hw.inter_node;
-  const bool measured = one_node && (!link.bus_gbps_by_message_bytes.empty() ||  // curves are of one node's link
-                                     !link.all_gather_bus_gbps_by_message_bytes.empty() ||
-                                     !link.reduce_scatter_bus_gbps_by_message_bytes.empty());
-  if (measured || link.gbps > 0) return std::nullopt;
+  if ((one_node && has_curves(link)) || link.gbps > 0) return std::nullopt;
   return "world " + std::to_string(world) + " (" + std::to_string(ranks_per_node) + " rank(s) per node): profile " +
          hw.name + " has no " + (one_node ? "intra-node" : "inter-node") + " GPU link (" + link.kind +
          ", 0 GB/s) to cost the collectives with";
@@ -353,7 +355,8 @@ CostSetup make_cost_setup(const core::Scenario& s, const core::RunSettings& rs, 
   c.h2d_slowdown_cpu_pass = std::max(1.0, hw.pcie.h2d_slowdown_under_cpu_pass);
   c.d2h_slowdown_cpu_pass = std::max(1.0, hw.pcie.d2h_slowdown_under_cpu_pass);
   collective_costs(hw, rs.world, c);
-  c.cpu_ranks_per_host = std::max(1, std::min(rs.world, s.cluster.gpus_per_node));
+  // the same node as the collectives' (a launched run's LOCAL_WORLD_SIZE), of at most the world's ranks
+  c.cpu_ranks_per_host = std::max(1, std::min(rs.world, rs.ranks_per_node));
   cpu_costs(s, rs, c.cpu_ranks_per_host, rank_host_bytes, c);
   return c;
 }

@@ -199,4 +199,13 @@ TEST(SpeculationBudget, AProfileWithoutTheLinkKeepsTheDefaults) {
   const backend::sim::ModelChoices made = backend::sim::resolve_model_choices(costed, x2, 0.3, o);
   EXPECT_TRUE(made.not_costed.empty()) << made.not_costed;
   EXPECT_TRUE(made.speculation.has_value());
+  // the launched node is the CPU host model's too: its two ranks share one host's pinned memory and cores
+  const backend::sim::SimPoint one_host = backend::sim::simulate_step(x2, 0.3, o);
+  SimOptions two_hosts_opt = o;
+  two_hosts_opt.overrides.ranks_per_node = 1;
+  two_hosts_opt.overrides.world = 2;
+  core::Scenario x2_nodes = x2;  // two nodes of one GPU, costed over the profile's link between nodes
+  x2_nodes.cluster.hardware.inter_node.gbps = 25;
+  const backend::sim::SimPoint two_hosts = backend::sim::simulate_step(x2_nodes, 0.3, two_hosts_opt);
+  EXPECT_EQ(one_host.cpu_node_host_bytes, 2 * two_hosts.cpu_node_host_bytes);
 }
