@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds Twin-Flow's libFuzzer targets with clang and runs each for SECONDS (default 60; 600 for a long run)
 # on its committed seed corpus (tests/fuzz/seeds/TARGET plus the repository's own inputs of that kind),
-# one target after another. Exit 0 only when every target ran its time with no crash, hang (> 10 s per
+# TF_FUZZ_JOBS targets at a time. Exit 0 only when every target ran its time with no crash, hang (> 10 s per
 # input), out-of-memory or sanitizer report; each target's figures are printed and its log kept.
 #
 #   tests/fuzz/run_all.sh [SECONDS] [TARGET...]     TARGET: scenario ds_config measured http (default: all)
 #
-# Environment: TF_FUZZ_BUILD (build directory, default <repo>/build-fuzz), TF_FUZZ_JOBS (build jobs, 2).
+# Environment: TF_FUZZ_BUILD (build directory, default <repo>/build-fuzz), TF_FUZZ_JOBS (build jobs, and how many
+# targets fuzz at once; default 2). Each target gets its SECONDS either way: running them side by side on as many
+# cores shortens the wall time, not the fuzzing (one libFuzzer process is one thread).
 # The working corpus (<build>/fuzz-corpus/TARGET) grows from run to run; findings land in
 # <build>/fuzz-artifacts/TARGET/ and become test cases.
 set -euo pipefail
@@ -44,14 +46,14 @@ extra_inputs() {
 dict_of() { case $1 in scenario) echo scenario.dict ;; *) echo "$1.dict" ;; esac; }
 max_len_of() { case $1 in http) echo 2048 ;; *) echo 4096 ;; esac; }
 
-status=0
-summary=()
-for t in "${targets[@]}"; do
-  bin="$build/tests/fuzz/tf_fuzz_$t"
-  corpus="$build/fuzz-corpus/$t"
-  artifacts="$build/fuzz-artifacts/$t/"
-  log="$build/fuzz-logs/$t.log"
+# One target: its corpus, its run, then its figures line in <build>/fuzz-logs/TARGET.summary and its exit status
+# (1 on a crash, hang, out-of-memory, sanitizer report or finding).
+fuzz_one() {
+  local t=$1
+  local bin="$build/tests/fuzz/tf_fuzz_$t" corpus="$build/fuzz-corpus/$t" artifacts="$build/fuzz-artifacts/$t/"
+  local log="$build/fuzz-logs/$t.log" rc
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
+  rm -f "$build/fuzz-logs/$t.summary"
   extra_inputs "$t" | while read -r f; do cp -f "$f" "$corpus/"; done
   set +e
   "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len_of "$t")" \
@@ -59,6 +61,7 @@ for t in "${targets[@]}"; do
     "$corpus" "$src/tests/fuzz/seeds/$t" > "$log" 2>&1
   rc=$?
   set -e
+  local runs rate rss cov ft corp found
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
@@ -66,12 +69,31 @@ for t in "${targets[@]}"; do
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   corp=$(grep -o 'corp: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   found=$(find "$artifacts" -type f | wc -l)
-  line="$t: ${secs} s, ${runs:-?} runs (${rate:-?}/s), cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, peak RSS ${rss:-?} MB, findings $found, exit $rc"
-  summary+=("$line")
-  echo "$line"
-  if [ "$rc" -ne 0 ] || [ "$found" -ne 0 ]; then
+  echo "$t: ${secs} s, ${runs:-?} runs (${rate:-?}/s), cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, peak RSS ${rss:-?} MB, findings $found, exit $rc" \
+    > "$build/fuzz-logs/$t.summary"
+  [ "$rc" -eq 0 ] && [ "$found" -eq 0 ]
+}
+
+# TF_FUZZ_JOBS targets at a time; each line is printed in target order once its target ended.
+status=0
+pids=()
+for i in "${!targets[@]}"; do
+  if [ "${#pids[@]}" -ge "$jobs" ]; then
+    wait "${pids[0]}" || true  # its status is read again below, in order
+  fi
+  fuzz_one "${targets[$i]}" &
+  pids+=($!)
+  # keep only the ones still running
+  alive=()
+  for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && alive+=("$p"); done
+  pids=("${alive[@]}")
+done
+wait || true
+for t in "${targets[@]}"; do
+  cat "$build/fuzz-logs/$t.summary" 2> /dev/null || echo "$t: did not run to its end (see $build/fuzz-logs/$t.log)"
+  if ! grep -qs 'findings 0, exit 0$' "$build/fuzz-logs/$t.summary"; then
     status=1
-    grep -E "ERROR|SUMMARY|==[0-9]+==|runtime error|Test unit written" "$log" | head -20 >&2 || true
+    grep -E "ERROR|SUMMARY|==[0-9]+==|runtime error|Test unit written" "$build/fuzz-logs/$t.log" | head -20 >&2 || true
   fi
 done
 echo "logs: $build/fuzz-logs/"
