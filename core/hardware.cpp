@@ -309,6 +309,7 @@ HardwareProfile parse_hardware_profile(std::string_view yaml_text, const std::st
     if (g.has("event_record_ns")) p.gpu.event_record_ns = fig_num(g, "event_record_ns", p, 0, 1e9);
     if (g.has("event_sync_ns")) p.gpu.event_sync_ns = fig_num(g, "event_sync_ns", p, 0, 1e9);
     if (g.has("optimizer_gbps")) p.gpu.optimizer_gbps = fig_num(g, "optimizer_gbps", p, 0, 1e6, true);
+    if (g.has("gemm_sm_clock_mhz")) p.gpu.gemm_sm_clock_mhz = fig_num(g, "gemm_sm_clock_mhz", p, 0, 1e5, true);
     for (const auto& [key, field] :
          {std::pair{"compute_slowdown_during_collectives", &GpuProfile::compute_slowdown_during_collectives},
           std::pair{"compute_slowdown_during_dma", &GpuProfile::compute_slowdown_during_dma}})
@@ -544,6 +545,7 @@ std::string format_hardware_profile(const HardwareProfile& p, std::string_view h
   if (measured(g.event_record_ns, "gpu.event_record_ns")) w.figure(2, "event_record_ns", num(g.event_record_ns));
   if (measured(g.event_sync_ns, "gpu.event_sync_ns")) w.figure(2, "event_sync_ns", num(g.event_sync_ns));
   if (measured(g.optimizer_gbps, "gpu.optimizer_gbps")) w.figure(2, "optimizer_gbps", num(g.optimizer_gbps));
+  if (g.gemm_sm_clock_mhz != 0) w.figure(2, "gemm_sm_clock_mhz", num(g.gemm_sm_clock_mhz));
   if (g.compute_slowdown_during_collectives != 0)
     w.figure(2, "compute_slowdown_during_collectives", num(g.compute_slowdown_during_collectives));
   if (g.compute_slowdown_during_dma != 0)

@@ -69,6 +69,10 @@ struct GpuProfile {
   // (>= 1; 0: not measured, no slowdown). The simulator slows forward and backward by them.
   double compute_slowdown_during_collectives = 0;
   double compute_slowdown_during_dma = 0;
+  // The SM clock (MHz, the median of NVML's samples) while calibrate timed bf16_gemm_tflops_by_shape; 0: not
+  // read. No simulator term reads it: `validate` sets a run's clock beside it, for a GPU that its power limit
+  // held to a lower clock than calibrate's short GEMMs ran at (docs/ARCHITECTURE.md, "GPU telemetry").
+  double gemm_sm_clock_mhz = 0;
   std::vector<GemmPoint> bf16_gemm_tflops_by_shape;  // cuBLAS bf16 GEMM rates, in measurement order
   // GPU memory a process holds beyond its own cudaMallocs (the allocation plan's unnamed entries,
   // core::unnamed_gpu_memory), as cudaMemGetInfo counts it:

@@ -105,6 +105,28 @@ void publish_run_config(Registry& reg, const RunLabels& labels, const RunConfig&
   for (const auto& g : gauges) reg.gauge(g.name, g.help, kRankScenario).with(rs).set(g.value);
 }
 
+
+// The twinflow_gpu_* gauges, each where the sample has it (the real backend with NVML).
+static void publish_gpu_telemetry(Registry& reg, const StepSample& s, const LabelValues& rs) {
+  const struct {
+    const char* name;
+    const char* help;
+    double value;
+  } gauges[] = {
+      {"twinflow_gpu_sm_clock_hertz", "The GPU's SM clock in the last step (the median of its samples).",
+       s.gpu_sm_clock_hz},
+      {"twinflow_gpu_power_watts", "The GPU's mean power in the last step (its energy counter over the step).",
+       s.gpu_power_watts},
+      {"twinflow_gpu_power_limit_watts", "The GPU's enforced power limit.", s.gpu_power_limit_watts},
+      {"twinflow_gpu_temperature_celsius", "The GPU's largest die temperature in the last step.",
+       s.gpu_temperature_celsius},
+      {"twinflow_gpu_power_capped_ratio",
+       "Share of the last step's samples whose SM clock the GPU's software power cap held.",
+       s.gpu_power_capped_ratio},
+  };
+  for (const auto& g : gauges)
+    if (std::isfinite(g.value)) reg.gauge(g.name, g.help, kRankScenario).with(rs).set(g.value);
+}
 void publish(Registry& reg, const StepSample& s, const RunLabels& labels) {
   if (!std::isfinite(s.step_seconds) || s.step_seconds < 0)
     throw std::invalid_argument("StepSample::step_seconds = " + format_value(s.step_seconds) +
@@ -183,6 +205,7 @@ void publish(Registry& reg, const StepSample& s, const RunLabels& labels) {
       .with(rs)
       .inc(s.speculation_failed ? 1 : 0);
   reg.counter("twinflow_tokens_total", "Tokens the rank processed.", kRs).with(rs).inc(double(s.tokens));
+  publish_gpu_telemetry(reg, s, rs);
 }
 
 }  // namespace tf::metrics

@@ -48,6 +48,12 @@
 //   twinflow_speculated_steps_total                counter: steps whose CPU optimizer speculated
 //   twinflow_failed_speculations_total             counter: ... whose speculation did not hold
 //   twinflow_tokens_total                          counter: tokens this rank processed
+//   twinflow_gpu_sm_clock_hertz                    gauge: the GPU's SM clock in the last step (median of its samples)
+//   twinflow_gpu_power_watts                       gauge: the GPU's mean power in the last step
+//   twinflow_gpu_power_limit_watts                 gauge: the GPU's enforced power limit
+//   twinflow_gpu_temperature_celsius               gauge: the GPU's largest die temperature in the last step
+//   twinflow_gpu_power_capped_ratio                gauge: share of the last step's samples held by the power cap
+//   (the twinflow_gpu_* gauges come from `twinflow run` only, where NVML answers: metrics/gpu_telemetry.h)
 #pragma once
 
 #include <array>
@@ -122,6 +128,14 @@ struct StepSample {
   bool speculated = false;     // the CPU optimizer's speculative updates ran (docs/ARCHITECTURE.md, "Speculation")
   bool speculation_failed = false;  // ... and did not hold (the step clipped or was skipped: redone)
   int64_t tokens = 0;               // tokens this rank processed in this step
+  // The GPU during the step (metrics/gpu_telemetry.h; the real backend only, NaN: not published): the SM clock's
+  // median, the mean power, the enforced power limit, the largest die temperature, and the share of the samples
+  // whose clock the software power cap held.
+  double gpu_sm_clock_hz = kNotMeasured;
+  double gpu_power_watts = kNotMeasured;
+  double gpu_power_limit_watts = kNotMeasured;
+  double gpu_temperature_celsius = kNotMeasured;
+  double gpu_power_capped_ratio = kNotMeasured;
 
   double& phase(Phase p) { return phase_seconds[size_t(p)]; }
   double phase(Phase p) const { return phase_seconds[size_t(p)]; }

@@ -44,6 +44,7 @@
 #include "core/settings.h"
 #include "core/strings.h"
 #include "core/token_data.h"
+#include "metrics/gpu_telemetry.h"
 #if defined(TWINFLOW_HAVE_CUDA)
 #include "backends/cuda/calibrate.h"
 #include "backends/cuda/cuda_backend.h"
@@ -405,6 +406,7 @@ class Calibrator {
     announce();
     measure_gpu_memory();  // first: the probe's baseline is this process with nothing allocated
     cal::wait_by_sleeping(gpus_);
+    open_telemetry();
     measure_gemms();
     measure_decoder_kernels();
     measure_gemm_dtypes();
@@ -568,7 +570,32 @@ class Calibrator {
   }
 
   // ---- GEMM ---------------------------------------------------------------------------------------
+  // Device 0's SM clock and power through NVML while the GEMM table is timed (gpu.gemm_sm_clock_mhz).
+  void open_telemetry() {
+    std::string why;
+    telemetry_ = metrics::GpuTelemetry::open_nvml(backend::cuda::pci_bus_id(0), why);
+    if (!telemetry_) std::cerr << "calibrate: GPU telemetry off (" << why << "): gpu.gemm_sm_clock_mhz not read\n";
+  }
+
+  // The clock the GEMM table ran at: the window's median SM clock, with its range, power and the share of the
+  // samples whose clock the power cap held, in the source.
+  void record_gemm_clock(const metrics::GpuWindow& w) {
+    if (w.empty()) return;
+    p_.gpu.gemm_sm_clock_mhz = sig4(w.sm_mhz_median);
+    const auto n0 = [](double v) { return std::isfinite(v) ? fmt(v, 0) : std::string("-"); };
+    src()["gpu.gemm_sm_clock_mhz"] =
+        c_.origin() + ": NVML's SM clock every 10 ms while the bf16 GEMM table was timed on " + gpu_label_ +
+        " (" + std::to_string(w.samples) + " samples over " + fmt(w.seconds, 1) + " s): median " +
+        n0(w.sm_mhz_median) + " MHz, " + n0(w.sm_mhz_min) + "-" + n0(w.sm_mhz_max) + " MHz; mean power " +
+        n0(w.power_w) + " W of the " + n0(w.power_limit_w) + " W limit; the power cap held the clock in " +
+        n0(100 * w.power_capped_fraction) + "% of the samples. The simulator does not read it: validate sets a run's "
+        "clock beside it";
+    std::cerr << "calibrate: GEMM table timed at SM clock " << n0(w.sm_mhz_median) << " MHz (median; "
+              << n0(w.sm_mhz_min) << "-" << n0(w.sm_mhz_max) << "), " << n0(w.power_w) << " W\n";
+  }
+
   void measure_gemms() {
+    if (telemetry_) telemetry_->take_now();  // the window starts here
     double best = 0;
     std::string best_what;
     cal::Stat best_stat;
@@ -588,6 +615,7 @@ class Calibrator {
       p_.gpu.bf16_gemm_tflops_by_shape.push_back({g.m, g.n, g.k, sig4(st.median), g.pass});
       if (st.median > best) best = st.median, best_what = what, best_stat = st;
     }
+    if (telemetry_) record_gemm_clock(telemetry_->take_now());
     p_.gpu.bf16_tflops = sig4(best);
     src()["gpu.bf16_tflops"] = c_.source("the best cuBLAS bf16 GEMM of the shape table (" + best_what + ")", best_stat);
     src()["gpu.bf16_gemm_tflops_by_shape"] =
@@ -1372,6 +1400,7 @@ class Calibrator {
   core::HardwareProfile p_;
   cal::Stat h2d_;                                 // pinned H2D alone (measure_pcie)
   std::vector<std::pair<int, cal::Stat>> rates_;  // CPU AdamW by threads (measure_cpu_optimizer)
+  std::unique_ptr<metrics::GpuTelemetry> telemetry_;  // device 0's clocks (open_telemetry); null without NVML
 };
 
 int run_calibration(const Options& o) { return Calibrator(o).run(); }
@@ -1384,6 +1413,7 @@ std::vector<std::pair<std::string, double>> profile_figures(const core::Hardware
   f.insert(f.end(), {{"gpu.hbm_gbps", g.hbm_gbps},
                      {"gpu.hbm_copy_gbps", g.hbm_copy_gbps},
                      {"gpu.optimizer_gbps", g.optimizer_gbps},
+                     {"gpu.gemm_sm_clock_mhz", g.gemm_sm_clock_mhz},
                      {"gpu.bf16_tflops", g.bf16_tflops},
                      {"gpu.fp16_tflops", g.fp16_tflops},
                      {"gpu.fp32_tflops", g.fp32_tflops},

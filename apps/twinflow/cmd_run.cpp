@@ -45,6 +45,7 @@
 #include "core/scenario.h"
 #include "core/settings.h"
 #include "core/speculation.h"
+#include "metrics/gpu_telemetry.h"
 #include "metrics/http_server.h"
 #include "metrics/sim_samples.h"
 #include "metrics/step_metrics.h"
@@ -452,10 +453,14 @@ void print_banner(const RunOptions& o, const cu::EngineConfig& base, const std::
 
 class RunMetrics {
  public:
-  // tokens_per_step: this rank's tokens in one step (micro-batch x tokens per sample x accumulation).
+  // tokens_per_step: this rank's tokens in one step (micro-batch x tokens per sample x accumulation);
+  // telemetry: this rank's GPU's sampler (metrics/gpu_telemetry.h), or nullptr where NVML is not there.
   RunMetrics(const MetricsOptions& m, const core::Scenario& sc, const core::RunSettings& rs, int rank,
-             int64_t tokens_per_step)
-      : job_(sc.name.empty() ? sc.file.stem().string() : sc.name), rank_(rank), tokens_per_step_(tokens_per_step) {
+             int64_t tokens_per_step, metrics::GpuTelemetry* telemetry)
+      : job_(sc.name.empty() ? sc.file.stem().string() : sc.name),
+        rank_(rank),
+        tokens_per_step_(tokens_per_step),
+        telemetry_(telemetry) {
     if (!m.port) return;
     if (*m.port + rs.world - 1 > 65535) throw core::InputError("--metrics-port must be in [0, 65535 - ranks + 1]");
     config_ = metrics_run_config(sc, rs, sc.cpu_ratio());
@@ -476,7 +481,11 @@ class RunMetrics {
     metrics::publish_run_config(registry_, {rank_, job_, "cuda"}, config_);
   }
 
-  void publish(const cu::StepReport& r, const cu::Engine& eng) {
+  // The GPU since the previous call (one step's period between two reports); empty without telemetry.
+  metrics::GpuWindow gpu_window() { return telemetry_ ? telemetry_->take_now() : metrics::GpuWindow{}; }
+  bool has_telemetry() const { return telemetry_ != nullptr; }
+
+  void publish(const cu::StepReport& r, const cu::Engine& eng, const metrics::GpuWindow& gpu) {
     if (!server_) return;
     const backend::StepTimeline& tl = r.timeline;
     metrics::StepSample smp = metrics::timeline_sample(eng.plan(), tl.ops, tl.step_ns, eng.memory().planned);
@@ -492,6 +501,13 @@ class RunMetrics {
     smp.speculated = r.speculated;
     smp.speculation_failed = r.speculated && !r.speculation_held;
     smp.tokens = tokens_per_step_;
+    if (!gpu.empty()) {
+      smp.gpu_sm_clock_hz = gpu.sm_mhz_median * 1e6;
+      smp.gpu_power_watts = gpu.power_w;
+      smp.gpu_power_limit_watts = gpu.power_limit_w;
+      smp.gpu_temperature_celsius = gpu.temperature_c_max;
+      smp.gpu_power_capped_ratio = gpu.power_capped_fraction;
+    }
     metrics::publish(registry_, smp, {rank_, job_, "cuda"});
   }
 
@@ -499,6 +515,7 @@ class RunMetrics {
   std::string job_;
   int rank_;
   int64_t tokens_per_step_;
+  metrics::GpuTelemetry* telemetry_;
   metrics::RunConfig config_;
   metrics::Registry registry_;
   std::unique_ptr<metrics::MetricsServer> server_;
@@ -511,6 +528,7 @@ struct RunPoint {
   std::vector<cu::StepReport> steps;
   std::vector<Throughput> throughput;   // decoder: per step
   std::vector<OverlapFigures> overlap;  // per step
+  std::vector<metrics::GpuWindow> gpu;  // per step: the GPU between the step's report and the previous one
   int64_t speculation_bytes = 0;        // the budget the plan resolved to (core::resolve_speculation_bytes)
   bool carry_tail = false;              // the plan carried its tail into the next step (core::carries)
   size_t speculated_layers = 0;         // the CPU layers that speculate (core::speculated_layers)
@@ -682,6 +700,7 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
                                    "bwd",       "ag",       "rs",        "d2h",     "cpu_opt", "gpu_opt", "h2d",
                                    "opt_phase", "exp_xfer", "spec",      "cpu_hid", "bound"};
   if (decoder) head.insert(head.end(), {"tok/s", "MFU"});
+  if (metrics.has_telemetry()) head.insert(head.end(), {"SM_MHz", "GPU_W"});
   Table t(head);
   // One step's report, in step order: with a carried tail (docs/ARCHITECTURE.md, "Carrying the optimizer
   // tail into the next step") step t's comes from step t + 1's step() or from the drain after the loop.
@@ -718,6 +737,12 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
       rate = ", " + num(th.tokens_per_s, 0) + " tokens/s, MFU " + num(th.mfu, 3);
       pt.throughput.push_back(th);
     }
+    const metrics::GpuWindow gpu = metrics.gpu_window();
+    if (metrics.has_telemetry()) {
+      row.insert(row.end(), {num(gpu.sm_mhz_median, 0), num(gpu.power_w, 0)});
+      if (!gpu.empty()) rate += ", SM " + num(gpu.sm_mhz_median, 0) + " MHz, " + num(gpu.power_w, 0) + " W";
+    }
+    pt.gpu.push_back(gpu);
     t.add(row);
     if (ec.rank == 0)
       std::cerr << "  step " << r.step << "/" << o.steps << ": " << num(ms(tl.step_ns)) << " ms"
@@ -725,11 +750,12 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
                 << (r.skipped ? " (skipped: overflow)" : "")
                 << (planned ? ", speculation " + speculation_text(r, planned) : "") << ", CPU pass "
                 << num(100 * ov.overlap_fraction, 0) << "% hidden\n";
-    metrics.publish(r, eng);
+    metrics.publish(r, eng, gpu);
     pt.steps.push_back(std::move(r));
     if (pt.steps.size() == 1) after_first_step(eng, o, ec, pt);
   };
   const int first = ck ? int(ck->first_step()) : 1;
+  metrics.gpu_window();  // the engine's set-up until now: no step's
   for (int s = first; s <= o.steps; ++s) {
     std::optional<cu::StepReport> r = eng.step();
     if (s == first && o.dump_step && !r) r = eng.drain();  // --dump-step reads step 1's gradients
@@ -895,12 +921,22 @@ std::string steady_step_list(const std::vector<RunPoint>& points) {
   return out.empty() ? "none" : out;
 }
 
+// The GPU over the point's steady steps (metrics::combine of their windows; empty without telemetry).
+metrics::GpuWindow steady_gpu(const RunPoint& p) {
+  const std::vector<bool> steady = steady_steps(p.steps.size(), p.carry_tail);
+  std::vector<metrics::GpuWindow> w;
+  for (size_t i = 0; i < p.gpu.size() && i < steady.size(); ++i)
+    if (steady[i]) w.push_back(p.gpu[i]);
+  return metrics::combine(w);
+}
+
 // Over steady steps (steady_steps.h), rank 0.
 void print_summary(const std::vector<RunPoint>& points) {
   Table s(
       {"ratio",          "actual",        "step_ms",    "fwd_ms",         "bwd_ms",       "opt_phase_ms", "exp_xfer_ms",
        "exp_cpu_opt_ms", "exp_copies_ms", "cpu_opt_ms", "gpu_opt_ms",     "busy_compute", "busy_cpu",     "cpu_hid",
-       "bound_ms",       "spec_held",     "gpu_GB",     "host_pinned_GB", "tok/s",        "MFU",          "x_vs_r1"});
+       "bound_ms",       "spec_held",     "gpu_GB",     "host_pinned_GB", "tok/s",        "MFU",          "x_vs_r1",
+       "SM_MHz",         "GPU_W"});
   const auto step_ms = [](const cu::StepReport& r) { return ms(r.timeline.step_ns); };
   double r1 = std::nan("");
   for (const RunPoint& p : points)
@@ -924,6 +960,7 @@ void print_summary(const std::vector<RunPoint>& points) {
           p, [&](const cu::StepReport& r) { return p.throughput[size_t(r.step - p.steps.front().step)].*f; });
     };
     const double tok_s = rate(&Throughput::tokens_per_s), mfu = rate(&Throughput::mfu);
+    const metrics::GpuWindow gpu = steady_gpu(p);
     auto overlap = [&](double OverlapFigures::*f) {
       return steady_median(
           p, [&](const cu::StepReport& r) { return p.overlap[size_t(r.step - p.steps.front().step)].*f; });
@@ -951,11 +988,29 @@ void print_summary(const std::vector<RunPoint>& points) {
            num(double(p.memory.host_pinned) / 1e9),
            num(tok_s, 0),
            num(mfu, 3),
-           num(r1 / step, 2)});
+           num(r1 / step, 2),
+           num(gpu.sm_mhz_median, 0),
+           num(gpu.power_w, 0)});
   }
   std::cout << "\nsummary (median of the steady steps, steady_steps.h: " << steady_step_list(points)
-            << ", rank 0; spec_held: steps whose speculation held of all steps)\n";
+            << ", rank 0; spec_held: steps whose speculation held of all steps; SM_MHz, GPU_W: the GPU's SM clock and "
+               "mean power over them, from NVML, '-' where it did not answer)\n";
   s.print(std::cout);
+}
+
+// A GPU telemetry window (metrics/gpu_telemetry.h); null for what was not read.
+nlohmann::json gpu_window_json(const metrics::GpuWindow& w) {
+  const auto value = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  return {{"samples", w.samples},
+          {"seconds", value(w.seconds)},
+          {"sm_mhz_median", value(w.sm_mhz_median)},
+          {"sm_mhz_min", value(w.sm_mhz_min)},
+          {"sm_mhz_max", value(w.sm_mhz_max)},
+          {"power_w", value(w.power_w)},
+          {"power_limit_w", value(w.power_limit_w)},
+          {"temperature_c_max", value(w.temperature_c_max)},
+          {"power_capped_fraction", value(w.power_capped_fraction)},
+          {"thermal_fraction", value(w.thermal_fraction)}};
 }
 
 nlohmann::json step_json(const cu::StepReport& r) {
@@ -1070,12 +1125,14 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     if (p.speculation_choice) jp["speculation_choice"] = speculation_choice_json(*p.speculation_choice);
     jp["cpu_order"] = cpu_order_json(p.cpu_order, p.cpu_order_choice);  // what `validate` simulates this point with
     jp["spare_slot_bytes"] = spare_bytes(p.memory.plan);
+    if (const metrics::GpuWindow g = steady_gpu(p); !g.empty()) jp["gpu_steady"] = gpu_window_json(g);
     jp["speculated_steps"] = p.speculated_steps;
     jp["failed_speculations"] = p.failed_speculations;
     const std::vector<bool> steady = steady_steps(p.steps.size(), p.carry_tail);
     for (size_t i = 0; i < p.steps.size(); ++i) {
       nlohmann::json js = step_json(p.steps[i]);
       js["steady"] = bool(steady[i]);  // what the summary's medians count (steady_steps.h)
+      if (i < p.gpu.size() && !p.gpu[i].empty()) js["gpu"] = gpu_window_json(p.gpu[i]);
       if (i < p.overlap.size())
         js["overlap"] = {
             {"cpu_overlap_fraction", p.overlap[i].overlap_fraction},     {"gpu_work_ms", p.overlap[i].gpu_work_ms},
@@ -1147,9 +1204,14 @@ int cmd_run(const std::vector<std::string>& args) {
   const cu::EngineConfig base = base_config(o, env, threads, share);
   const std::string gpu = cu::gpu_info(env.local_rank).name;
   if (env.rank == 0) print_banner(o, base, gpu, threads, share);
+  std::string no_telemetry;  // each rank samples its own GPU: its clock, power and temperature per step
+  const std::unique_ptr<metrics::GpuTelemetry> telemetry =
+      metrics::GpuTelemetry::open_nvml(cu::pci_bus_id(env.local_rank), no_telemetry);
+  if (!telemetry && env.rank == 0)
+    std::cerr << "note: GPU telemetry off (" << no_telemetry << "): no SM clock or power in the tables\n";
   const core::StepConfig& step = base.settings.step;
   RunMetrics metrics(o.metrics, o.sc, base.settings, env.rank,
-                     step.micro_batch * base.settings.model.tokens_per_sample() * step.grad_accum);
+                     step.micro_batch * base.settings.model.tokens_per_sample() * step.grad_accum, telemetry.get());
 
   std::optional<StopSignals> signals;  // with checkpoints: SIGTERM/SIGINT end the run after a step, saved
   if (o.checkpoints()) signals.emplace();

@@ -317,6 +317,34 @@ void print_pages_tracked(const Validation& v) {
                "the profile as calibrated: docs/ARCHITECTURE.md, \"Validation\")\n";
 }
 
+// The run's SM clock by point against the one calibrate timed the GEMM table at (gpu.gemm_sm_clock_mhz): a GPU
+// that its power limit holds below calibrate's clock runs its GEMMs slower than the profile's rates by up to
+// that ratio (docs/ARCHITECTURE.md, "GPU telemetry"). Nothing where the run read no clock.
+void print_clock(const Validation& v, double gemm_mhz) {
+  std::string by_ratio;
+  std::vector<double> all;
+  for (const ValidationRow& r : v.rows)
+    if (std::isfinite(r.meas_sm_mhz)) {
+      by_ratio += (by_ratio.empty() ? "" : ", ") + fmt(r.ratio, 3) + ": " + fmt(r.meas_sm_mhz, 0);
+      all.push_back(r.meas_sm_mhz);
+    }
+  if (all.empty()) return;
+  std::sort(all.begin(), all.end());
+  std::cout << "SM clock (NVML, the compared steps' median, MHz) by ratio: " << by_ratio;
+  if (gemm_mhz > 0) {
+    const double lo = all.front() / gemm_mhz, hi = all.back() / gemm_mhz;
+    std::cout << "; calibrate timed the GEMM table at " << fmt(gemm_mhz, 0) << " MHz (gpu.gemm_sm_clock_mhz): the run "
+              << "ran at " << fmt(lo, 3) << (hi - lo > 0.0005 ? "-" + fmt(hi, 3) : "") << " of it";
+    if (lo < 0.97)
+      std::cout << ": compute-bound kernels ran up to " << fmt((1 / lo - 1) * 100, 1)
+                << "% slower than the profile's rates (the GPU's power or thermal limit; the simulator has no such "
+                   "term)";
+  } else {
+    std::cout << "; the profile has no gpu.gemm_sm_clock_mhz to compare with (twinflow calibrate reads it)";
+  }
+  std::cout << "\n";
+}
+
 struct Verdict {
   bool mape_ok = false, max_ok = false;
   bool memory_mape_ok = true, memory_max_ok = true;  // true where the sweep has no memory to compare
@@ -354,6 +382,7 @@ Verdict print_validation(const ValidateOptions& o, const MeasuredSweep& m, const
             << " (goal <= " << fmt(o.max_goal, 1) << "%): " << (verdict.max_ok ? "met" : "MISSED") << "\n";
   print_host_tracked(v);
   print_pages_tracked(v);
+  print_clock(v, o.sc.cluster.hardware.gpu.gemm_sm_clock_mhz);
   if (v.memory.points > 0) {
     verdict.memory_mape_ok = v.memory.mape_pct <= o.mape_goal;
     verdict.memory_max_ok = v.memory.worst_pct <= o.max_goal;
@@ -411,7 +440,9 @@ void write_validation_json(const ValidateOptions& o, const MeasuredSweep& m, con
                              {"optimizer_phase_ms", {r.meas_opt_phase_ms, r.sim_opt_phase_ms}},
                              {"cpu_optimizer_ms", {r.meas_cpu_opt_ms, r.sim_cpu_opt_ms}},
                              {"d2h_ms", {r.meas_d2h_ms, r.sim_d2h_ms}},
-                             {"h2d_ms", {r.meas_h2d_ms, r.sim_h2d_ms}}});
+                             {"h2d_ms", {r.meas_h2d_ms, r.sim_h2d_ms}},
+                             {"sm_mhz", std::isfinite(r.meas_sm_mhz) ? nlohmann::json(r.meas_sm_mhz)
+                                                                     : nlohmann::json()}});
   for (size_t i = 0; i < v.rows.size(); ++i)
     if (v.rows[i].has_memory)
       doc["points"][i]["gpu_gb"] = {{"measured", v.rows[i].meas_gpu_gb},

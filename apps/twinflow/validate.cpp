@@ -147,6 +147,12 @@ MeasuredPoint::Step read_step(const json& j, const std::string& file, const std:
   }
   s.speculated = bool_field(j, file, at, "speculated");
   s.speculation_held = bool_field(j, file, at, "speculation_held");
+  if (j.contains("gpu") && !j["gpu"].is_null()) {  // the run's GPU telemetry (run --json since 2026-11-29)
+    const json& g = j["gpu"];
+    if (!g.is_object()) bad(file, at + ".gpu", "must be an object or null, got " + shown(g));
+    if (g.contains("sm_mhz_median") && !g["sm_mhz_median"].is_null())
+      s.sm_mhz = num_field(g, file, at + ".gpu", "sm_mhz_median", 1, 1e5);
+  }
   return s;
 }
 
@@ -358,6 +364,9 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
     r.sim_d2h_ms = ms(kind(sp.kind_ns, K::kD2HGrad));
     r.meas_h2d_ms = median_of(p, sel, [](const MeasuredPoint::Step& s) { return ms(kind(s.kind_ns, K::kH2DParam)); });
     r.sim_h2d_ms = ms(kind(sp.kind_ns, K::kH2DParam));
+    std::vector<double> mhz = values(p, sel, [](const MeasuredPoint::Step& s) { return s.sm_mhz; });
+    std::erase_if(mhz, [](double x) { return std::isnan(x); });  // steps whose run read no clock
+    if (!mhz.empty()) r.meas_sm_mhz = median(std::move(mhz));
     if (p.gpu_measured_bytes && *p.gpu_measured_bytes > 0) {
       r.has_memory = true;
       r.meas_gpu_gb = double(*p.gpu_measured_bytes) / 1e9;

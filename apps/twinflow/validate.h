@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ struct MeasuredPoint {
     std::array<int64_t, core::kOpKindCount> kind_ns{};
     bool speculated = false;        // the CPU optimizer speculated (false where the run predates speculation)
     bool speculation_held = false;  // ... and the speculation held
+    // The GPU's SM clock during the step (run --json's gpu.sm_mhz_median, metrics/gpu_telemetry.h); NaN where
+    // the run did not read it.
+    double sm_mhz = std::numeric_limits<double>::quiet_NaN();
   };
   std::vector<Step> steps;
   int64_t speculation_bytes = 0;  // the budget the run planned with (0 where the run predates speculation)
@@ -126,6 +130,8 @@ struct ValidationRow {
   bool has_pages = false;
   double pages_pct = 0;
   double pages_tracked_ms = 0, pages_tracked_error_pct = 0;
+  // The GPU's SM clock over the compared steps (the median of their medians); NaN where the run has none.
+  double meas_sm_mhz = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Mean and worst absolute percentage error over a sweep's points.

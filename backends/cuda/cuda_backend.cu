@@ -375,6 +375,13 @@ GpuInfo gpu_info(int device) {
   return info;
 }
 
+std::string pci_bus_id(int device) {
+  check_device_index(device);
+  char id[32] = {};
+  TF_CUDA_CHECK(cudaDeviceGetPCIBusId(id, int(sizeof id), device));
+  return id;
+}
+
 double measure_copy_gbps(size_t bytes, int iters, int device) {
   check_iters(iters, "measure_copy_gbps");
   if (bytes == 0) throw core::InputError("measure_copy_gbps: bytes must be > 0");

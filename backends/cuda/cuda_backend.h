@@ -30,6 +30,8 @@ struct GpuInfo {
   double hbm_bytes = 0;
 };
 GpuInfo gpu_info(int device = 0);
+// The device's PCI bus id ("0000:3B:00.0"): how NVML finds the same GPU (metrics/gpu_telemetry.h).
+std::string pci_bus_id(int device = 0);
 
 // Device-to-device cudaMemcpy of `bytes`; returns GB/s counting bytes read + written (1 GB = 1e9 B).
 double measure_copy_gbps(size_t bytes, int iters, int device = 0);

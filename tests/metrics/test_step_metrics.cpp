@@ -72,6 +72,27 @@ TEST(StepMetrics, PublishesEveryMetricWithRankAndScenario) {
   EXPECT_GT(lines, 80u);
 }
 
+TEST(StepMetrics, TheGpusClockAndPowerWhereTheRunReadThem) {
+  Registry r;
+  const RunLabels labels{0, "g", "cuda"};
+  publish(r, sample(), labels);  // the simulator's samples, and a run without NVML: no twinflow_gpu_* series
+  EXPECT_EQ(r.expose().find("twinflow_gpu_"), std::string::npos) << r.expose();
+  StepSample s = sample();
+  s.gpu_sm_clock_hz = 1755e6;
+  s.gpu_power_watts = 689.5;
+  s.gpu_power_limit_watts = 700;
+  s.gpu_temperature_celsius = 61;
+  s.gpu_power_capped_ratio = 0.75;
+  publish(r, s, labels);
+  const std::string t = r.expose();
+  const std::string rs = "rank=\"0\",scenario=\"g\"";
+  EXPECT_TRUE(has(t, "twinflow_gpu_sm_clock_hertz{" + rs + "} 1.755e+09")) << t;
+  EXPECT_TRUE(has(t, "twinflow_gpu_power_watts{" + rs + "} 689.5"));
+  EXPECT_TRUE(has(t, "twinflow_gpu_power_limit_watts{" + rs + "} 700"));
+  EXPECT_TRUE(has(t, "twinflow_gpu_temperature_celsius{" + rs + "} 61"));
+  EXPECT_TRUE(has(t, "twinflow_gpu_power_capped_ratio{" + rs + "} 0.75"));
+}
+
 TEST(StepMetrics, CountersAccumulateAndGaugesFollowTheLastStep) {
   Registry r;
   const RunLabels labels{0, "s", "sim"};

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -91,6 +92,30 @@ TEST(MeasuredReader, IntegersOutOfRangeNameFileKeyAndValue) {
     const std::string e = error_of(c.text);
     EXPECT_NE(e.find(c.message), std::string::npos) << e;
   }
+}
+
+TEST(MeasuredReader, TheGpusClockWhereTheRunReadIt) {
+  nlohmann::json doc = sweep();
+  doc["points"][0]["steps"][0]["gpu"] = nullptr;  // NVML did not answer
+  doc["points"][0]["steps"][1]["gpu"] = {{"samples", 10}, {"sm_mhz_median", 1755.5}, {"power_w", 690}};
+  doc["points"][0]["steps"][2]["gpu"] = {{"samples", 0}, {"sm_mhz_median", nullptr}};
+  const tf::app::MeasuredSweep m = parse_measured_sweep(doc.dump(), "m.json");
+  const auto& steps = m.points[0].steps;
+  EXPECT_TRUE(std::isnan(steps[0].sm_mhz));
+  EXPECT_DOUBLE_EQ(steps[1].sm_mhz, 1755.5);
+  EXPECT_TRUE(std::isnan(steps[2].sm_mhz));
+  EXPECT_TRUE(std::isnan(parse_measured_sweep(sweep().dump(), "m.json").points[0].steps[1].sm_mhz))
+      << "a run from before the telemetry";
+  nlohmann::json text = sweep();
+  text["points"][0]["steps"][1]["gpu"] = "fast";
+  EXPECT_NE(error_of(text.dump()).find("m.json: points[0].steps[1].gpu: must be an object or null, got \"fast\""),
+            std::string::npos)
+      << error_of(text.dump());
+  nlohmann::json zero = sweep();
+  zero["points"][0]["steps"][2]["gpu"] = {{"sm_mhz_median", 0}};
+  EXPECT_NE(error_of(zero.dump()).find("m.json: points[0].steps[2].gpu.sm_mhz_median: 0 is out of range"),
+            std::string::npos)
+      << error_of(zero.dump());
 }
 
 TEST(MeasuredReader, APointWithoutSteadyStepsIsAnError) {

@@ -86,6 +86,24 @@ TEST(Validate, TheSimulatorAgainstItselfHasNoError) {
   EXPECT_NEAR(v.mape_pct, 0.0, 1e-9);
 }
 
+// The run's SM clock (run --json's gpu.sm_mhz_median) is the median over the compared steps that read it.
+TEST(Validate, ARowsClockIsTheMedianOfItsComparedSteps) {
+  const tf::core::Scenario s = scenario();
+  nlohmann::json doc = sweep_json(s, {0.0, 1.0}, 1.0);
+  const double mhz[] = {1980, 1700, 1750, 1800};  // step 1 (left out) boosted
+  for (auto& p : doc["points"])
+    for (size_t i = 0; i < 4; ++i) p["steps"][i]["gpu"] = {{"sm_mhz_median", mhz[i]}};
+  doc["points"][1]["steps"][3]["gpu"] = nullptr;  // a step NVML did not answer for
+  const tf::app::Validation v = validate_sweep(s, parse_measured_sweep(doc.dump(), "m.json"));
+  ASSERT_EQ(v.rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(v.rows[0].meas_sm_mhz, 1750);  // steps 2-4 (ratio 0 does not carry)
+  // a carried point compares step 3 alone; otherwise steps 2-3, step 4's clock unread
+  EXPECT_DOUBLE_EQ(v.rows[1].meas_sm_mhz, doc["points"][1]["carry_tail"].get<bool>() ? 1750 : 1725);
+  EXPECT_TRUE(std::isnan(validate_sweep(s, parse_measured_sweep(sweep_json(s, {0.0}, 1.0).dump(), "m.json"))
+                             .rows[0]
+                             .meas_sm_mhz));
+}
+
 // apps/twinflow/steady_steps.h: the steps `run` and `validate` take medians over.
 TEST(SteadySteps, FirstStepAlwaysOutAndACarriedRunsSecondAndDrainedLastOut) {
   using tf::app::steady_steps;

@@ -82,6 +82,7 @@ HardwareProfile full_profile() {
   p.cpu.optimizer_rate_factor_by_node_bytes = {{4831838208, 1}, {112400000000, 0.9921875}, {224800000000, 0.875}};
   p.gpu.compute_slowdown_during_collectives = 1.0625;
   p.gpu.compute_slowdown_during_dma = 1.015625;
+  p.gpu.gemm_sm_clock_mhz = 1755;
   p.gpu.context_bytes = 612345678;
   p.gpu.nccl_comm_bytes = 301989888;
   p.gpu.alloc_granularity_bytes = 2097152;
@@ -100,6 +101,7 @@ HardwareProfile full_profile() {
                           "gpu.event_sync_ns",
                           "gpu.compute_slowdown_during_collectives",
                           "gpu.compute_slowdown_during_dma",
+                          "gpu.gemm_sm_clock_mhz",
                           "gpu.bf16_gemm_tflops_by_shape",
                           "gpu.context_bytes",
                           "gpu.nccl_comm_bytes",
@@ -185,6 +187,7 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   HardwareProfile p = full_profile();
   p.gpu.hbm_copy_gbps = p.gpu.event_record_ns = p.gpu.event_sync_ns = p.gpu.optimizer_gbps = 0;
   p.gpu.compute_slowdown_during_collectives = p.gpu.compute_slowdown_during_dma = 0;
+  p.gpu.gemm_sm_clock_mhz = 0;
   p.gpu.bf16_gemm_tflops_by_shape.clear();
   p.gpu.attention_tflops_by_shape.clear();
   p.gpu.decoder_kernel_gbps.clear();
@@ -203,7 +206,8 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
   p.description.clear();
   for (const char* key :
        {"gpu.hbm_copy_gbps", "gpu.event_record_ns", "gpu.event_sync_ns", "gpu.optimizer_gbps",
-        "gpu.compute_slowdown_during_collectives", "gpu.compute_slowdown_during_dma", "pcie.pageable_h2d_gbps",
+        "gpu.compute_slowdown_during_collectives", "gpu.compute_slowdown_during_dma", "gpu.gemm_sm_clock_mhz",
+        "pcie.pageable_h2d_gbps",
         "pcie.copy_latency_ns", "gpu.context_bytes", "gpu.nccl_comm_bytes", "gpu.alloc_granularity_bytes",
         "gpu.pinned_host_map_bytes_per_gb", "pcie.h2d_slowdown_under_cpu_pass", "pcie.d2h_slowdown_under_cpu_pass",
         "cpu.dma_slowdown_factor_d2h", "cpu.dma_slowdown_factor_h2d", "cpu.optimizer_out_of_place_factor"})
@@ -214,7 +218,7 @@ TEST(HardwareWriter, MinimalProfileWritesNoOptionalFigure) {
         "pageable_h2d_gbps", "copy_latency_ns", "by_message_bytes", "by_threads",      "by_ranks",
         "compute_slowdown",  "description",     "context_bytes",    "nccl_comm_bytes", "alloc_granularity",
         "pinned_host_map",   "attention",       "decoder_kernel",   "under_cpu_pass",  "factor_d2h",
-        "factor_h2d",        "by_node_bytes",   "out_of_place"})
+        "factor_h2d",        "by_node_bytes",   "out_of_place",     "sm_clock"})
     EXPECT_FALSE(contains(text, key)) << key;
   HardwareProfile q = parse_hardware_profile(text, "min.yaml");
   // sources of the figures not written are not read back

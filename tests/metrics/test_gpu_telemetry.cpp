@@ -1,0 +1,112 @@
+// The GPU telemetry sampler (metrics/gpu_telemetry.h): the window summaries, the sampler thread on a scripted
+// reader, and NVML's absence on a machine without the driver (CI).
+#include "metrics/gpu_telemetry.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+namespace tf::metrics {
+namespace {
+
+GpuSample sample(double t, double mhz, double joules, double temp, uint64_t reasons = 0) {
+  GpuSample s;
+  s.t_s = t, s.sm_mhz = mhz, s.energy_j = joules, s.temperature_c = temp, s.clock_reasons = reasons;
+  return s;
+}
+
+TEST(GpuTelemetry, AWindowsMedianPowerAndReasons) {
+  const GpuSample base = sample(10.0, 1980, 1000.0, 40);
+  const std::vector<GpuSample> s = {sample(10.1, 1900, 1070.0, 50, kReasonPowerCap),
+                                    sample(10.2, 1700, 1140.0, 61, kReasonPowerCap | kReasonSwThermal),
+                                    sample(10.3, 1800, 1210.0, 55), sample(10.4, 1750, 1280.0, 52, kReasonPowerCap)};
+  const GpuWindow w = summarize(s, &base, 700);
+  EXPECT_EQ(w.samples, 4);
+  EXPECT_DOUBLE_EQ(w.sm_mhz_median, 1775);  // even count: the mean of the middle two (1750, 1800)
+  EXPECT_DOUBLE_EQ(w.sm_mhz_min, 1700);
+  EXPECT_DOUBLE_EQ(w.sm_mhz_max, 1900);
+  EXPECT_NEAR(w.seconds, 0.4, 1e-12);
+  EXPECT_NEAR(w.power_w, 280.0 / 0.4, 1e-9);  // the energy from the base sample over the time from it
+  EXPECT_DOUBLE_EQ(w.power_limit_w, 700);
+  EXPECT_DOUBLE_EQ(w.temperature_c_max, 61);
+  EXPECT_DOUBLE_EQ(w.power_capped_fraction, 0.75);
+  EXPECT_DOUBLE_EQ(w.thermal_fraction, 0.25);
+
+  const GpuWindow alone = summarize(std::span(s).subspan(1), nullptr, 700);  // no base: the samples' own span
+  EXPECT_DOUBLE_EQ(alone.sm_mhz_median, 1750);  // odd count: the middle one
+  EXPECT_NEAR(alone.power_w, 140.0 / 0.2, 1e-9);
+}
+
+TEST(GpuTelemetry, WhatWasNotReadIsNaN) {
+  const GpuWindow none = summarize({}, nullptr, 700);
+  EXPECT_TRUE(none.empty());
+  EXPECT_TRUE(std::isnan(none.sm_mhz_median));
+  EXPECT_TRUE(std::isnan(none.power_w));
+  const std::vector<GpuSample> one = {sample(1, 1500, GpuWindow::kNaN, GpuWindow::kNaN)};
+  const GpuWindow w = summarize(one, nullptr, GpuWindow::kNaN);
+  EXPECT_DOUBLE_EQ(w.sm_mhz_median, 1500);
+  EXPECT_TRUE(std::isnan(w.power_w));  // one sample and no base: no span; no energy counter either
+  EXPECT_TRUE(std::isnan(w.temperature_c_max));
+  const GpuSample base = sample(0, 1500, 5, 30);
+  EXPECT_TRUE(std::isnan(summarize(one, &base, 700).power_w)) << "an energy counter that stopped answering";
+  const std::vector<GpuSample> reset = {sample(1, 1500, 2, 30)};
+  EXPECT_TRUE(std::isnan(summarize(reset, &base, 700).power_w)) << "a counter that went back (a driver reload)";
+}
+
+TEST(GpuTelemetry, CombinedWindowsTakeTheMediansAndWeighTheFractionsBySamples) {
+  GpuWindow a, b, c, empty;
+  a.samples = 10, a.sm_mhz_median = 1800, a.sm_mhz_min = 1700, a.sm_mhz_max = 1900, a.power_w = 600,
+  a.power_capped_fraction = 1.0, a.thermal_fraction = 0, a.temperature_c_max = 60, a.power_limit_w = 700;
+  b = a, b.samples = 30, b.sm_mhz_median = 1750, b.sm_mhz_min = 1650, b.power_w = 690, b.power_capped_fraction = 0;
+  c = a, c.sm_mhz_median = 1900, c.sm_mhz_max = 1980, c.power_w = GpuWindow::kNaN, c.temperature_c_max = 70;
+  const std::vector<GpuWindow> all = {a, empty, b, c};
+  const GpuWindow w = combine(all);
+  EXPECT_EQ(w.samples, 50);
+  EXPECT_DOUBLE_EQ(w.sm_mhz_median, 1800);
+  EXPECT_DOUBLE_EQ(w.sm_mhz_min, 1650);
+  EXPECT_DOUBLE_EQ(w.sm_mhz_max, 1980);
+  EXPECT_DOUBLE_EQ(w.power_w, 645);  // the median of the two windows that had a power
+  EXPECT_DOUBLE_EQ(w.power_capped_fraction, 20.0 / 50);
+  EXPECT_DOUBLE_EQ(w.temperature_c_max, 70);
+  EXPECT_TRUE(combine({}).empty());
+}
+
+TEST(GpuTelemetry, TheSamplerTakesWindowsOneAfterAnother) {
+  std::atomic<int> reads{0};
+  GpuTelemetry tel(
+      [&reads](GpuSample& s) {
+        const int i = reads++;
+        if (i % 5 == 4) return false;  // a device that sometimes does not answer: dropped
+        s = sample(i * 0.001, 1000 + i, i * 0.5, 40);
+        return true;
+      },
+      700, std::chrono::microseconds(200));
+  while (reads < 20) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const GpuWindow first = tel.take();
+  ASSERT_GT(first.samples, 0);
+  while (reads < 40) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const GpuWindow second = tel.take_now();
+  ASSERT_GT(second.samples, 0);
+  // the second window starts at the first's last sample: together they span every sample without a gap, and the
+  // power is the counter's 0.5 J per ms throughout
+  EXPECT_NEAR(second.power_w, 500, 1e-6);
+  EXPECT_GT(second.sm_mhz_min, first.sm_mhz_max);
+  EXPECT_DOUBLE_EQ(second.power_limit_w, 700);
+}
+
+TEST(GpuTelemetry, OpeningNvmlWithoutADeviceSaysWhy) {
+  std::string why;
+  const auto tel = GpuTelemetry::open_nvml("0000:ff:1f.7", why);  // no such device, wherever this runs
+  ASSERT_EQ(tel, nullptr);
+  EXPECT_FALSE(why.empty());
+  // without the driver (CI): the library is named; with it: NVML's answer for the bus id
+  EXPECT_TRUE(why.find("libnvidia-ml") != std::string::npos || why.find("0000:ff:1f.7") != std::string::npos ||
+              why.find("nvmlInit") != std::string::npos)
+      << why;
+}
+
+}  // namespace
+}  // namespace tf::metrics
