@@ -242,6 +242,15 @@ void bench_head(const Shape& m, cudaStream_t s) {
                timed_ms(s, [&] { logits_weight_grad(blas, d, zp, lp, dE.get(), CUDA_R_32F); }), flops);
 }
 
+// Whether the current device is compute capability 9.0 (ForwardTiles::kWgmma runs there only).
+bool compute_capability_90() {
+  int dev = 0, major = 0, minor = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&dev));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major == 9 && minor == 0;
+}
+
 void bench_attention(const Shape& m, cudaStream_t s) {
   const AttentionDims d{m.batch, m.seq, m.heads, m.hidden / m.heads};
   const int64_t T = d.rows(), h = d.hidden();
@@ -254,12 +263,17 @@ void bench_attention(const Shape& m, cudaStream_t s) {
   report_flops("attention_forward (causal)", shape,
                timed_ms(s, [&] { attention_forward(qkv.as<uint16_t>(), d, o.as<uint16_t>(), lse.as<float>(), s); }),
                attention_forward_flops(d));
-  if (d.head_dim == 64)  // both tile shapes, for ForwardTiles::kDefault's choice (decoder_kernels.cuh)
-    for (const ForwardTiles t : {ForwardTiles::kWarps4x32, ForwardTiles::kWarps8x16})
+  if (d.head_dim == 64)  // every tile shape, for ForwardTiles::kDefault's choice (decoder_kernels.cuh)
+    for (const ForwardTiles t : {ForwardTiles::kWarps4x32, ForwardTiles::kWarps8x16, ForwardTiles::kWgmma}) {
+      if (t == ForwardTiles::kWgmma && !compute_capability_90()) continue;  // wgmma: sm_90a code only
+      const char* name = t == ForwardTiles::kWarps4x32   ? "attention_forward 4 warps x 32"
+                         : t == ForwardTiles::kWarps8x16 ? "attention_forward 8 warps x 16"
+                                                         : "attention_forward wgmma";
       report_flops(
-          t == ForwardTiles::kWarps4x32 ? "attention_forward 4 warps x 32" : "attention_forward 8 warps x 16", shape,
+          name, shape,
           timed_ms(s, [&] { attention_forward(qkv.as<uint16_t>(), d, o.as<uint16_t>(), lse.as<float>(), s, t); }),
           attention_forward_flops(d));
+    }
   report_flops("attention_backward (causal)", shape,
                timed_ms(s,
                         [&] {

@@ -1,6 +1,7 @@
 // Causal flash attention on bf16 tensor cores (mma.sync m16n8k16, ldmatrix, cp.async): the forward, and the
 // backward as D = rowsum(dO∘O), dK/dV per key tile and dQ per query tile (docs/decoder.md; API in
-// decoder_kernels.cuh, tiles and fragment index math in attention_tiles.cuh).
+// decoder_kernels.cuh, tiles and fragment index math in attention_tiles.cuh, device pieces shared with the
+// wgmma forward of ForwardTiles::kWgmma, attention_wgmma.cu, in attention_device.cuh).
 //
 // Structure (FlashAttention-2): each warp owns 16 rows (or, in the d = 64 forward's 4-warp shape, two m16
 // tiles of queries) and keeps its accumulators in registers; tiles live in shared memory with rows padded
@@ -22,7 +23,9 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/cuda/attention_device.cuh"
 #include "backends/cuda/attention_tiles.cuh"
+#include "backends/cuda/attention_wgmma.h"
 #include "backends/cuda/cuda_check.cuh"
 #include "backends/cuda/decoder_kernels.cuh"
 #include "core/error.h"
@@ -34,17 +37,22 @@ using attn::FragCoord;
 using attn::kBwdQueryTile;
 using attn::kBwdThreads;
 using attn::kKeyTile;
-
-constexpr float kLog2e = 1.44269504088896340736f;
-constexpr float kLn2 = 0.69314718055994530942f;
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// Shared-memory row stride of a [rows][d] bf16 tile, in elements: 16 bytes of padding per row.
-__host__ __device__ constexpr int tile_stride(int d) { return d + 8; }
+// attention_device.cuh
+using attn::cp_async_commit;
+using attn::cp_async_wait;
+using attn::exp2_normal;
+using attn::finish_rows;
+using attn::kFullMask;
+using attn::kLn2;
+using attn::kLog2e;
+using attn::mask_scores;
+using attn::row_extreme_tree;
+using attn::row_sum_tree;
+using attn::smem_addr;
+using attn::store_warp_rows;
+using attn::tile_stride;
 
 // ---- PTX -----------------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
 // 16 bytes global -> shared without waiting (cp.async.cg: cached in L2 only). !valid: src-size 0, so
 // nothing is read and the 16 bytes are zero-filled (src must still be a valid address).
@@ -56,12 +64,6 @@ __device__ __forceinline__ void cp_async16(uint16_t* dst, const uint16_t* src, b
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
                : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ void ldsm_x4(const uint16_t* p, uint32_t (&r)[4]) {
@@ -75,16 +77,6 @@ __device__ __forceinline__ void ldsm_x4_trans(const uint16_t* p, uint32_t (&r)[4
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p))
                : "memory");
-}
-
-// 2^x as one MUFU.EX2 (ex2.approx.ftz.f32). exp2f (ex2.approx.f32 without ftz) is the same instruction
-// for x >= -126, -inf and NaN, and adds a predicated halving and squaring that keep the subnormal results
-// of x < -126: callers take this path only for tiles whose every finite argument is >= -126, so the
-// bits are exp2f's.
-__device__ __forceinline__ float exp2_normal(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
-  return r;
 }
 
 // c += a·b on one 16 x 8 x 16 tile: bf16 inputs, fp32 accumulation (fragments: attention_tiles.cuh).
@@ -212,34 +204,6 @@ __device__ __forceinline__ void mma_c_kn(float (&acc)[kMT][kNTiles][4], const fl
   }
 }
 
-// Writes a warp's accumulators (rows warp_row0 + 16·mt + C's row of the tile, columns 8·nt + C's column)
-// as bf16 rows of a (T, ld) matrix: staged in the warp's own rows of `stage` (a [rows][tile_stride(kD)]
-// tile no other warp reads any more), then 16-byte stores of the rows below s. g: the sample's row 0
-// at the head's column; tile_row0: the tile's first row in the sample.
-template <int kMT, int kD>
-__device__ __forceinline__ void store_warp_rows(const float (&acc)[kMT][kD / 8][4], uint16_t* stage, int warp_row0,
-                                                uint16_t* g, int64_t ld, int tile_row0, int s, int lane) {
-  constexpr int kStride = tile_stride(kD), kChunks = kD / 8, kRows = 16 * kMT;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kD / 8; ++nt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const FragCoord c = attn::mma_c_coord(lane, 2 * hf);
-        *reinterpret_cast<uint32_t*>(stage + (warp_row0 + 16 * mt + c.row) * kStride + 8 * nt + c.col) =
-            attn::pack_bf16x2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-      }
-  __syncwarp();
-  for (int i = lane; i < kRows * kChunks; i += 32) {
-    const int r = i / kChunks, ch = i - r * kChunks;
-    const int row = tile_row0 + warp_row0 + r;
-    if (row < s)
-      *reinterpret_cast<uint4*>(g + int64_t(row) * ld + ch * 8) =
-          *reinterpret_cast<const uint4*>(stage + (warp_row0 + r) * kStride + ch * 8);
-  }
-}
-
 // ---- forward -------------------------------------------------------------------------------------
 
 // A forward tile shape: kWarps warps of kMT m16 query tiles each (kBr query rows a block) over 64-key
@@ -259,50 +223,6 @@ struct Fwd {
   static constexpr size_t kSmemBytes = size_t(kBr + 2 * kStages * kKeyTile) * tile_stride(kD) * 2;
   static_assert(kBr == attn::fwd_query_tile(kD), "the block's query rows are attn::fwd_query_tile(d)");
 };
-
-// The maximum (kMax) or minimum of a thread's values of one C row (elements 2·hf, 2·hf + 1 of every
-// n-tile): a tree (exact, so the order does not change the bits; a NaN is ignored as fmaxf does).
-template <bool kMax, int kN>
-__device__ __forceinline__ float row_extreme_tree(const float (&c)[kN][4], int hf) {
-  const auto op = [](float a, float b) { return kMax ? fmaxf(a, b) : fminf(a, b); };
-  float v[kN];
-#pragma unroll
-  for (int nt = 0; nt < kN; ++nt) v[nt] = op(c[nt][2 * hf], c[nt][2 * hf + 1]);
-#pragma unroll
-  for (int w = 1; w < kN; w *= 2)
-#pragma unroll
-    for (int i = 0; i + w < kN; i += 2 * w) v[i] = op(v[i], v[i + w]);
-  return v[0];
-}
-
-// The fp32 sum of the same values in a fixed tree: the two columns of each n-tile, then the n-tiles
-// pairwise ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)).
-template <int kN>
-__device__ __forceinline__ float row_sum_tree(const float (&c)[kN][4], int hf) {
-  float v[kN];
-#pragma unroll
-  for (int nt = 0; nt < kN; ++nt) v[nt] = c[nt][2 * hf] + c[nt][2 * hf + 1];
-#pragma unroll
-  for (int w = 1; w < kN; w *= 2)
-#pragma unroll
-    for (int i = 0; i + w < kN; i += 2 * w) v[i] = v[i] + v[i + w];
-  return v[0];
-}
-
-// Scores of invisible (query, key) pairs (attn::element_visible) become -inf. Rows: this warp's queries
-// from warp_q0; columns: keys from k0.
-template <int kMT, int kSTiles>
-__device__ __forceinline__ void mask_scores(float (&s)[kMT][kSTiles][4], int warp_q0, int k0, int seq, int lane) {
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const FragCoord c = attn::mma_c_coord(lane, i);
-        if (!attn::element_visible(warp_q0 + 16 * mt + c.row, k0 + 8 * nt + c.col, seq)) s[mt][nt][i] = -INFINITY;
-      }
-}
 
 // p = 2^(fl(s·scale_log2) - m_use) of a tile's scores in place (exp2_normal when kNormal, else exp2f),
 // then l = l·alpha + the tile's sum, acc_o·alpha, and acc_o += bf16(p)·V (v_tile: the tile's V rows).
@@ -377,28 +297,6 @@ __device__ __forceinline__ void softmax_pv(float (&s)[kMT][kSTiles][4], float (&
     exp_sum_pv<true>(s, m_use, alpha, row_sum, acc_o, v_tile, stride, scale_log2, lane);
   else
     exp_sum_pv<false>(s, m_use, alpha, row_sum, acc_o, v_tile, stride, scale_log2, lane);
-}
-
-// o = acc / l and lse = (m + log2 l)·ln 2 for this warp's rows (l summed over the quad first).
-template <int kMT, int kDTiles>
-__device__ __forceinline__ void finish_rows(float (&acc_o)[kMT][kDTiles][4], const float (&row_max)[kMT][2],
-                                            const float (&row_sum)[kMT][2], int warp_q0, int seq, float* lse_bh,
-                                            int lane) {
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float l = row_sum[mt][hf];
-      l = l + __shfl_xor_sync(kFullMask, l, 1);
-      l = l + __shfl_xor_sync(kFullMask, l, 2);
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        acc_o[mt][dt][2 * hf] = acc_o[mt][dt][2 * hf] / l;
-        acc_o[mt][dt][2 * hf + 1] = acc_o[mt][dt][2 * hf + 1] / l;
-      }
-      const int q = warp_q0 + 16 * mt + attn::mma_c_coord(lane, 2 * hf).row;
-      if ((lane & 3) == 0 && q < seq) lse_bh[q] = (row_max[mt][hf] + log2f(l)) * kLn2;
-    }
 }
 
 // Grid: B·H x query tiles in attn::grouped_block's order (heaviest, the last tile, first). Per block: Q
@@ -748,6 +646,26 @@ void check_pointer(const void* p, const char* fn, const char* name) {
 float scale_log2_of(int64_t head_dim) { return float(1.0 / std::sqrt(double(head_dim)) * 1.4426950408889634); }
 float scale_of(int64_t head_dim) { return float(1.0 / std::sqrt(double(head_dim))); }
 
+// ForwardTiles::kWgmma's conditions (decoder_kernels.cuh): d = 64, a build with its sm_90a code (the
+// TF_HAVE_WGMMA_ATTENTION definition, backends/cuda/CMakeLists.txt) and a compute-capability-9.0 current device.
+void check_wgmma(const AttentionDims& d, const char* fn) {
+  const auto fail = [&](const std::string& what) {
+    throw core::InputError(std::string(fn) + ": ForwardTiles::kWgmma " + what + "; use ForwardTiles::kDefault");
+  };
+  if (d.head_dim != 64) fail("takes head_dim 64 only, got " + std::to_string(d.head_dim));
+#if defined(TF_HAVE_WGMMA_ATTENTION)
+  int dev = 0, major = 0, minor = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&dev));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0)
+    fail("needs a compute capability 9.0 GPU (H100, H200: its code is sm_90a), device " + std::to_string(dev) +
+         " is " + std::to_string(major) + "." + std::to_string(minor));
+#else
+  fail("is not in this build (CMAKE_CUDA_ARCHITECTURES without 90, so no sm_90a code)");
+#endif
+}
+
 template <int kD, int kWarps, int kMT>
 void launch_forward(const uint16_t* qkv, const AttentionDims& d, uint16_t* o, float* lse, cudaStream_t stream) {
   using F = Fwd<kD, kWarps, kMT>;
@@ -789,6 +707,13 @@ void attention_forward(const uint16_t* qkv, const AttentionDims& d, uint16_t* o,
   constexpr const char* fn = "attention_forward";
   check_attention(d, fn);
   check_pointer(qkv, fn, "qkv"), check_pointer(o, fn, "o"), check_pointer(lse, fn, "lse");
+  if (tiles == ForwardTiles::kWgmma) {
+    check_wgmma(d, fn);
+#if defined(TF_HAVE_WGMMA_ATTENTION)
+    attention_forward_wgmma64(qkv, d, o, lse, stream, scale_log2_of(64));
+#endif
+    return;
+  }
   switch (d.head_dim) {
     case 64:
       if (tiles == ForwardTiles::kWarps8x16)

@@ -204,7 +204,12 @@ struct AttentionDims {
 // 8 warps of 16 rows (twice the warps an SM to hide latency, half the registers a thread, twice the
 // shared-memory reads a product). Both give the same bits; kDefault is the one measured faster on the
 // H100 (bench/results/attention-notes.md), the other stays for the comparison on a new GPU.
-enum class ForwardTiles : uint8_t { kDefault, kWarps4x32, kWarps8x16 };
+// kWgmma: Hopper's warpgroup MMAs (wgmma.mma_async, sm_90a code: attention_wgmma.cu), 128 query rows a
+// block as 2 warpgroups of 64, d = 64 only, compute capability 9.0 only (an InputError elsewhere: use
+// kDefault). Same contract, same l and lse definitions; its products accumulate in another order inside
+// the tensor core, so its bits differ from the mma.sync shapes' (still the same on every run). Not
+// kDefault until the device has measured it.
+enum class ForwardTiles : uint8_t { kDefault, kWarps4x32, kWarps8x16, kWgmma };
 
 // Causal flash attention forward (docs/decoder.md): per (sample, head), S = (q·kᵀ)·d^-½ in fp32
 // (scaled in base 2: S·log2(e) = (q·kᵀ)·(d^-½·log2 e), one fp32 constant), online softmax in fp32,

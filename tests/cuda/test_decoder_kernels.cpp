@@ -288,6 +288,11 @@ TEST(DecoderKernels, RejectBadArgumentsBeforeAnyGpuWork) {
   expect_input_error([&] { attention_forward(p, d, p, f32, nullptr); }, "head_dim");
   d.head_dim = 64;
   expect_input_error([&] { attention_forward(p + 1, d, p, f32, nullptr); }, "16-byte aligned");
+  for (const int64_t head_dim : {80, 128}) {  // the wgmma forward is d = 64 only, on any machine
+    const AttentionDims dw{1, 16, 2, head_dim};
+    expect_input_error([&] { attention_forward(p, dw, p, f32, nullptr, ForwardTiles::kWgmma); },
+                       "kWgmma takes head_dim 64 only");
+  }
   EmbeddingDims e{2, 8, 16, 10, 9, 2};  // needs 8 + 2 position rows
   expect_input_error([&] { embedding_forward(reinterpret_cast<int32_t*>(f32), p, p, e, p, nullptr); }, "pos_rows");
   expect_input_error([&] { cross_entropy_forward_backward(p + 1, nullptr, 4, 8, 8, 1.0f, f32, nullptr, nullptr); },
@@ -1297,14 +1302,37 @@ std::string attn_tag(const char* what, const AttentionDims& d) {
          std::to_string(d.heads) + " d" + std::to_string(d.head_dim);
 }
 
+// Whether the current device runs ForwardTiles::kWgmma (compute capability 9.0); otherwise why not.
+bool wgmma_device(std::string* why) {
+  int dev = 0, major = 0, minor = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&dev));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  *why = "ForwardTiles::kWgmma needs compute capability 9.0, the device is " + std::to_string(major) + "." +
+         std::to_string(minor);
+  return major == 9 && minor == 0;
+}
+
+const char* tiles_name(ForwardTiles t) {
+  switch (t) {
+    case ForwardTiles::kWarps8x16: return " 8x16";
+    case ForwardTiles::kWgmma: return " wgmma";
+    default: return " 4x32";
+  }
+}
+
 }  // namespace
 
-// Every case against the double reference and run twice for the same bits; d = 64 in both tile shapes,
-// which must give the same bits (each row's products, tree sums and exponentials do not depend on how
-// rows are spread over warps).
+// Every case against the double reference and run twice for the same bits; d = 64 in both mma.sync tile
+// shapes, which must give the same bits (each row's products, tree sums and exponentials do not depend on how
+// rows are spread over warps), and on a compute-capability-9.0 GPU in the wgmma shape too: its products
+// accumulate in another order, so it is held to the reference's bounds and to its own bits run to run only
+// (elsewhere it must be refused with an InputError).
 TEST(DecoderKernels, AttentionForward) {
   SKIP_WITHOUT_GPU();
   Stream stream;
+  std::string no_wgmma;
+  const bool wgmma = wgmma_device(&no_wgmma);
   for (const AttentionDims& d : kAttnCases) {
     const auto qkv = rand_bf16(size_t(d.rows() * 3 * d.hidden()), -2, 2, 130 + uint64_t(d.seq));
     DevBuf<uint16_t> dqkv(qkv), o(size_t(d.rows() * d.hidden()));
@@ -1312,10 +1340,15 @@ TEST(DecoderKernels, AttentionForward) {
     const AttnForwardRef ref = attention_forward_ref(as_double(qkv), d);
     std::vector<uint16_t> first_o;
     std::vector<float> first_lse;
-    for (const ForwardTiles tiles : {ForwardTiles::kWarps4x32, ForwardTiles::kWarps8x16}) {
+    for (const ForwardTiles tiles : {ForwardTiles::kWarps4x32, ForwardTiles::kWarps8x16, ForwardTiles::kWgmma}) {
       if (d.head_dim != 64 && tiles != ForwardTiles::kWarps4x32) continue;  // one shape for d = 80, 128
-      const std::string tag =
-          attn_tag("attention_forward", d) + (tiles == ForwardTiles::kWarps8x16 ? " 8x16" : " 4x32");
+      const std::string tag = attn_tag("attention_forward", d) + tiles_name(tiles);
+      if (tiles == ForwardTiles::kWgmma && !wgmma) {
+        std::printf("[   NOTE   ] %s skipped: %s\n", tag.c_str(), no_wgmma.c_str());
+        EXPECT_THROW(attention_forward(dqkv.get(), d, o.get(), lse.get(), stream.get(), tiles), core::InputError)
+            << tag;
+        continue;
+      }
       o.poison(), lse.poison();
       attention_forward(dqkv.get(), d, o.get(), lse.get(), stream.get(), tiles);
       const auto go = o.download(tag + " o");
@@ -1326,6 +1359,7 @@ TEST(DecoderKernels, AttentionForward) {
       attention_forward(dqkv.get(), d, o.get(), lse.get(), stream.get(), tiles);
       expect_same_bits(tag + " o", go, o.download(tag));
       expect_same_bits(tag + " lse", gl, lse.download(tag));
+      if (tiles == ForwardTiles::kWgmma) continue;  // its own bits (see above)
       if (first_o.empty()) {
         first_o = go, first_lse = gl;
       } else {
@@ -1394,5 +1428,31 @@ TEST(DecoderKernels, AttentionBackward) {
     dqkv.poison();
     attention_backward(dqkv_in.get(), dd_o.get(), ddout.get(), dlse.get(), d, delta.get(), dqkv.get(), stream.get());
     expect_same_bits(tag + " dqkv", got, dqkv.download(tag));
+  }
+}
+
+// The mma.sync backward fed the wgmma forward's o and lse (as training would run them): its gradients within
+// the backward's bounds against the exact softmax, o and lse taken as the forward gave them. d = 64 cases (the
+// wgmma forward's only head dimension), tails of a 64-key tile included.
+TEST(DecoderKernels, AttentionBackwardFromWgmmaForward) {
+  SKIP_WITHOUT_GPU();
+  std::string why;
+  if (!wgmma_device(&why)) GTEST_SKIP() << why;
+  Stream stream;
+  for (const AttentionDims& d : kAttnCases) {
+    if (d.head_dim != 64) continue;
+    const int64_t h = d.hidden();
+    const auto qkv = rand_bf16(size_t(d.rows() * 3 * h), -2, 2, 140 + uint64_t(d.seq));
+    const auto dout = rand_bf16(size_t(d.rows() * h), -1, 1, 141 + uint64_t(d.seq));
+    DevBuf<uint16_t> dqkv_in(qkv), dd_o(size_t(d.rows() * h)), ddout(dout), dqkv(qkv.size());
+    DevBuf<float> dlse(size_t(d.batch * d.heads * d.seq)), delta(size_t(d.batch * d.heads * d.seq));
+    const std::string tag = attn_tag("attention_backward after the wgmma forward", d);
+    attention_forward(dqkv_in.get(), d, dd_o.get(), dlse.get(), stream.get(), ForwardTiles::kWgmma);
+    const auto o = dd_o.download(tag + " o");
+    const auto lse = dlse.download(tag + " lse");
+    attention_backward(dqkv_in.get(), dd_o.get(), ddout.get(), dlse.get(), d, delta.get(), dqkv.get(), stream.get());
+    const auto got = dqkv.download(tag + " dqkv");
+    const AttnBackwardRef ref = attention_backward_ref(as_double(qkv), as_double(o), as_double(dout), lse, d);
+    expect_within(tag + " dqkv", as_double(got), ref.dqkv, ref.tol, DType::kBF16);
   }
 }
