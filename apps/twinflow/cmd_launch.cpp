@@ -51,16 +51,18 @@ struct Child {
   int rank = 0;
   bool running = false;
   int status = 0;
+  int sent = 0;  // the last signal the launcher sent it (0: none)
 };
 
 // Signals each running child's process group (the child and whatever it started).
 void signal_all(std::vector<Child>& children, int sig) {
-  for (const Child& c : children)
-    if (c.running) ::kill(-c.pid, sig);
+  for (Child& c : children)
+    if (c.running) ::kill(-c.pid, sig), c.sent = sig;
 }
 
-// Reaps whatever exited; returns the number of children still running. With `failures`, each child that
-// failed is added with the poll that reaped it (the launcher has not signalled anyone yet).
+// Reaps whatever exited; returns the number of children still running. With `failures`, each child that failed
+// on its own (backend::launch::failed_on_its_own: not what the launcher's signal caused) is added with the poll
+// that reaped it.
 int reap(std::vector<Child>& children, int poll, std::vector<backend::launch::RankExit>* failures) {
   int running = 0;
   for (Child& c : children) {
@@ -70,8 +72,7 @@ int reap(std::vector<Child>& children, int poll, std::vector<backend::launch::Ra
     if (r == c.pid) {
       c.running = false;
       c.status = status;
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && failures) failures->push_back({c.rank, status, poll});
+      if (failures && backend::launch::failed_on_its_own(status, c.sent)) failures->push_back({c.rank, status, poll});
     } else if (r < 0 && errno == ECHILD) {
       c.running = false;
     } else {
@@ -81,7 +82,7 @@ int reap(std::vector<Child>& children, int poll, std::vector<backend::launch::Ra
   return running;
 }
 
-// The rank that failed first (backend::launch::first_failure), then any other that failed on its own before the
+// The rank to blame (backend::launch::first_failure), then any other that failed on its own before the
 // launcher stopped the rest (usually a consequence: its peer was gone).
 void report_failures(const std::vector<Child>& children, const std::vector<backend::launch::RankExit>& failures) {
   const size_t first = backend::launch::first_failure(failures);
@@ -93,8 +94,12 @@ void report_failures(const std::vector<Child>& children, const std::vector<backe
   for (size_t i = 0; i < failures.size(); ++i)
     if (i != first)
       std::cerr << "twinflow launch: rank " << failures[i].rank << " (pid " << pid_of(failures[i].rank)
-                << ") also failed before it was stopped, with " << backend::launch::describe_status(failures[i].status)
-                << (failures[i].poll == f.poll ? " (seen at the same moment)" : " (after it)") << "\n";
+                << ") also failed, with " << backend::launch::describe_status(failures[i].status)
+                << (failures[i].poll == f.poll  ? " (seen at the same moment)"
+                    : failures[i].poll < f.poll ? " (seen first: a rank that loses its peer fails on the lost "
+                                                  "connection while the killed one is still being torn down)"
+                                                : " (after it)")
+                << "\n";
 }
 
 }  // namespace
@@ -179,7 +184,7 @@ int cmd_launch(const std::vector<std::string>& args) {
     children.push_back({pid, rank, true, 0});
   }
 
-  std::vector<backend::launch::RankExit> failures;  // ranks that failed before the launcher stopped anyone
+  std::vector<backend::launch::RankExit> failures;  // ranks that failed on their own (reap)
   int forwarded = 0, poll = 0;
   if (spawn_error.empty()) {
     while (reap(children, poll++, &failures) > 0 && failures.empty()) {
@@ -190,15 +195,17 @@ int cmd_launch(const std::vector<std::string>& args) {
       std::this_thread::sleep_for(kPollMs);
     }
   }
-  // Stop whoever is left: SIGTERM, then SIGKILL after the grace period.
-  if (reap(children, poll, forwarded ? nullptr : &failures) > 0) {
+  // Stop whoever is left: SIGTERM, then SIGKILL after the grace period. A rank that ends meanwhile by a signal
+  // the launcher did not send (a kill -9 whose GPU context was still being torn down) is still a failure.
+  std::vector<backend::launch::RankExit>* seen = forwarded ? nullptr : &failures;
+  if (reap(children, poll++, seen) > 0) {
     signal_all(children, forwarded ? forwarded : SIGTERM);
     const auto kill_at = std::chrono::steady_clock::now() + kGracePeriodMs;
-    while (reap(children, poll, nullptr) > 0 && std::chrono::steady_clock::now() < kill_at)
+    while (reap(children, poll++, seen) > 0 && std::chrono::steady_clock::now() < kill_at)
       std::this_thread::sleep_for(kPollMs);
-    if (reap(children, poll, nullptr) > 0) {
+    if (reap(children, poll++, seen) > 0) {
       signal_all(children, SIGKILL);
-      for (int i = 0; i < 500 && reap(children, poll, nullptr) > 0; ++i) std::this_thread::sleep_for(kPollMs);
+      for (int i = 0; i < 500 && reap(children, poll++, seen) > 0; ++i) std::this_thread::sleep_for(kPollMs);
     }
   }
   sigaction(SIGINT, &old_int, nullptr);

@@ -11,11 +11,16 @@ namespace tf::backend::launch {
 
 size_t first_failure(const std::vector<RankExit>& exits) {
   if (exits.empty()) throw std::invalid_argument("first_failure: no rank failed");
-  const auto key = [](const RankExit& e) { return std::tuple(e.poll, !WIFSIGNALED(e.status), e.rank); };
+  const auto key = [](const RankExit& e) { return std::tuple(!WIFSIGNALED(e.status), e.poll, e.rank); };
   size_t best = 0;
   for (size_t i = 1; i < exits.size(); ++i)
     if (key(exits[i]) < key(exits[best])) best = i;
   return best;
+}
+
+bool failed_on_its_own(int status, int sent) {
+  if (WIFSIGNALED(status)) return WTERMSIG(status) != sent;
+  return sent == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 std::string describe_status(int status) {

@@ -22,4 +22,15 @@ echo "$out" | grep -q "7" || fail "the exit status is not named: $out"
 [ $? = 2 ] || fail "a missing command should be a usage error (2)"
 
 "$TF" launch --nproc-per-node 2 -- sh -c 'kill -9 $$' 2>&1 | grep -q "signal" || fail "a killed rank should be named with its signal"
+
+# A rank killed by someone else is blamed even when its peer's error exit is reaped first (on two H200s a kill -9'd
+# rank's GPU context took longer to tear down than its peer took to fail on the lost connection): rank 0 fails with
+# exit 3 first; rank 1 ignores the launcher's SIGTERM and then dies by a SIGKILL the launcher did not send.
+out=$("$TF" launch --nproc-per-node 2 -- sh -c \
+  'if [ "$RANK" = 0 ]; then sleep 0.2; exit 3; fi; trap "" TERM; sleep 1; kill -9 $$' 2>&1)
+rc=$?
+[ "$rc" = 1 ] || fail "a killed rank should make launch exit 1, got $rc: $out"
+echo "$out" | grep -q "rank 1 (pid [0-9]*) failed with signal 9 (SIGKILL)" || fail "the killed rank 1 is not blamed: $out"
+echo "$out" | grep -q "rank 0 (pid [0-9]*) also failed, with exit code 3 (seen first" ||
+  fail "rank 0's own failure is not named second: $out"
 echo "launch e2e: ok"
