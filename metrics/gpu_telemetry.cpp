@@ -36,7 +36,7 @@ struct Nvml {
   const char* (*error_string)(int) = nullptr;
   int (*by_pci_bus_id)(const char*, NvmlDevice*) = nullptr;
   int (*clock_info)(NvmlDevice, int, unsigned*) = nullptr;
-  int (*energy)(NvmlDevice, unsigned long long*) = nullptr;
+  int (*power)(NvmlDevice, unsigned*) = nullptr;
   int (*temperature)(NvmlDevice, int, unsigned*) = nullptr;
   int (*reasons)(NvmlDevice, unsigned long long*) = nullptr;
   int (*power_limit)(NvmlDevice, unsigned*) = nullptr;
@@ -73,10 +73,10 @@ std::shared_ptr<Nvml> load_nvml(std::string& why_not) {
     why_not = "NVML (libnvidia-ml.so.1) lacks an entry point the sampler needs (nvmlInit_v2, nvmlDeviceGetClockInfo, ...)";
     return nullptr;
   }
-  // optional: older drivers name the reasons call "throttle"; energy and the limit are missing on some GPUs
+  // optional: older drivers name the reasons call "throttle"; power and the limit are missing on some GPUs
   if (!bind(n->lib, n->reasons, "nvmlDeviceGetCurrentClocksEventReasons"))
     bind(n->lib, n->reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
-  bind(n->lib, n->energy, "nvmlDeviceGetTotalEnergyConsumption");
+  bind(n->lib, n->power, "nvmlDeviceGetPowerUsage");
   bind(n->lib, n->power_limit, "nvmlDeviceGetEnforcedPowerLimit");
   if (const int rc = n->init(); rc != kNvmlSuccess) {
     why_not = "nvmlInit_v2: " + n->error(rc);
@@ -95,10 +95,12 @@ GpuWindow summarize(std::span<const GpuSample> samples, const GpuSample* base, d
   if (samples.empty()) return w;
   std::vector<double> mhz;
   mhz.reserve(samples.size());
-  int capped = 0, thermal = 0;
+  int capped = 0, thermal = 0, powers = 0;
+  double power_sum = 0;
   w.temperature_c_max = samples.front().temperature_c;
   for (const GpuSample& s : samples) {
     mhz.push_back(s.sm_mhz);
+    if (std::isfinite(s.power_w)) power_sum += s.power_w, ++powers;
     w.temperature_c_max = std::fmax(w.temperature_c_max, s.temperature_c);  // fmax: NaN where unread
     capped += (s.clock_reasons & kReasonPowerCap) != 0;
     thermal += (s.clock_reasons & (kReasonThermal | kReasonHwSlowdown | kReasonHwPowerBrake)) != 0;
@@ -108,11 +110,8 @@ GpuWindow summarize(std::span<const GpuSample> samples, const GpuSample* base, d
   w.sm_mhz_median = median_of(std::move(mhz));
   w.power_capped_fraction = double(capped) / double(samples.size());
   w.thermal_fraction = double(thermal) / double(samples.size());
-  const GpuSample& first = base ? *base : samples.front();
-  const GpuSample& last = samples.back();
-  w.seconds = last.t_s - first.t_s;
-  if (w.seconds > 0 && std::isfinite(first.energy_j) && std::isfinite(last.energy_j) && last.energy_j >= first.energy_j)
-    w.power_w = (last.energy_j - first.energy_j) / w.seconds;
+  if (powers > 0) w.power_w = power_sum / powers;
+  w.seconds = samples.back().t_s - (base ? *base : samples.front()).t_s;
   return w;
 }
 
@@ -213,8 +212,9 @@ std::unique_ptr<GpuTelemetry> GpuTelemetry::open_nvml(const std::string& pci_bus
     if (n->clock_info(dev, kNvmlClockSm, &clock) != kNvmlSuccess) return false;
     s.t_s = now_s();
     s.sm_mhz = clock;
-    unsigned long long mj = 0, reasons = 0;
-    s.energy_j = n->energy && n->energy(dev, &mj) == kNvmlSuccess ? double(mj) / 1000.0 : GpuWindow::kNaN;
+    unsigned mw = 0;
+    unsigned long long reasons = 0;
+    s.power_w = n->power && n->power(dev, &mw) == kNvmlSuccess ? double(mw) / 1000.0 : GpuWindow::kNaN;
     s.temperature_c = n->temperature(dev, kNvmlTemperatureGpu, &temp) == kNvmlSuccess ? double(temp) : GpuWindow::kNaN;
     s.clock_reasons = n->reasons && n->reasons(dev, &reasons) == kNvmlSuccess ? uint64_t(reasons) : 0;
     return true;

@@ -32,7 +32,7 @@ namespace tf::metrics {
 struct GpuSample {
   double t_s = 0;                // seconds on the sampler's steady clock
   double sm_mhz = 0;             // SM clock now
-  double energy_j = 0;           // the device's energy counter (joules since the driver loaded)
+  double power_w = 0;            // NVML's power reading (NaN: not read): on Ampere and later, its 1 s average
   double temperature_c = 0;      // GPU die temperature
   uint64_t clock_reasons = 0;    // NVML's clocks-event reasons: kReasonPowerCap, kReasonThermal, ...
 };
@@ -51,7 +51,10 @@ struct GpuWindow {
   int samples = 0;
   double seconds = 0;  // from the window's base sample (the previous window's last) to its last
   double sm_mhz_median = kNaN, sm_mhz_min = kNaN, sm_mhz_max = kNaN;
-  double power_w = kNaN;  // the energy counter's increase over `seconds`: the window's mean power
+  // The mean of the samples' power readings. NVML averages them over about a second on recent GPUs, so a short
+  // window's figure lags (an energy counter does not average, but its coarse updates made 0 and 2,066 W of
+  // 100 ms windows on an H200: bench/results/2026-11-29-h200-telemetry-wgmma).
+  double power_w = kNaN;
   double power_limit_w = kNaN;  // the enforced power limit
   double temperature_c_max = kNaN;
   double power_capped_fraction = kNaN;  // of the samples: the software power cap among the clock's reasons
@@ -59,8 +62,8 @@ struct GpuWindow {
   bool empty() const { return samples == 0; }
 };
 
-// The summary of `samples` (in time order), with `base` the sample before them (the previous window's last; its
-// energy and time start the window), or nullptr (the power then spans the samples themselves). Pure: tested alone.
+// The summary of `samples` (in time order), with `base` the sample before them (the previous window's last: its
+// time starts the window), or nullptr (the window then spans the samples themselves). Pure: tested alone.
 GpuWindow summarize(std::span<const GpuSample> samples, const GpuSample* base, double power_limit_w);
 
 // The samples' medians of a run of windows (e.g. a run's steady steps): the median of the windows' clock

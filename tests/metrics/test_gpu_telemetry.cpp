@@ -12,24 +12,24 @@
 namespace tf::metrics {
 namespace {
 
-GpuSample sample(double t, double mhz, double joules, double temp, uint64_t reasons = 0) {
+GpuSample sample(double t, double mhz, double watts, double temp, uint64_t reasons = 0) {
   GpuSample s;
-  s.t_s = t, s.sm_mhz = mhz, s.energy_j = joules, s.temperature_c = temp, s.clock_reasons = reasons;
+  s.t_s = t, s.sm_mhz = mhz, s.power_w = watts, s.temperature_c = temp, s.clock_reasons = reasons;
   return s;
 }
 
 TEST(GpuTelemetry, AWindowsMedianPowerAndReasons) {
-  const GpuSample base = sample(10.0, 1980, 1000.0, 40);
-  const std::vector<GpuSample> s = {sample(10.1, 1900, 1070.0, 50, kReasonPowerCap),
-                                    sample(10.2, 1700, 1140.0, 61, kReasonPowerCap | kReasonSwThermal),
-                                    sample(10.3, 1800, 1210.0, 55), sample(10.4, 1750, 1280.0, 52, kReasonPowerCap)};
+  const GpuSample base = sample(10.0, 1980, 100.0, 40);
+  const std::vector<GpuSample> s = {sample(10.1, 1900, 600.0, 50, kReasonPowerCap),
+                                    sample(10.2, 1700, 700.0, 61, kReasonPowerCap | kReasonSwThermal),
+                                    sample(10.3, 1800, 650.0, 55), sample(10.4, 1750, 690.0, 52, kReasonPowerCap)};
   const GpuWindow w = summarize(s, &base, 700);
   EXPECT_EQ(w.samples, 4);
   EXPECT_DOUBLE_EQ(w.sm_mhz_median, 1775);  // even count: the mean of the middle two (1750, 1800)
   EXPECT_DOUBLE_EQ(w.sm_mhz_min, 1700);
   EXPECT_DOUBLE_EQ(w.sm_mhz_max, 1900);
   EXPECT_NEAR(w.seconds, 0.4, 1e-12);
-  EXPECT_NEAR(w.power_w, 280.0 / 0.4, 1e-9);  // the energy from the base sample over the time from it
+  EXPECT_NEAR(w.power_w, 660, 1e-9);  // the mean of the window's readings (the base's is the previous window's)
   EXPECT_DOUBLE_EQ(w.power_limit_w, 700);
   EXPECT_DOUBLE_EQ(w.temperature_c_max, 61);
   EXPECT_DOUBLE_EQ(w.power_capped_fraction, 0.75);
@@ -37,7 +37,8 @@ TEST(GpuTelemetry, AWindowsMedianPowerAndReasons) {
 
   const GpuWindow alone = summarize(std::span(s).subspan(1), nullptr, 700);  // no base: the samples' own span
   EXPECT_DOUBLE_EQ(alone.sm_mhz_median, 1750);  // odd count: the middle one
-  EXPECT_NEAR(alone.power_w, 140.0 / 0.2, 1e-9);
+  EXPECT_NEAR(alone.power_w, 680, 1e-9);
+  EXPECT_NEAR(alone.seconds, 0.2, 1e-12);  // no base: the samples' own span
 }
 
 TEST(GpuTelemetry, WhatWasNotReadIsNaN) {
@@ -48,12 +49,11 @@ TEST(GpuTelemetry, WhatWasNotReadIsNaN) {
   const std::vector<GpuSample> one = {sample(1, 1500, GpuWindow::kNaN, GpuWindow::kNaN)};
   const GpuWindow w = summarize(one, nullptr, GpuWindow::kNaN);
   EXPECT_DOUBLE_EQ(w.sm_mhz_median, 1500);
-  EXPECT_TRUE(std::isnan(w.power_w));  // one sample and no base: no span; no energy counter either
+  EXPECT_TRUE(std::isnan(w.power_w));  // no power reading
   EXPECT_TRUE(std::isnan(w.temperature_c_max));
-  const GpuSample base = sample(0, 1500, 5, 30);
-  EXPECT_TRUE(std::isnan(summarize(one, &base, 700).power_w)) << "an energy counter that stopped answering";
-  const std::vector<GpuSample> reset = {sample(1, 1500, 2, 30)};
-  EXPECT_TRUE(std::isnan(summarize(reset, &base, 700).power_w)) << "a counter that went back (a driver reload)";
+  EXPECT_DOUBLE_EQ(w.seconds, 0);
+  const std::vector<GpuSample> some = {sample(1, 1500, GpuWindow::kNaN, 30), sample(2, 1500, 300, 30)};
+  EXPECT_DOUBLE_EQ(summarize(some, nullptr, 700).power_w, 300) << "the readings there are";
 }
 
 TEST(GpuTelemetry, CombinedWindowsTakeTheMediansAndWeighTheFractionsBySamples) {
@@ -80,7 +80,7 @@ TEST(GpuTelemetry, TheSamplerTakesWindowsOneAfterAnother) {
       [&reads](GpuSample& s) {
         const int i = reads++;
         if (i % 5 == 4) return false;  // a device that sometimes does not answer: dropped
-        s = sample(i * 0.001, 1000 + i, i * 0.5, 40);
+        s = sample(i * 0.001, 1000 + i, 500, 40);
         return true;
       },
       700, std::chrono::microseconds(200));
@@ -90,9 +90,9 @@ TEST(GpuTelemetry, TheSamplerTakesWindowsOneAfterAnother) {
   while (reads < 40) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const GpuWindow second = tel.take_now();
   ASSERT_GT(second.samples, 0);
-  // the second window starts at the first's last sample: together they span every sample without a gap, and the
-  // power is the counter's 0.5 J per ms throughout
-  EXPECT_NEAR(second.power_w, 500, 1e-6);
+  // the second window starts at the first's last sample (t = its read index in ms), not at its own first
+  EXPECT_NEAR(second.seconds, 0.001 * (second.sm_mhz_max - first.sm_mhz_max), 1e-9);
+  EXPECT_NEAR(second.power_w, 500, 1e-9);
   EXPECT_GT(second.sm_mhz_min, first.sm_mhz_max);
   EXPECT_DOUBLE_EQ(second.power_limit_w, 700);
 }
