@@ -19,6 +19,8 @@
 // monotone in s for c > 0, so max fl(c·s) = fl(c·max s): one multiply a row), and cp.async addresses
 // take a few integer operations per 16-byte chunk.
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -666,6 +668,30 @@ void check_wgmma(const AttentionDims& d, const char* fn) {
 #endif
 }
 
+// Whether kDefault runs the wgmma forward: d = 64, a build with its sm_90a code and a compute-capability-9.0
+// current device (the device's answer cached per device: the decoder asks once per layer and micro-batch).
+bool default_is_wgmma(const AttentionDims& d) {
+#if defined(TF_HAVE_WGMMA_ATTENTION)
+  if (d.head_dim != 64) return false;
+  constexpr int kDevices = 64;
+  static std::array<std::atomic<int8_t>, kDevices> is_sm90{};  // 0 unknown, 1 yes, -1 no
+  int dev = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= kDevices) return false;
+  std::atomic<int8_t>& known = is_sm90[size_t(dev)];
+  if (known.load(std::memory_order_relaxed) == 0) {
+    int major = 0, minor = 0;
+    TF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    TF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    known.store(major == 9 && minor == 0 ? 1 : -1, std::memory_order_relaxed);
+  }
+  return known.load(std::memory_order_relaxed) == 1;
+#else
+  (void)d;
+  return false;
+#endif
+}
+
 template <int kD, int kWarps, int kMT>
 void launch_forward(const uint16_t* qkv, const AttentionDims& d, uint16_t* o, float* lse, cudaStream_t stream) {
   using F = Fwd<kD, kWarps, kMT>;
@@ -707,6 +733,7 @@ void attention_forward(const uint16_t* qkv, const AttentionDims& d, uint16_t* o,
   constexpr const char* fn = "attention_forward";
   check_attention(d, fn);
   check_pointer(qkv, fn, "qkv"), check_pointer(o, fn, "o"), check_pointer(lse, fn, "lse");
+  if (tiles == ForwardTiles::kDefault && default_is_wgmma(d)) tiles = ForwardTiles::kWgmma;
   if (tiles == ForwardTiles::kWgmma) {
     check_wgmma(d, fn);
 #if defined(TF_HAVE_WGMMA_ATTENTION)

@@ -202,13 +202,15 @@ struct AttentionDims {
 // The forward's tile shape for d = 64 (d = 80 and 128 have one): 128 query rows a block as 4 warps of
 // 32 rows (two m16 tiles a warp: each K/V fragment read from shared memory serves two products) or as
 // 8 warps of 16 rows (twice the warps an SM to hide latency, half the registers a thread, twice the
-// shared-memory reads a product). Both give the same bits; kDefault is the one measured faster on the
+// shared-memory reads a product). Both give the same bits; 4 x 32 is the one measured faster on the
 // H100 (bench/results/attention-notes.md), the other stays for the comparison on a new GPU.
 // kWgmma: Hopper's warpgroup MMAs (wgmma.mma_async, sm_90a code: attention_wgmma.cu), 128 query rows a
 // block as 2 warpgroups of 64, d = 64 only, compute capability 9.0 only (an InputError elsewhere: use
-// kDefault). Same contract, same l and lse definitions; its products accumulate in another order inside
-// the tensor core, so its bits differ from the mma.sync shapes' (still the same on every run). Not
-// kDefault until the device has measured it.
+// kDefault). Same contract, same l and lse definitions; its products may accumulate in another order inside
+// the tensor core than the mma.sync shapes' (every run gives the same bits). On an H200 it ran 1.20-1.21x the
+// 4 x 32 shape (bench/results/attention-notes.md, "v3").
+// kDefault: kWgmma where it runs (d = 64, a build with sm_90a code, a compute capability 9.0 device), else
+// 4 x 32 for d = 64 and the one shape of d = 80 and 128.
 enum class ForwardTiles : uint8_t { kDefault, kWarps4x32, kWarps8x16, kWgmma };
 
 // Causal flash attention forward (docs/decoder.md): per (sample, head), S = (q·kᵀ)·d^-½ in fp32
