@@ -206,9 +206,10 @@ struct AttentionDims {
 // H100 (bench/results/attention-notes.md), the other stays for the comparison on a new GPU.
 // kWgmma: Hopper's warpgroup MMAs (wgmma.mma_async, sm_90a code: attention_wgmma.cu), 128 query rows a
 // block as 2 warpgroups of 64, d = 64 only, compute capability 9.0 only (an InputError elsewhere: use
-// kDefault). Same contract, same l and lse definitions; its products may accumulate in another order inside
-// the tensor core than the mma.sync shapes' (every run gives the same bits). On an H200 it ran 1.20-1.21x the
-// 4 x 32 shape (bench/results/attention-notes.md, "v3").
+// kDefault). Same contract, same l and lse definitions. The order of the tensor core's additions inside a
+// product is not documented: DecoderKernels.AttentionForward prints whether its bits are the 4 x 32 shape's
+// (on an H200 they were, at every test shape) and holds it to the bounds and to itself run to run. On an H200
+// it ran 1.19-1.21x the 4 x 32 shape (bench/results/attention-notes.md, "v3").
 // kDefault: kWgmma where it runs (d = 64, a build with sm_90a code, a compute capability 9.0 device), else
 // 4 x 32 for d = 64 and the one shape of d = 80 and 128.
 enum class ForwardTiles : uint8_t { kDefault, kWarps4x32, kWarps8x16, kWgmma };
