@@ -115,7 +115,8 @@ static void publish_gpu_telemetry(Registry& reg, const StepSample& s, const Labe
   } gauges[] = {
       {"twinflow_gpu_sm_clock_hertz", "The GPU's SM clock in the last step (the median of its samples).",
        s.gpu_sm_clock_hz},
-      {"twinflow_gpu_power_watts", "The GPU's mean power in the last step (its energy counter over the step).",
+      {"twinflow_gpu_power_watts",
+       "The GPU's mean power in the last step (NVML's power readings, each its own average over about a second).",
        s.gpu_power_watts},
       {"twinflow_gpu_power_limit_watts", "The GPU's enforced power limit.", s.gpu_power_limit_watts},
       {"twinflow_gpu_temperature_celsius", "The GPU's largest die temperature in the last step.",
