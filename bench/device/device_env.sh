@@ -61,3 +61,26 @@ hf_speed() {
   python3 -c "import json;d=json.load(open('$W/peer-$1.json'));print({k:d[k] for k in ('median_step_ms','tokens_per_s','tflops')})"
   pack
 }
+# kill_rank1 SCENARIO: two ranks of `run SCENARIO` under launch; once they train, kill -9 the process with RANK=1 and
+# time how long launch takes to stop (what it said and whether any rank is left in $W/kill.txt, its log $W/kill.log).
+kill_rank1() {
+  local sc=$1 launch victim="" p t0 t1 rc
+  step "kill -9 of rank 1 under launch"
+  $B/twinflow launch --nproc-per-node 2 -- run "$sc" --ratios 0.3 --steps 400 > "$W/kill.log" 2>&1 &
+  launch=$!
+  for _ in $(seq 1 90); do grep -qE "step [0-9]+/" "$W/kill.log" 2> /dev/null && break; sleep 1; done
+  sleep 3
+  for p in $(pgrep -f "twinflow run $sc"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "RANK=1" && victim=$p
+  done
+  t0=$(date +%s.%N)
+  kill -9 "$victim"; echo "killed rank 1 (pid $victim) at $(date -u +%T.%N)"
+  # launch must stop both ranks within its grace period; never let a hang here hold the call
+  for _ in $(seq 1 120); do kill -0 "$launch" 2> /dev/null || break; sleep 0.5; done
+  kill -0 "$launch" 2> /dev/null && { echo "launch still running 60 s after the kill: stopping it"; kill -9 "$launch"; }
+  wait "$launch"; rc=$?
+  t1=$(date +%s.%N)
+  echo "launch exited rc $rc after $(python3 -c "print(f'{$t1 - $t0:.2f}')") s; twinflow run processes left:" \
+    "$(pgrep -fc "twinflow run $sc")" | tee "$W/kill.txt"
+  grep -E "^twinflow launch|^rank [0-9]: stopping" "$W/kill.log" | tee -a "$W/kill.txt"
+}

@@ -54,25 +54,7 @@ done | tee "$W/parity.txt"
 rm -rf "$M"; pack
 [ -n "${PEER:-}" ] && hf_speed opt1.3b opt-1.3b 1024
 
-step "kill -9 of rank 1 under launch"
-$B/twinflow launch --nproc-per-node 2 -- run $SC --ratios 0.3 --steps 400 > "$W/kill.log" 2>&1 &
-LAUNCH=$!
-for _ in $(seq 1 90); do grep -qE "step [0-9]+/" "$W/kill.log" 2> /dev/null && break; sleep 1; done
-sleep 3
-victim=""
-for p in $(pgrep -f "twinflow run $SC"); do
-  tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "RANK=1" && victim=$p
-done
-t0=$(date +%s.%N)
-kill -9 "$victim"; echo "killed rank 1 (pid $victim) at $(date -u +%T.%N)"
-# launch must stop both ranks within its grace period; never let a hang here hold the call
-for _ in $(seq 1 120); do kill -0 "$LAUNCH" 2> /dev/null || break; sleep 0.5; done
-kill -0 "$LAUNCH" 2> /dev/null && { echo "launch still running 60 s after the kill: stopping it"; kill -9 "$LAUNCH"; }
-wait "$LAUNCH"; rc=$?
-t1=$(date +%s.%N)
-left=$(pgrep -fc "twinflow run $SC")
-echo "launch exited rc $rc after $(python3 -c "print(f'{$t1 - $t0:.2f}')") s; twinflow run processes left: $left" |
-  tee "$W/kill.txt"
+kill_rank1 "$SC"
 tail -n 5 "$W/kill.log" | tee -a "$W/kill.txt"
 pack
 ls -la "$OUT"

@@ -56,26 +56,5 @@ peer opt1.3b opt-1.3b 1024
 ours gpt2-124m scenarios/real/gpt2-124m-h100.yaml 0
 peer gpt2-124m gpt2-124m 1024
 
-if [ "$GPUS" -ge 2 ]; then
-  SC=scenarios/real/opt-1.3b-h100.yaml
-  step "kill -9 of rank 1 under launch"
-  $B/twinflow launch --nproc-per-node 2 -- run $SC --ratios 0.3 --steps 400 > "$W/kill.log" 2>&1 &
-  LAUNCH=$!
-  for _ in $(seq 1 90); do grep -qE "step [0-9]+/" "$W/kill.log" 2> /dev/null && break; sleep 1; done
-  sleep 3
-  victim=""
-  for p in $(pgrep -f "twinflow run $SC"); do
-    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "RANK=1" && victim=$p
-  done
-  t0=$(date +%s.%N)
-  kill -9 "$victim"; echo "killed rank 1 (pid $victim)"
-  for _ in $(seq 1 120); do kill -0 "$LAUNCH" 2> /dev/null || break; sleep 0.5; done
-  kill -0 "$LAUNCH" 2> /dev/null && { echo "launch still running 60 s after the kill: stopping it"; kill -9 "$LAUNCH"; }
-  wait "$LAUNCH"; rc=$?
-  t1=$(date +%s.%N)
-  echo "launch exited rc $rc after $(python3 -c "print(f'{$t1 - $t0:.2f}')") s; twinflow run processes left:" \
-    "$(pgrep -fc "twinflow run $SC")" | tee "$W/kill.txt"
-  grep -E "^twinflow launch|^rank [0-9]: stopping" "$W/kill.log" | tee -a "$W/kill.txt"
-  pack
-fi
+[ "$GPUS" -ge 2 ] && { kill_rank1 scenarios/real/opt-1.3b-h100.yaml; pack; }
 step done; pack
