@@ -481,8 +481,9 @@ class RunMetrics {
     metrics::publish_run_config(registry_, {rank_, job_, "cuda"}, config_);
   }
 
-  // The GPU since the previous call (one step's period between two reports); empty without telemetry.
-  metrics::GpuWindow gpu_window() { return telemetry_ ? telemetry_->take_now() : metrics::GpuWindow{}; }
+  // The GPU since the previous call (one step's period between two reports); empty without telemetry. The
+  // sampler's own samples only: no NVML call on the training thread at the step boundary.
+  metrics::GpuWindow gpu_window() { return telemetry_ ? telemetry_->take() : metrics::GpuWindow{}; }
   bool has_telemetry() const { return telemetry_ != nullptr; }
 
   void publish(const cu::StepReport& r, const cu::Engine& eng, const metrics::GpuWindow& gpu) {
