@@ -953,6 +953,23 @@ class Calibrator {
   // The rank curve's segments: `ops` engine-sized ops of `op` elements over all k ranks.
   RankCurveOps rank_curve_ops() const { return app::rank_curve_ops(engine_op_.elems, cpu_ranks_.back(), o_.quick); }
 
+  // The rank curve's passes: R_ rounds, every k's group a pass each round; a Stat per k.
+  std::vector<cal::Stat> rank_curve_rates(std::vector<std::unique_ptr<CpuRankGroup>>& groups) const {
+    std::vector<std::vector<double>> rates(groups.size());
+    for (int rep = 0; rep < R_; ++rep)
+      for (size_t i = 0; i < groups.size(); ++i) rates[i].push_back(groups[i]->pass_gparam_s());
+    std::vector<cal::Stat> stats;
+    for (std::vector<double>& r : rates) stats.push_back(cal::make_stat(std::move(r)));
+    return stats;
+  }
+
+  // The rank curve's one process against the thread sweep's (app::host_rate_disagreement); empty without k = 1.
+  std::string one_process_disagreement(const std::vector<cal::Stat>& stats) const {
+    const auto one = std::find(cpu_ranks_.begin(), cpu_ranks_.end(), 1);
+    if (one == cpu_ranks_.end()) return "";
+    return host_rate_disagreement(p_.cpu.optimizer_gparam_s_all_cores, stats[size_t(one - cpu_ranks_.begin())].median);
+  }
+
   void measure_cpu_ranks() {
     const int warm = 3;
     const auto [op, ops] = rank_curve_ops();
@@ -962,13 +979,19 @@ class Calibrator {
       groups.back()->setup(CpuRankSetup{});
       (void)groups.back()->passes(warm);
     }
-    std::vector<std::vector<double>> rates(groups.size());
-    for (int rep = 0; rep < R_; ++rep)
-      for (size_t i = 0; i < groups.size(); ++i) rates[i].push_back(groups[i]->pass_gparam_s());
+    std::vector<cal::Stat> stats = rank_curve_rates(groups);
+    std::string moved = one_process_disagreement(stats);
+    if (!moved.empty()) {  // once more: a host that moved for a moment reads alike again
+      std::cerr << "calibrate: " << moved << "; measuring the rank curve again\n";
+      stats = rank_curve_rates(groups);
+      if (moved = one_process_disagreement(stats); !moved.empty())
+        std::cerr << "calibrate: warning: again, " << moved
+                  << ": the profile's CPU figures describe a moving host (calibrate again, on a quiet host)\n";
+    }
     std::string per_k;
     for (size_t i = 0; i < groups.size(); ++i) {
       const int k = cpu_ranks_[i];
-      const cal::Stat st = cal::make_stat(std::move(rates[i]));
+      const cal::Stat& st = stats[i];
       c_.done("cpu adamw bf16, " + std::to_string(k) + " rank process" + (k > 1 ? "es" : "") + " at once, node",
               st.median, "Gparam/s", st, "cpu.optimizer_node_gparam_s_by_ranks");
       p_.cpu.optimizer_node_gparam_s_by_ranks.emplace_back(k, sig4(st.median));
@@ -983,7 +1006,7 @@ class Calibrator {
         "); node Gparam/s = elements / (first start to last end) of each synchronised pass; " +
         "every k's processes started and warmed up (" + std::to_string(warm) +
         " passes), then the k alternating pass by pass; [ranks, Gparam/s], each the median of " + std::to_string(R_) +
-        " passes (" + per_k + ")";
+        " passes (" + per_k + ")" + (moved.empty() ? "" : ". Measured twice, and still: " + moved);
     // the host's ranks: the largest k measured that is at most the GPU count (rank_counts: it, unless it
     // exceeds the cores)
     const auto host = std::upper_bound(cpu_ranks_.begin(), cpu_ranks_.end(), gpus_) - 1;

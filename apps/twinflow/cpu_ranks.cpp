@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -96,6 +97,20 @@ EngineCpuOp engine_cpu_op(const std::vector<core::Scenario>& scenarios) {
   return {
       elems, elems * param_bytes,
       "the median CPU layer piece of " + names + " at world 1, ratio 1 (" + std::to_string(pieces.size()) + " pieces)"};
+}
+
+std::string host_rate_disagreement(double sweep_gparam_s, double rank_curve_one_gparam_s, double tolerance) {
+  const double hi = std::max(sweep_gparam_s, rank_curve_one_gparam_s);
+  if (!(sweep_gparam_s > 0) || !(rank_curve_one_gparam_s > 0) ||
+      std::abs(sweep_gparam_s - rank_curve_one_gparam_s) <= tolerance * hi)
+    return "";
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "one process on all the cores read %.3f Gparam/s in the thread sweep and %.3f in the rank curve "
+                "(%+.1f%%): the host's CPU rate moved by more than %.0f%% within seconds",
+                sweep_gparam_s, rank_curve_one_gparam_s,
+                (rank_curve_one_gparam_s - sweep_gparam_s) / sweep_gparam_s * 100, tolerance * 100);
+  return b;
 }
 
 RankCurveOps rank_curve_ops(int64_t engine_op_elems, int max_ranks, bool quick) {

@@ -55,6 +55,15 @@ struct RankCurveOps {
 };
 RankCurveOps rank_curve_ops(int64_t engine_op_elems, int max_ranks, bool quick);
 
+// calibrate reads one process on all the host's cores twice, seconds apart: the thread sweep's best (one process
+// through its own buffer, cpu.optimizer_gparam_s_all_cores) and the rank curve's k = 1 (one worker process through
+// the engine's path). On a steady host they agree within a few percent (two H200s' host: 6.169 and 6.085); one
+// calibrate on that host read 5.771 and 2.168. Empty where they agree within `tolerance` of the larger, else what
+// was read, in words.
+inline constexpr double kHostRateTolerance = 0.15;
+std::string host_rate_disagreement(double sweep_gparam_s, double rank_curve_one_gparam_s,
+                                   double tolerance = kHostRateTolerance);
+
 // What every rank runs.
 struct CpuRankSetup {
   core::OptimizerKind kind = core::OptimizerKind::kAdamW;

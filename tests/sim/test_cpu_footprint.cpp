@@ -69,3 +69,16 @@ TEST(CpuFootprint, FittingTheHostsFreeMemory) {
 
 }  // namespace
 }  // namespace tf::app
+
+// calibrate's two readings of one process on all the cores (the thread sweep's, the rank curve's k = 1): the figures
+// of one calibrate on two H200s' host, which disagreed, and of the one before it, which did not.
+TEST(CpuRanks, TheTwoOneProcessReadingsAgreeOrAreNamed) {
+  EXPECT_EQ(tf::app::host_rate_disagreement(6.169, 6.085), "");
+  EXPECT_EQ(tf::app::host_rate_disagreement(5.0, 4.3), "") << "within 15% of the larger";
+  const std::string moved = tf::app::host_rate_disagreement(5.771, 2.168);
+  EXPECT_NE(moved.find("5.771 Gparam/s in the thread sweep and 2.168 in the rank curve (-62.4%)"), std::string::npos)
+      << moved;
+  EXPECT_NE(moved.find("moved by more than 15%"), std::string::npos) << moved;
+  EXPECT_NE(tf::app::host_rate_disagreement(2.0, 3.0), "") << "either way";
+  EXPECT_EQ(tf::app::host_rate_disagreement(0, 3.0), "") << "a reading that was not taken";
+}
