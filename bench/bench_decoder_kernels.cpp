@@ -242,7 +242,8 @@ void bench_head(const Shape& m, cudaStream_t s) {
                timed_ms(s, [&] { logits_weight_grad(blas, d, zp, lp, dE.get(), CUDA_R_32F); }), flops);
 }
 
-// Whether the current device is compute capability 9.0 (ForwardTiles::kWgmma runs there only).
+// Whether the current device is compute capability 9.0 (ForwardTiles::kWgmma and BackwardKernel::kWgmma run there
+// only).
 bool compute_capability_90() {
   int dev = 0, major = 0, minor = 0;
   TF_CUDA_CHECK(cudaGetDevice(&dev));
@@ -281,6 +282,15 @@ void bench_attention(const Shape& m, cudaStream_t s) {
                                              d, delta.as<float>(), dqkv.as<uint16_t>(), s);
                         }),
                attention_backward_flops(d));
+  if (d.head_dim == 64 && compute_capability_90())  // the whole backward with the wgmma dK/dV (sm_90a code only)
+    report_flops("attention_backward wgmma dkdv", shape,
+                 timed_ms(s,
+                          [&] {
+                            attention_backward(qkv.as<uint16_t>(), o.as<uint16_t>(), dout.as<uint16_t>(),
+                                               lse.as<float>(), d, delta.as<float>(), dqkv.as<uint16_t>(), s,
+                                               BackwardKernel::kWgmma);
+                          }),
+                 attention_backward_flops(d));
 }
 
 }  // namespace

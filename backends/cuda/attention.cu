@@ -1,7 +1,8 @@
 // Causal flash attention on bf16 tensor cores (mma.sync m16n8k16, ldmatrix, cp.async): the forward, and the
 // backward as D = rowsum(dO∘O), dK/dV per key tile and dQ per query tile (docs/decoder.md; API in
 // decoder_kernels.cuh, tiles and fragment index math in attention_tiles.cuh, device pieces shared with the
-// wgmma forward of ForwardTiles::kWgmma, attention_wgmma.cu, in attention_device.cuh).
+// wgmma forward of ForwardTiles::kWgmma, attention_wgmma.cu, in attention_device.cuh; the wgmma dK/dV of
+// BackwardKernel::kWgmma is attention_wgmma_bwd.cu).
 //
 // Structure (FlashAttention-2): each warp owns 16 rows (or, in the d = 64 forward's 4-warp shape, two m16
 // tiles of queries) and keeps its accumulators in registers; tiles live in shared memory with rows padded
@@ -648,11 +649,12 @@ void check_pointer(const void* p, const char* fn, const char* name) {
 float scale_log2_of(int64_t head_dim) { return float(1.0 / std::sqrt(double(head_dim)) * 1.4426950408889634); }
 float scale_of(int64_t head_dim) { return float(1.0 / std::sqrt(double(head_dim))); }
 
-// ForwardTiles::kWgmma's conditions (decoder_kernels.cuh): d = 64, a build with its sm_90a code (the
-// TF_HAVE_WGMMA_ATTENTION definition, backends/cuda/CMakeLists.txt) and a compute-capability-9.0 current device.
-void check_wgmma(const AttentionDims& d, const char* fn) {
+// ForwardTiles::kWgmma's and BackwardKernel::kWgmma's conditions (decoder_kernels.cuh): d = 64, a build with their
+// sm_90a code (the TF_HAVE_WGMMA_ATTENTION definition, backends/cuda/CMakeLists.txt) and a compute-capability-9.0
+// current device. option: the enum's name ("ForwardTiles", "BackwardKernel"), for the message.
+void check_wgmma(const AttentionDims& d, const char* fn, const char* option = "ForwardTiles") {
   const auto fail = [&](const std::string& what) {
-    throw core::InputError(std::string(fn) + ": ForwardTiles::kWgmma " + what + "; use ForwardTiles::kDefault");
+    throw core::InputError(std::string(fn) + ": " + option + "::kWgmma " + what + "; use " + option + "::kDefault");
   };
   if (d.head_dim != 64) fail("takes head_dim 64 only, got " + std::to_string(d.head_dim));
 #if defined(TF_HAVE_WGMMA_ATTENTION)
@@ -703,21 +705,28 @@ void launch_forward(const uint16_t* qkv, const AttentionDims& d, uint16_t* o, fl
   TF_CUDA_CHECK_LAUNCH("attention_forward_kernel");
 }
 
+// wgmma_dkdv: the dK/dV pass by attention_dkdv_wgmma64 (BackwardKernel::kWgmma, checked by the caller; d = 64).
 template <int kD>
 void launch_backward(const uint16_t* qkv, const uint16_t* o, const uint16_t* dout, const float* lse,
-                     const AttentionDims& d, float* delta, uint16_t* dqkv, cudaStream_t stream) {
+                     const AttentionDims& d, float* delta, uint16_t* dqkv, cudaStream_t stream, bool wgmma_dkdv) {
   using B = Bwd<kD>;
   const int64_t pairs = d.rows() * d.heads;
   attention_delta_kernel<kD><<<unsigned(std::min<int64_t>((pairs + 255) / 256, 65536)), 256, 0, stream>>>(
       o, dout, d.rows(), int(d.seq), int(d.heads), delta);
   TF_CUDA_CHECK_LAUNCH("attention_delta_kernel");
-  TF_CUDA_CHECK(cudaFuncSetAttribute(attention_dkdv_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(B::kDkdvSmemBytes)));
   const int bh = int(d.batch * d.heads);
-  const unsigned grid_kv = unsigned(bh * attn::ceil_div(d.seq, kKeyTile));  // attn::grouped_block
-  attention_dkdv_kernel<kD><<<grid_kv, kBwdThreads, B::kDkdvSmemBytes, stream>>>(
-      qkv, dout, lse, delta, dqkv, int(d.seq), int(d.heads), bh, scale_log2_of(kD), scale_of(kD));
-  TF_CUDA_CHECK_LAUNCH("attention_dkdv_kernel");
+  if (wgmma_dkdv) {
+#if defined(TF_HAVE_WGMMA_ATTENTION)
+    attention_dkdv_wgmma64(qkv, dout, lse, delta, d, dqkv, stream, scale_log2_of(kD), scale_of(kD));
+#endif
+  } else {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(attention_dkdv_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(B::kDkdvSmemBytes)));
+    const unsigned grid_kv = unsigned(bh * attn::ceil_div(d.seq, kKeyTile));  // attn::grouped_block
+    attention_dkdv_kernel<kD><<<grid_kv, kBwdThreads, B::kDkdvSmemBytes, stream>>>(
+        qkv, dout, lse, delta, dqkv, int(d.seq), int(d.heads), bh, scale_log2_of(kD), scale_of(kD));
+    TF_CUDA_CHECK_LAUNCH("attention_dkdv_kernel");
+  }
   TF_CUDA_CHECK(
       cudaFuncSetAttribute(attention_dq_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(B::kDqSmemBytes)));
   const unsigned grid_q = unsigned(bh * attn::ceil_div(d.seq, kBwdQueryTile));
@@ -754,15 +763,19 @@ void attention_forward(const uint16_t* qkv, const AttentionDims& d, uint16_t* o,
 }
 
 void attention_backward(const uint16_t* qkv, const uint16_t* o, const uint16_t* dout, const float* lse,
-                        const AttentionDims& d, float* delta, uint16_t* dqkv, cudaStream_t stream) {
+                        const AttentionDims& d, float* delta, uint16_t* dqkv, cudaStream_t stream,
+                        BackwardKernel kernel) {
   constexpr const char* fn = "attention_backward";
   check_attention(d, fn);
   check_pointer(qkv, fn, "qkv"), check_pointer(o, fn, "o"), check_pointer(dout, fn, "dout");
   check_pointer(lse, fn, "lse"), check_pointer(delta, fn, "delta"), check_pointer(dqkv, fn, "dqkv");
+  const bool wgmma_dkdv =
+      kernel == BackwardKernel::kWgmma || (kernel == BackwardKernel::kDefault && default_is_wgmma(d));
+  if (wgmma_dkdv) check_wgmma(d, fn, "BackwardKernel");
   switch (d.head_dim) {
-    case 64: launch_backward<64>(qkv, o, dout, lse, d, delta, dqkv, stream); break;
-    case 80: launch_backward<80>(qkv, o, dout, lse, d, delta, dqkv, stream); break;
-    default: launch_backward<128>(qkv, o, dout, lse, d, delta, dqkv, stream); break;
+    case 64: launch_backward<64>(qkv, o, dout, lse, d, delta, dqkv, stream, wgmma_dkdv); break;
+    case 80: launch_backward<80>(qkv, o, dout, lse, d, delta, dqkv, stream, false); break;
+    default: launch_backward<128>(qkv, o, dout, lse, d, delta, dqkv, stream, false); break;
   }
 }
 

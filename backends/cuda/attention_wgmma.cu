@@ -2,7 +2,8 @@
 // file is compiled for 90a alone, backends/cuda/CMakeLists.txt). ForwardTiles::kWgmma (decoder_kernels.cuh);
 // attention.cu checks the arguments and calls attention_forward_wgmma64. The operand layouts, descriptors and
 // the accumulator layout are those bench/device/wgmma_probe.cu verified on an H200
-// (bench/results/attention-notes.md, "The wgmma building block, verified").
+// (bench/results/attention-notes.md, "The wgmma building block, verified"); their helpers are in
+// attention_wgmma.cuh, shared with the wgmma dK/dV (attention_wgmma_bwd.cu).
 //
 // A block: 128 query rows as 2 warpgroups of 64 rows (warpgroup g: rows q0 + 64g ..), 256 threads, over 64-key
 // tiles 0 .. the diagonal, in attn::grouped_block's order (as the mma.sync forward). Shared memory, 128-byte
@@ -28,6 +29,7 @@
 
 #include "backends/cuda/attention_device.cuh"
 #include "backends/cuda/attention_tiles.cuh"
+#include "backends/cuda/attention_wgmma.cuh"
 #include "backends/cuda/attention_wgmma.h"
 #include "backends/cuda/cuda_check.cuh"
 
@@ -39,10 +41,10 @@ using attn::kKeyTile;
 constexpr int kD = 64;
 constexpr int kWarpgroups = 2;
 constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kBr = 64 * kWarpgroups;      // query rows a block
-constexpr int kStages = 3;                 // K/V ring
-constexpr int kRowBytes = kD * 2;          // 128: one swizzle row
-constexpr int kTileBytes = 64 * kRowBytes;  // a 64 x 64 bf16 tile (a warpgroup's Q, one K or V stage)
+constexpr int kBr = 64 * kWarpgroups;  // query rows a block
+constexpr int kStages = 3;             // K/V ring
+using wg::kRowBytes;                   // 128: one swizzle row
+using wg::kTileBytes;                  // a 64 x 64 bf16 tile (a warpgroup's Q, one K or V stage)
 constexpr int kSmemBytes = 1024 + kBr * kRowBytes + 2 * kStages * kTileBytes;  // + the alignment slack
 static_assert(kBr == attn::fwd_query_tile(kD), "the block's query rows are attn::fwd_query_tile(d)");
 static_assert(kKeyTile == 64 && kRowBytes == 128, "a K/V tile is 64 rows of one 128-byte swizzle row");
@@ -51,142 +53,12 @@ static_assert(kBr * attn::tile_stride(kD) * 2 <= kBr * kRowBytes + kStages * kTi
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-using Acc = float[1][8][4];  // an m64n64 fp32 accumulator: [0][j][i] is wgmma register 4j + i
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a 128-byte-swizzled tile (wgmma_probe's swizzled()).
-__device__ __forceinline__ uint32_t swizzled_chunk(int row, int chunk) {
-  return uint32_t(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
-}
-
-// 16 bytes global -> shared (address `dst`) without waiting, cp.async.cg; !valid: zero-filled, nothing read.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const uint16_t* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-
-// Rows [row0, row0 + kRows) of one head (g: the sample's row 0 at the head's column, row stride ld) into the
-// swizzled [kRows][64] tile at shared address `tile`, by the block's threads: thread t copies chunk t % 8 of
-// rows t / 8 + 32i (the 8 chunks of a row go to one 128-byte row, permuted). Rows >= s are zero-filled.
-template <int kRows>
-__device__ __forceinline__ void load_tile_swizzled(uint32_t tile, const uint16_t* g, int ld, int row0, int s) {
-  constexpr int kPass = kThreads / 8;  // rows a pass; a multiple of 8, so a thread's swizzle is the same each pass
-  static_assert(kRows % kPass == 0 && kPass % 8 == 0, "whole passes");
-  const int r = int(threadIdx.x) / 8, ch = int(threadIdx.x) % 8;
-  const uint32_t dst = tile + swizzled_chunk(r, ch);
-#pragma unroll
-  for (int i = 0; i < kRows / kPass; ++i) {
-    const int row = row0 + r + i * kPass;
-    const bool valid = row < s;
-    cp_async16(dst + uint32_t(i * kPass * kRowBytes), g + int64_t(valid ? row : 0) * ld + ch * 8, valid);
-  }
-}
-
-// The writes of this thread's completed cp.async copies (generic proxy) made visible to the wgmma operand reads
-// (async proxy); the barrier after it publishes them to the block.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// A shared-memory matrix descriptor (wgmma_probe's descriptor(), PTX ISA "Matrix Descriptor Format"): start
-// address >> 4 in bits 0-13, leading-dimension byte offset >> 4 in 16-29, stride-dimension byte offset >> 4 in
-// 32-45, 128-byte swizzle (1) in 62-63. Shared addresses are below 2^18, so adding (bytes >> 4) to a descriptor
-// moves its start address without a carry out of bits 0-13.
-__device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  uint64_t d = 0;
-  d |= uint64_t((addr & 0x3FFFF) >> 4);
-  d |= uint64_t((lbo & 0x3FFFF) >> 4) << 16;
-  d |= uint64_t((sbo & 0x3FFFF) >> 4) << 32;
-  d |= uint64_t(1) << 62;
-  return d;
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving register reads or writes of `d` across this point (an empty volatile asm that
-// "changes" them): around wgmma.fence and after wgmma.wait_group, so that ordinary instructions touch an
-// accumulator only while no wgmma owns it.
-__device__ __forceinline__ void fence_operand(Acc& d) {
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d[0][j][i])::"memory");
-}
-__device__ __forceinline__ void fence_operand(uint32_t (&a)[4][4]) {
-#pragma unroll
-  for (int k = 0; k < 4; ++k)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[k][i])::"memory");
-}
-
-// The 32 accumulator operands %0 .. %31 of an m64n64 wgmma, in register order.
-#define TF_WG_D32                                                                   \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
-  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-#define TF_WG_ACC(C, d)                                                                                               \
-  C(d[0][0]), C(d[0][1]), C(d[0][2]), C(d[0][3]), C(d[1][0]), C(d[1][1]), C(d[1][2]), C(d[1][3]), C(d[2][0]),         \
-      C(d[2][1]), C(d[2][2]), C(d[2][3]), C(d[3][0]), C(d[3][1]), C(d[3][2]), C(d[3][3]), C(d[4][0]), C(d[4][1]),     \
-      C(d[4][2]), C(d[4][3]), C(d[5][0]), C(d[5][1]), C(d[5][2]), C(d[5][3]), C(d[6][0]), C(d[6][1]), C(d[6][2]),     \
-      C(d[6][3]), C(d[7][0]), C(d[7][1]), C(d[7][2]), C(d[7][3])
-
-// d = A·B (kAccumulate false: d's old value ignored, scale-d 0) or d += A·B, m64n64k16, A and B K-major from
-// shared memory through descriptors (wgmma_probe's mma_ss).
-template <bool kAccumulate>
-__device__ __forceinline__ void mma_ss(Acc& acc, uint64_t da, uint64_t db) {
-  float(&d)[8][4] = acc[0];
-  if constexpr (kAccumulate)
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TF_WG_D32 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-        : TF_WG_ACC("+f", d)
-        : "l"(da), "l"(db), "r"(1));
-  else
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TF_WG_D32 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-        : TF_WG_ACC("=f", d)
-        : "l"(da), "l"(db), "r"(0));
-}
-
-// d += A·B, m64n64k16, A from registers (4 x b32: 8 bf16 a thread), B from shared memory read transposed
-// (tnspB 1: V row-major keys x d, wgmma_probe's mma_rs_tb).
-__device__ __forceinline__ void mma_rs_tb(Acc& acc, const uint32_t (&a)[4], uint64_t db) {
-  float(&d)[8][4] = acc[0];
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TF_WG_D32 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : TF_WG_ACC("+f", d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-
-// s = Q·Kᵀ for the warpgroup's 64 rows and the tile's 64 keys: 4 k-steps of 16 (32 bytes further along the
-// 128-byte rows of both operands: +2 in the descriptors' address field), waited for.
-__device__ __forceinline__ void scores(Acc& s, uint64_t dq, uint64_t dk) {
-  wgmma_fence();
-  mma_ss<false>(s, dq, dk);
-#pragma unroll
-  for (int ks = 1; ks < 4; ++ks) mma_ss<true>(s, dq + 2 * ks, dk + 2 * ks);
-  wgmma_commit();
-  wgmma_wait<0>();
-  fence_operand(s);
-}
-
-// o += bf16(p)·V, waited for: k-step ks takes p's columns 16ks .. 16ks + 15, registers 8ks .. 8ks + 7, as its A
-// fragment (attn::c_pair_to_a: the probe's packing) and V's rows 16ks .., 2048 bytes further (+128 in the
-// address field); LBO 8192 and SBO 1024 as the probe.
-__device__ __forceinline__ void pv(Acc& o, const Acc& p, uint64_t dv) {
-  uint32_t a[4][4];
-#pragma unroll
-  for (int ks = 0; ks < 4; ++ks) attn::c_pair_to_a(p[0][2 * ks], p[0][2 * ks + 1], a[ks]);
-  fence_operand(a);
-  fence_operand(o);
-  wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < 4; ++ks) mma_rs_tb(o, a[ks], dv + 128 * ks);
-  wgmma_commit();
-  wgmma_wait<0>();
-  fence_operand(o);
-}
+using wg::Acc;
+using wg::descriptor;
+using wg::fence_proxy_async;
+using wg::load_tile_swizzled;
+using wg::pv;
+using wg::scores;
 
 // p = 2^(fl(s·scale_log2) - m_use) in place (exp2_normal when kNormal, else exp2f), l = l·alpha + the tile's
 // sum, o·alpha: attention.cu's exp_sum_pv before its product.
@@ -258,9 +130,9 @@ __device__ __forceinline__ void forward_block(const uint16_t* __restrict__ qkv, 
   const uint16_t* gk = gq + h;
   const uint16_t* gv = gq + 2 * h;
   const int n_kt = int(attn::causal_key_tiles(q0, kBr, seq, kKeyTile));
-  load_tile_swizzled<kBr>(sq, gq, ld, q0, seq);
-  load_tile_swizzled<kKeyTile>(sk, gk, ld, 0, seq);
-  load_tile_swizzled<kKeyTile>(sv, gv, ld, 0, seq);
+  load_tile_swizzled<kBr, kThreads>(sq, gq, ld, q0, seq);
+  load_tile_swizzled<kKeyTile, kThreads>(sk, gk, ld, 0, seq);
+  load_tile_swizzled<kKeyTile, kThreads>(sv, gv, ld, 0, seq);
   attn::cp_async_commit();
   const int wg_q0 = q0 + 64 * wg, warp_q0 = q0 + 16 * warp;  // warp w holds rows 16(w % 4) .. of its warpgroup
   const uint64_t dq = descriptor(sq + uint32_t(wg * kTileBytes), 16, 1024);
@@ -273,8 +145,8 @@ __device__ __forceinline__ void forward_block(const uint16_t* __restrict__ qkv, 
     fence_proxy_async();
     __syncthreads();
     if (j + 1 < n_kt) {
-      load_tile_swizzled<kKeyTile>(sk + uint32_t(nxt * kTileBytes), gk, ld, k0 + kKeyTile, seq);
-      load_tile_swizzled<kKeyTile>(sv + uint32_t(nxt * kTileBytes), gv, ld, k0 + kKeyTile, seq);
+      load_tile_swizzled<kKeyTile, kThreads>(sk + uint32_t(nxt * kTileBytes), gk, ld, k0 + kKeyTile, seq);
+      load_tile_swizzled<kKeyTile, kThreads>(sv + uint32_t(nxt * kTileBytes), gv, ld, k0 + kKeyTile, seq);
       attn::cp_async_commit();
     }
     if (attn::tile_has_visible(wg_q0, 64, k0, seq)) {  // warpgroup-uniform; always true at j = 0 for rows < s
@@ -292,9 +164,6 @@ __device__ __forceinline__ void forward_block(const uint16_t* __restrict__ qkv, 
   uint16_t* stage = reinterpret_cast<uint16_t*>(smem_raw + (base - raw));
   attn::store_warp_rows<1, kD>(acc_o, stage, 16 * warp, o + int64_t(b) * seq * h + head * kD, h, q0, seq, lane);
 }
-
-#undef TF_WG_D32
-#undef TF_WG_ACC
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 

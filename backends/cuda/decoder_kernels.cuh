@@ -224,13 +224,26 @@ enum class ForwardTiles : uint8_t { kDefault, kWarps4x32, kWarps8x16, kWgmma };
 void attention_forward(const uint16_t* qkv, const AttentionDims& d, uint16_t* o, float* lse, cudaStream_t stream,
                        ForwardTiles tiles = ForwardTiles::kDefault);
 
+// The backward's dK/dV kernel (D = rowsum(dO∘O) and dQ are the mma.sync kernels for every choice). kMmaSync: one
+// block of 4 warps per 64-key tile, mma.sync m16n8k16 (every d). kWgmma: Hopper's warpgroup MMAs (wgmma.mma_async,
+// sm_90a code: attention_wgmma_bwd.cu), one warpgroup per 64-key tile, d = 64 only, compute capability 9.0 only
+// (an InputError elsewhere: use kDefault). Same contract and the same elementwise steps (P, the exponential path,
+// dS, their bf16 operand rounding, the scale, core's rounding of dk and dv); the order of the tensor core's
+// additions inside a product is not documented, so the bits might differ from kMmaSync's:
+// DecoderKernels.AttentionBackwardWgmma holds it to the same bounds and to its own bits run to run, and prints
+// whether they are kMmaSync's (on an H200 they were, at every test shape). On an H200 the whole backward ran
+// 1.21-1.26x faster with it (bench/results/attention-notes.md, "v4"). kDefault: kWgmma where it runs (d = 64, a
+// build with sm_90a code, a compute capability 9.0 device), else kMmaSync.
+enum class BackwardKernel : uint8_t { kDefault, kMmaSync, kWgmma };
+
 // Backward: D = rowsum(dO ∘ O) (fp32, ascending columns) into `delta`, then dK, dV with one block per
 // key tile looping over query tiles and dQ with one block per query tile looping over key tiles (no
 // atomics), P = 2^(S·log2 e - lse·log2 e), dS = P ∘ (dP - D), dK and dQ scaled by d^-½ at the end.
 // qkv (T, 3h), o (T, h), dout (T, h) bf16; lse (B, H, s) fp32 from the forward; delta (B, H, s) fp32
 // scratch; dqkv (T, 3h) bf16 in qkv's layout, every element written.
 void attention_backward(const uint16_t* qkv, const uint16_t* o, const uint16_t* dout, const float* lse,
-                        const AttentionDims& d, float* delta, uint16_t* dqkv, cudaStream_t stream);
+                        const AttentionDims& d, float* delta, uint16_t* dqkv, cudaStream_t stream,
+                        BackwardKernel kernel = BackwardKernel::kDefault);
 
 // out (n) uint32 = bf16x2 of src[2i] (low half) and src[2i + 1] (high half), src (2n) fp32: the rounding
 // that turns P and dS into tensor-core operands (attn::pack_bf16x2_operand) on its own, so that a test

@@ -292,6 +292,9 @@ TEST(DecoderKernels, RejectBadArgumentsBeforeAnyGpuWork) {
     const AttentionDims dw{1, 16, 2, head_dim};
     expect_input_error([&] { attention_forward(p, dw, p, f32, nullptr, ForwardTiles::kWgmma); },
                        "kWgmma takes head_dim 64 only");
+    expect_input_error(  // so is the wgmma dK/dV
+        [&] { attention_backward(p, p, p, f32, dw, f32, p, nullptr, BackwardKernel::kWgmma); },
+        "BackwardKernel::kWgmma takes head_dim 64 only");
   }
   EmbeddingDims e{2, 8, 16, 10, 9, 2};  // needs 8 + 2 position rows
   expect_input_error([&] { embedding_forward(reinterpret_cast<int32_t*>(f32), p, p, e, p, nullptr); }, "pos_rows");
@@ -1444,9 +1447,55 @@ TEST(DecoderKernels, AttentionBackward) {
   }
 }
 
-// The mma.sync backward fed the wgmma forward's o and lse (as training would run them): its gradients within
-// the backward's bounds against the exact softmax, o and lse taken as the forward gave them. d = 64 cases (the
-// wgmma forward's only head dimension), tails of a 64-key tile included.
+// BackwardKernel::kWgmma (the wgmma dK/dV; D and dQ are the mma.sync kernels) on a compute-capability-9.0 GPU for
+// every d = 64 case (ragged lengths included): the inputs of AttentionBackward, the same reference and bounds, its
+// own bits run to run, and a NOTE saying whether its dqkv bits are kMmaSync's (the tensor core's order of additions
+// inside a product may differ). Elsewhere it must be refused with an InputError.
+TEST(DecoderKernels, AttentionBackwardWgmma) {
+  SKIP_WITHOUT_GPU();
+  std::string no_wgmma;
+  const bool wgmma = wgmma_device(&no_wgmma);
+  Stream stream;
+  for (const AttentionDims& d : kAttnCases) {
+    if (d.head_dim != 64) continue;
+    const int64_t h = d.hidden();
+    const auto qkv = rand_bf16(size_t(d.rows() * 3 * h), -2, 2, 140 + uint64_t(d.seq));
+    const auto dout = rand_bf16(size_t(d.rows() * h), -1, 1, 141 + uint64_t(d.seq));
+    const AttnForwardRef fwd = attention_forward_ref(as_double(qkv), d);
+    std::vector<uint16_t> o(fwd.o.size());
+    std::vector<float> lse(fwd.lse.size());
+    for (size_t i = 0; i < o.size(); ++i) o[i] = bf(fwd.o[i]);
+    for (size_t i = 0; i < lse.size(); ++i) lse[i] = float(fwd.lse[i]);
+    DevBuf<uint16_t> dqkv_in(qkv), dd_o(o), ddout(dout), dqkv(qkv.size());
+    DevBuf<float> dlse(lse), delta(lse.size());
+    const std::string tag = attn_tag("attention_backward wgmma dkdv", d);
+    const auto run = [&](BackwardKernel kernel) {
+      dqkv.poison();
+      attention_backward(dqkv_in.get(), dd_o.get(), ddout.get(), dlse.get(), d, delta.get(), dqkv.get(), stream.get(),
+                         kernel);
+      return dqkv.download(tag + " dqkv");
+    };
+    if (!wgmma) {
+      std::printf("[   NOTE   ] %s skipped: %s\n", tag.c_str(), no_wgmma.c_str());
+      EXPECT_THROW((void)run(BackwardKernel::kWgmma), core::InputError) << tag;
+      continue;
+    }
+    const auto mma_sync = run(BackwardKernel::kMmaSync);
+    const auto got = run(BackwardKernel::kWgmma);
+    const AttnBackwardRef ref = attention_backward_ref(as_double(qkv), as_double(o), as_double(dout), lse, d);
+    expect_within(tag + " dqkv", as_double(got), ref.dqkv, ref.tol, DType::kBF16);
+    expect_same_bits(tag + " dqkv", got, run(BackwardKernel::kWgmma));
+    expect_same_bits(tag + " dqkv of kDefault (the wgmma dK/dV here)", got, run(BackwardKernel::kDefault));
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != mma_sync[i];
+    std::printf("[   NOTE   ] %s: the bits of the mma.sync backward too: %s (%zu of %zu values differ)\n", tag.c_str(),
+                differ == 0 ? "yes" : "no", differ, got.size());
+  }
+}
+
+// The backward (the mma.sync and the wgmma dK/dV) fed the wgmma forward's o and lse (as training would run them):
+// its gradients within the backward's bounds against the exact softmax, o and lse taken as the forward gave them.
+// d = 64 cases (the wgmma forward's only head dimension), tails of a 64-key tile included.
 TEST(DecoderKernels, AttentionBackwardFromWgmmaForward) {
   SKIP_WITHOUT_GPU();
   std::string why;
@@ -1463,9 +1512,13 @@ TEST(DecoderKernels, AttentionBackwardFromWgmmaForward) {
     attention_forward(dqkv_in.get(), d, dd_o.get(), dlse.get(), stream.get(), ForwardTiles::kWgmma);
     const auto o = dd_o.download(tag + " o");
     const auto lse = dlse.download(tag + " lse");
-    attention_backward(dqkv_in.get(), dd_o.get(), ddout.get(), dlse.get(), d, delta.get(), dqkv.get(), stream.get());
-    const auto got = dqkv.download(tag + " dqkv");
     const AttnBackwardRef ref = attention_backward_ref(as_double(qkv), as_double(o), as_double(dout), lse, d);
-    expect_within(tag + " dqkv", as_double(got), ref.dqkv, ref.tol, DType::kBF16);
+    for (const BackwardKernel kernel : {BackwardKernel::kMmaSync, BackwardKernel::kWgmma}) {
+      const std::string ktag = tag + (kernel == BackwardKernel::kWgmma ? " (wgmma dkdv)" : " (mma.sync dkdv)");
+      dqkv.poison();
+      attention_backward(dqkv_in.get(), dd_o.get(), ddout.get(), dlse.get(), d, delta.get(), dqkv.get(), stream.get(),
+                         kernel);
+      expect_within(ktag + " dqkv", as_double(dqkv.download(ktag + " dqkv")), ref.dqkv, ref.tol, DType::kBF16);
+    }
   }
 }
