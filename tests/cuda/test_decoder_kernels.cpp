@@ -1421,19 +1421,31 @@ TEST(DecoderKernels, AttentionOperandRoundingIsCoreRounding) {
   EXPECT_EQ(bad, 0u) << bad << " of " << src.size() << " values rounded differently from core::f32_to_bf16";
 }
 
+// A backward test's inputs for `d`: qkv and dout drawn from the case's seeds, and the forward's outputs o and lse
+// from the double reference, rounded as the kernel stores them.
+namespace {
+
+struct BackwardInputs {
+  std::vector<uint16_t> qkv, dout, o;
+  std::vector<float> lse;
+};
+BackwardInputs backward_inputs(const AttentionDims& d) {
+  BackwardInputs in;
+  in.qkv = rand_bf16(size_t(d.rows() * 3 * d.hidden()), -2, 2, 140 + uint64_t(d.seq));
+  in.dout = rand_bf16(size_t(d.rows() * d.hidden()), -1, 1, 141 + uint64_t(d.seq));
+  const AttnForwardRef fwd = attention_forward_ref(as_double(in.qkv), d);
+  for (const double x : fwd.o) in.o.push_back(bf(x));
+  for (const double x : fwd.lse) in.lse.push_back(float(x));
+  return in;
+}
+
+}  // namespace
+
 TEST(DecoderKernels, AttentionBackward) {
   SKIP_WITHOUT_GPU();
   Stream stream;
   for (const AttentionDims& d : kAttnCases) {
-    const int64_t h = d.hidden();
-    const auto qkv = rand_bf16(size_t(d.rows() * 3 * h), -2, 2, 140 + uint64_t(d.seq));
-    const auto dout = rand_bf16(size_t(d.rows() * h), -1, 1, 141 + uint64_t(d.seq));
-    // the forward's outputs as the backward's inputs: the double reference, rounded as the kernel stores them
-    const AttnForwardRef fwd = attention_forward_ref(as_double(qkv), d);
-    std::vector<uint16_t> o(fwd.o.size());
-    std::vector<float> lse(fwd.lse.size());
-    for (size_t i = 0; i < o.size(); ++i) o[i] = bf(fwd.o[i]);
-    for (size_t i = 0; i < lse.size(); ++i) lse[i] = float(fwd.lse[i]);
+    const auto [qkv, dout, o, lse] = backward_inputs(d);
     DevBuf<uint16_t> dqkv_in(qkv), dd_o(o), ddout(dout), dqkv(qkv.size());
     DevBuf<float> dlse(lse), delta(lse.size());
     const std::string tag = attn_tag("attention_backward", d);
@@ -1458,14 +1470,7 @@ TEST(DecoderKernels, AttentionBackwardWgmma) {
   Stream stream;
   for (const AttentionDims& d : kAttnCases) {
     if (d.head_dim != 64) continue;
-    const int64_t h = d.hidden();
-    const auto qkv = rand_bf16(size_t(d.rows() * 3 * h), -2, 2, 140 + uint64_t(d.seq));
-    const auto dout = rand_bf16(size_t(d.rows() * h), -1, 1, 141 + uint64_t(d.seq));
-    const AttnForwardRef fwd = attention_forward_ref(as_double(qkv), d);
-    std::vector<uint16_t> o(fwd.o.size());
-    std::vector<float> lse(fwd.lse.size());
-    for (size_t i = 0; i < o.size(); ++i) o[i] = bf(fwd.o[i]);
-    for (size_t i = 0; i < lse.size(); ++i) lse[i] = float(fwd.lse[i]);
+    const auto [qkv, dout, o, lse] = backward_inputs(d);
     DevBuf<uint16_t> dqkv_in(qkv), dd_o(o), ddout(dout), dqkv(qkv.size());
     DevBuf<float> dlse(lse), delta(lse.size());
     const std::string tag = attn_tag("attention_backward wgmma dkdv", d);
