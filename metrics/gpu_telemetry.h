@@ -91,7 +91,6 @@ class GpuTelemetry {
   GpuWindow take();
   // Takes one sample now, on the caller's thread (a window's edge), then the window.
   GpuWindow take_now();
-  double power_limit_w() const { return power_limit_w_; }
 
  private:
   void loop();

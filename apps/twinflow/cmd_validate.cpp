@@ -317,9 +317,9 @@ void print_pages_tracked(const Validation& v) {
                "the profile as calibrated: docs/ARCHITECTURE.md, \"Validation\")\n";
 }
 
-// The run's SM clock by point against the one calibrate timed the GEMM table at (gpu.gemm_sm_clock_mhz): a GPU
-// that its power limit holds below calibrate's clock runs its GEMMs slower than the profile's rates by up to
-// that ratio (docs/ARCHITECTURE.md, "GPU telemetry"). Nothing where the run read no clock.
+// The run's SM clock by point against the one calibrate timed the GEMM table at (gpu.gemm_sm_clock_mhz), a sign of
+// a power or thermal limit the simulator does not model (docs/ARCHITECTURE.md, "GPU telemetry"). Nothing where the
+// run read no clock.
 void print_clock(const Validation& v, double gemm_mhz) {
   std::string by_ratio;
   std::vector<double> all;
@@ -336,9 +336,9 @@ void print_clock(const Validation& v, double gemm_mhz) {
     std::cout << "; calibrate timed the GEMM table at " << fmt(gemm_mhz, 0) << " MHz (gpu.gemm_sm_clock_mhz): the run "
               << "ran at " << fmt(lo, 3) << (hi - lo > 0.0005 ? "-" + fmt(hi, 3) : "") << " of it";
     if (lo < 0.97)
-      std::cout << ": compute-bound kernels ran up to " << fmt((1 / lo - 1) * 100, 1)
-                << "% slower than the profile's rates (the GPU's power or thermal limit; the simulator has no such "
-                   "term)";
+      std::cout << ": the GPU's power or thermal limit held this run below calibrate's clock, which the simulator "
+                   "has no term for (how much slower its kernels ran is not the clock ratio alone: calibrate's GEMMs "
+                   "are power-limited too)";
   } else {
     std::cout << "; the profile has no gpu.gemm_sm_clock_mhz to compare with (twinflow calibrate reads it)";
   }

@@ -649,6 +649,28 @@ void check_pointer(const void* p, const char* fn, const char* name) {
 float scale_log2_of(int64_t head_dim) { return float(1.0 / std::sqrt(double(head_dim)) * 1.4426950408889634); }
 float scale_of(int64_t head_dim) { return float(1.0 / std::sqrt(double(head_dim))); }
 
+#if defined(TF_HAVE_WGMMA_ATTENTION)
+// The current device and its compute capability (major·10 + minor), asked of CUDA once per device: the decoder
+// asks for every layer and micro-batch.
+struct DeviceCc {
+  int dev = 0, cc = 0;
+};
+DeviceCc current_cc() {
+  constexpr int kDevices = 64;
+  static std::array<std::atomic<int>, kDevices> known{};  // 0: not asked yet
+  DeviceCc d;
+  TF_CUDA_CHECK(cudaGetDevice(&d.dev));
+  const bool cached = d.dev >= 0 && d.dev < kDevices;
+  if (cached && (d.cc = known[size_t(d.dev)].load(std::memory_order_relaxed)) != 0) return d;
+  int major = 0, minor = 0;
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d.dev));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d.dev));
+  d.cc = 10 * major + minor;
+  if (cached) known[size_t(d.dev)].store(d.cc, std::memory_order_relaxed);
+  return d;
+}
+#endif
+
 // ForwardTiles::kWgmma's and BackwardKernel::kWgmma's conditions (decoder_kernels.cuh): d = 64, a build with their
 // sm_90a code (the TF_HAVE_WGMMA_ATTENTION definition, backends/cuda/CMakeLists.txt) and a compute-capability-9.0
 // current device. option: the enum's name ("ForwardTiles", "BackwardKernel"), for the message.
@@ -658,36 +680,18 @@ void check_wgmma(const AttentionDims& d, const char* fn, const char* option = "F
   };
   if (d.head_dim != 64) fail("takes head_dim 64 only, got " + std::to_string(d.head_dim));
 #if defined(TF_HAVE_WGMMA_ATTENTION)
-  int dev = 0, major = 0, minor = 0;
-  TF_CUDA_CHECK(cudaGetDevice(&dev));
-  TF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  TF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major != 9 || minor != 0)
-    fail("needs a compute capability 9.0 GPU (H100, H200: its code is sm_90a), device " + std::to_string(dev) +
-         " is " + std::to_string(major) + "." + std::to_string(minor));
+  if (const DeviceCc c = current_cc(); c.cc != 90)
+    fail("needs a compute capability 9.0 GPU (H100, H200: its code is sm_90a), device " + std::to_string(c.dev) +
+         " is " + std::to_string(c.cc / 10) + "." + std::to_string(c.cc % 10));
 #else
   fail("is not in this build (CMAKE_CUDA_ARCHITECTURES without 90, so no sm_90a code)");
 #endif
 }
 
-// Whether kDefault runs the wgmma forward: d = 64, a build with its sm_90a code and a compute-capability-9.0
-// current device (the device's answer cached per device: the decoder asks once per layer and micro-batch).
+// Whether kDefault runs the wgmma kernels (forward and dK/dV): where check_wgmma would pass.
 bool default_is_wgmma(const AttentionDims& d) {
 #if defined(TF_HAVE_WGMMA_ATTENTION)
-  if (d.head_dim != 64) return false;
-  constexpr int kDevices = 64;
-  static std::array<std::atomic<int8_t>, kDevices> is_sm90{};  // 0 unknown, 1 yes, -1 no
-  int dev = 0;
-  TF_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kDevices) return false;
-  std::atomic<int8_t>& known = is_sm90[size_t(dev)];
-  if (known.load(std::memory_order_relaxed) == 0) {
-    int major = 0, minor = 0;
-    TF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    TF_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    known.store(major == 9 && minor == 0 ? 1 : -1, std::memory_order_relaxed);
-  }
-  return known.load(std::memory_order_relaxed) == 1;
+  return d.head_dim == 64 && current_cc().cc == 90;
 #else
   (void)d;
   return false;

@@ -84,3 +84,19 @@ kill_rank1() {
     "$(pgrep -fc "twinflow run $sc")" | tee "$W/kill.txt"
   grep -E "^twinflow launch|^rank [0-9]: stopping" "$W/kill.log" | tee -a "$W/kill.txt"
 }
+# unpack_devbin: the xz-packed binaries carried in $B, unpacked beside their archives where not yet.
+unpack_devbin() {
+  local f
+  for f in "$B"/*.xz; do [ -e "$f" ] && [ ! -e "${f%.xz}" ] && xz -dk "$f" && chmod +x "${f%.xz}"; done
+  return 0
+}
+# calibrate_h200_builtin: the command behind the built-in profile h200-141gb-16core-calibrated (GPT-350M, OPT-1.3B,
+# GPT-2 124M) into $W/h200-cal.yaml, its table in $W/calibrate.err; the clock and attention lines printed.
+calibrate_h200_builtin() {
+  step "calibrate (the built-in profile's command)"
+  timeout 240 $B/twinflow calibrate --out "$W/h200-cal.yaml" --scenario scenarios/real/gpt-350m-h200.yaml \
+    --scenario scenarios/real/opt-1.3b-h100.yaml --scenario scenarios/real/gpt2-124m-h100.yaml \
+    > "$W/calibrate.log" 2> "$W/calibrate.err"; echo "rc $?"
+  grep -E "SM clock|decoder attention|host's CPU|rank curve again" "$W/calibrate.err" | cut -c1-200
+  tail -n 1 "$W/calibrate.err"
+}

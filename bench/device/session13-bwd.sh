@@ -11,7 +11,7 @@ set -uo pipefail
 W=/tmp/session13-bwd
 rm -rf "$W"
 . bench/device/device_env.sh
-for f in "$B"/*.xz; do [ -e "$f" ] && [ ! -e "${f%.xz}" ] && xz -dk "$f" && chmod +x "${f%.xz}"; done
+unpack_devbin
 pack() { pack_small session13-bwd; }
 LOG=$W machine_info
 

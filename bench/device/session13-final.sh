@@ -11,7 +11,7 @@ set -uo pipefail
 W=/tmp/session13-final
 rm -rf "$W"
 . bench/device/device_env.sh
-for f in "$B"/*.xz; do [ -e "$f" ] && [ ! -e "${f%.xz}" ] && xz -dk "$f" && chmod +x "${f%.xz}"; done
+unpack_devbin
 export NCCL_NVLS_ENABLE=0
 pack() { pack_small session13-final; }
 LOG=$W machine_info

@@ -12,7 +12,7 @@
 set -uo pipefail
 W=/tmp/session13
 . bench/device/device_env.sh
-for f in "$B"/*.xz; do [ -e "$f" ] && [ ! -e "${f%.xz}" ] && xz -dk "$f" && chmod +x "${f%.xz}"; done
+unpack_devbin
 pack() { tar czf "$OUT/session13.tar.gz" -C "$W" .; }
 LOG=$W machine_info
 

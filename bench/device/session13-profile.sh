@@ -10,15 +10,11 @@ set -uo pipefail
 W=/tmp/session13-profile
 rm -rf "$W"
 . bench/device/device_env.sh
-for f in "$B"/*.xz; do [ -e "$f" ] && [ ! -e "${f%.xz}" ] && xz -dk "$f" && chmod +x "${f%.xz}"; done
+unpack_devbin
 pack() { pack_small session13-profile; }
 LOG=$W machine_info
 
-step "calibrate (the built-in profile's command)"
-timeout 240 $B/twinflow calibrate --out "$W/h200-cal.yaml" --scenario scenarios/real/gpt-350m-h200.yaml \
-  --scenario scenarios/real/opt-1.3b-h100.yaml --scenario scenarios/real/gpt2-124m-h100.yaml \
-  > "$W/calibrate.log" 2> "$W/calibrate.err"; echo "rc $?"
-grep -E "SM clock|decoder attention" "$W/calibrate.err" | cut -c1-160; tail -n 1 "$W/calibrate.err"; pack
+calibrate_h200_builtin; pack
 
 step "GPT-350M with --metrics-port: the gauges while it runs"
 $B/twinflow run --scenario scenarios/real/gpt-350m-h200.yaml --profile "$W/h200-cal.yaml" --ratio 0 --steps 30 \

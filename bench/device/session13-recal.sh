@@ -5,12 +5,8 @@ set -uo pipefail
 W=/tmp/session13-recal
 rm -rf "$W"
 . bench/device/device_env.sh
-for f in "$B"/*.xz; do [ -e "$f" ] && [ ! -e "${f%.xz}" ] && xz -dk "$f" && chmod +x "${f%.xz}"; done
+unpack_devbin
 pack() { pack_small session13-recal; }
 LOG=$W machine_info
-step "calibrate (the built-in profile's command)"
-timeout 200 $B/twinflow calibrate --out "$W/h200-cal.yaml" --scenario scenarios/real/gpt-350m-h200.yaml \
-  --scenario scenarios/real/opt-1.3b-h100.yaml --scenario scenarios/real/gpt2-124m-h100.yaml \
-  > "$W/calibrate.log" 2> "$W/calibrate.err"; echo "rc $?"
-grep -E "SM clock|decoder attention|host's CPU|rank curve again" "$W/calibrate.err" | cut -c1-200
-tail -n 1 "$W/calibrate.err"; step done; pack
+calibrate_h200_builtin
+step done; pack

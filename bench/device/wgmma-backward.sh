@@ -10,7 +10,7 @@
 set -uo pipefail
 W=/tmp/wgmma-backward
 . bench/device/device_env.sh
-for f in "$B"/*.xz; do [ -e "$f" ] && [ ! -e "${f%.xz}" ] && xz -dk "$f" && chmod +x "${f%.xz}"; done
+unpack_devbin
 LOG=$OUT machine_info
 step "tf_cuda_tests DecoderKernels.*"
 timeout 90 $B/tf_cuda_tests --gtest_filter='DecoderKernels.*' > "$OUT/tests.log" 2>&1; echo "rc $?"

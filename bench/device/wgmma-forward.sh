@@ -14,7 +14,7 @@
 set -uo pipefail
 W=/tmp/wgmma-forward
 . bench/device/device_env.sh
-for f in "$B"/*.xz; do [ -e "$f" ] && [ ! -e "${f%.xz}" ] && xz -dk "$f" && chmod +x "${f%.xz}"; done  # carried packed
+unpack_devbin
 LOG=$OUT machine_info
 export PYTHONUNBUFFERED=1
 
