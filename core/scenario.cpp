@@ -570,6 +570,7 @@ std::vector<ReportedSetting> settings_report(const Scenario& s) {
   text("training.host_reserve", margin_text(t.host_reserve));
   text("training.carry_tail", bool_text(t.carry_tail));
   text("training.cpu_order", t.cpu_order_auto ? "auto" : "arrival");
+  text("training.ring_order", t.ring_forward_order ? "forward" : "backward");
   num("training.steps", double(t.steps));
   const bool fp16 = t.precision == Precision::kFP16;
   text("training.loss_scaling", !fp16 ? "off" : t.loss_scaling.dynamic() ? "dynamic" : "static");

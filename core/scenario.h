@@ -85,6 +85,12 @@ struct TrainingConfig {
   // cpu_order.h: `run`, `simulate` and `ratio: auto` alike), or `arrival`, every pass in the order the
   // gradients land (the order before it). The bits do not depend on it.
   bool cpu_order_auto = true;
+  // With host staging rings and clipping or loss scaling (docs/ARCHITECTURE.md, "Carrying the optimizer tail
+  // into the next step"; StepConfig::ring_forward_order): `forward`, the default, runs the CPU passes after
+  // the norm in forward order once the layers whose gradients landed before it have passed, so the next
+  // forward pipelines with the pass; `backward` keeps the order the gradients land (the order before it).
+  // The bits do not depend on it.
+  bool ring_forward_order = true;
 };
 
 struct OptimizerConfig {

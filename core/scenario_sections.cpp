@@ -188,6 +188,16 @@ bool read_cpu_order(const Node& v) {
   return t == "auto";
 }
 
+bool read_ring_order(const Node& v) {
+  const std::string t = v.is_scalar() ? ascii_lower(v.scalar) : std::string();
+  if (t != "forward" && t != "backward")
+    config::fail(v,
+                 "expected `forward` (after the norm, the CPU passes in the order the next forward needs them) or "
+                 "`backward` (in the order their gradients land), got " +
+                     v.describe());
+  return t == "forward";
+}
+
 // The number at the start of `t` and the rest, trimmed; nullopt when `t` does not start with a finite number.
 std::optional<std::pair<double, std::string>> leading_number(std::string_view t) {
   double v = 0;
@@ -267,6 +277,7 @@ void read_training(const Node& n, Ctx& ctx, bool has_ds, ClientSettings& client,
   if (const Node* v = m.find("host_reserve")) t.host_reserve = read_memory_margin(*v, "the host's memory");
   if (const Node* v = m.find("carry_tail")) t.carry_tail = config::read_bool(*v);
   if (const Node* v = m.find("cpu_order")) t.cpu_order_auto = read_cpu_order(*v);
+  if (const Node* v = m.find("ring_order")) t.ring_forward_order = read_ring_order(*v);
   m.fail_unknown();
   if (has_ds) return;  // read_ds_config takes the rest
 

@@ -75,6 +75,7 @@ RunSettings resolve_settings(const Scenario& sc, const SettingsOverrides& o) {
     throw InputError("speculated layers must be >= 0, got " + std::to_string(s.step.speculation_layers));
   s.step.staging_slots = o.staging_slots.value_or(kStagingAuto);
   s.step.carry_tail = o.carry_tail.value_or(sc.training.carry_tail);
+  s.step.ring_forward_order = o.ring_forward_order.value_or(sc.training.ring_forward_order);
   const CpuOrderSetting order = o.cpu_order.value_or(CpuOrderSetting{sc.training.cpu_order_auto, {}});
   check_cpu_pass_order(order.order, "the CPU pass order");
   s.cpu_order_auto = order.automatic;

@@ -46,6 +46,8 @@ struct SettingsOverrides {
   std::optional<bool> carry_tail = {};
   // training.cpu_order (run/simulate --cpu-order): the cost model's choice (`auto`) or this order
   std::optional<CpuOrderSetting> cpu_order = {};
+  // training.ring_order (run/simulate --ring-order forward|backward): StepConfig::ring_forward_order
+  std::optional<bool> ring_forward_order = {};
   // CPU optimizer threads per rank (run --threads, a measured run's threads); default the scenario's
   // cluster.cpu_cores_per_gpu
   std::optional<int> cpu_threads = {};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <utility>
 
@@ -96,6 +97,15 @@ void check_staging_slots(int slots) {
                      "] (0: one slot per CPU layer), not " + std::to_string(slots));
 }
 
+std::vector<int> ring_use_order(int cpu_layers, int slots, const StepConfig& cfg) {
+  std::vector<int> order(size_t(std::max(cpu_layers, 0)));
+  std::iota(order.begin(), order.end(), 0);
+  const bool norm_wait = cfg.clip_gradients || cfg.loss_scaling;
+  if (cfg.ring_forward_order && norm_wait && cfg.carry_tail && slots > 0 && slots < cpu_layers)
+    std::reverse(order.begin() + slots, order.end());
+  return order;
+}
+
 StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg) {
   check_staging_slots(cfg.staging_slots);
   std::vector<int64_t> pieces;  // the CPU pieces' sizes in backward order
@@ -105,7 +115,9 @@ StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg) {
   const auto layers = int(pieces.size());
   r.slots = cfg.staging_slots == kUnboundedStaging ? layers : std::min(cfg.staging_slots, layers);
   std::vector<int64_t> size(size_t(r.slots), 0);
-  for (int i = 0; i < layers; ++i) size[size_t(i % r.slots)] = std::max(size[size_t(i % r.slots)], pieces[size_t(i)]);
+  const std::vector<int> order = ring_use_order(layers, r.slots, cfg);
+  for (int j = 0; j < layers; ++j)
+    size[size_t(j % r.slots)] = std::max(size[size_t(j % r.slots)], pieces[size_t(order[size_t(j)])]);
   r.offsets.assign(size_t(r.slots) + 1, 0);
   for (int s = 0; s < r.slots; ++s) r.offsets[size_t(s) + 1] = r.offsets[size_t(s)] + size[size_t(s)];
   return r;
@@ -116,7 +128,8 @@ namespace {
 // A carried tail after the norm runs in forward order where no staging slot is reused (full-size
 // staging): the next step's forward then finds the first CPU layer's parameters first, and its forward
 // pipelines with the rest of the pass, layer by layer. With rings, a D2H deferred behind the norm waits
-// for the pass of an earlier layer in backward order, so the passes keep that order.
+// for the pass that frees its slot, so the passes follow core::ring_use_order: the layers whose D2Hs
+// landed before the norm first, then forward order (StepConfig::ring_forward_order) or backward order.
 bool forward_order_after_norm(const StepConfig& c, int staging_slots, int cpu_layers) {
   return c.carry_tail && staging_slots >= cpu_layers;
 }
@@ -217,6 +230,9 @@ class Planner {
     cpu_op_.assign(cpu_layers_.size(), 0);
     h2d_op_.assign(cpu_layers_.size(), 0);
     plan_.staging = staging_ring(split, cfg);
+    ring_order_ = ring_use_order(int(cpu_layers_.size()), slots(), cfg);
+    ring_position_.assign(ring_order_.size(), 0);
+    for (size_t j = 0; j < ring_order_.size(); ++j) ring_position_[size_t(ring_order_[j])] = int(j);
     speculated_.assign(size_t(L_), false);
     const std::vector<int32_t> speculated = speculated_layers(split, cfg);
     for (int32_t l : speculated) speculated_[size_t(l)] = true;
@@ -351,15 +367,20 @@ class Planner {
     if (mb != cfg_.grad_accum - 1 || cpu_elems_[size_t(l)] == 0) return;
     // With a norm wait the CPU updates run after the norm: a D2H whose slot an earlier layer's update
     // still has to read is issued after that update (norm_then_cpu_updates).
-    if (wait_for_norm() && cpu_index_[size_t(l)] >= slots()) return;
+    if (wait_for_norm() && ring_position(l) >= slots()) return;
     const uint32_t id = d2h(l);
     if (!wait_for_norm()) cpu_update(l, {id});
   }
 
   int slots() const { return plan_.staging.slots; }
-  // The staging slot of layer l's CPU part, and the CPU layer that used the slot before it (-1: none).
-  int32_t staging_slot(int l) const { return cpu_index_[size_t(l)] % slots(); }
-  int previous_user(int l) const { return cpu_index_[size_t(l)] - slots(); }
+  // Layer l's CPU part's place in core::ring_use_order, its staging slot, and the CPU layer (its position in
+  // backward order) that used the slot before it (-1: none).
+  int ring_position(int l) const { return ring_position_[size_t(cpu_index_[size_t(l)])]; }
+  int32_t staging_slot(int l) const { return ring_position(l) % slots(); }
+  int previous_user(int l) const {
+    const int j = ring_position(l) - slots();
+    return j >= 0 ? ring_order_[size_t(j)] : -1;
+  }
 
   // The CPU part of layer l's reduced gradient into its gradient slot, after the CPU pass that last read
   // the slot (a speculated layer's commit, which may redo the update from it); then, when the layer
@@ -435,15 +456,15 @@ class Planner {
     // whatever the world size) + the non-finite count; then folded on the device to one number
     last().elems = stats_table_tiles(part_);
     last().bytes = norm_table_bytes(last().elems);
-    // The i-th pass (a speculated layer's commit) frees its gradient slot for the D2H of CPU layer
-    // i + slots, deferred until then.
+    // The j-th pass in ring order (a speculated layer's commit) frees its gradient slot for the D2H of the
+    // layer `slots` later in that order, deferred until then.
     const auto n = int(cpu_layers_.size());
     for (int j = 0; j < n; ++j) {
-      const int i = forward_order_after_norm() ? n - 1 - j : j;
+      const int i = forward_order_after_norm() ? n - 1 - j : ring_order_[size_t(j)];
       const int l = cpu_layers_[size_t(i)];
       if (speculated_[size_t(l)] && !passed_[size_t(l)]) speculative_update(l, d2h_.at(l));  // cpu_order's k
       cpu_update(l, {norm, d2h_.at(l)}, speculated_[size_t(l)] ? OpKind::kCpuCommit : OpKind::kCpuOptimizer);
-      if (i + slots() < n) d2h(cpu_layers_[size_t(i + slots())]);
+      if (!forward_order_after_norm() && j + slots() < n) d2h(cpu_layers_[size_t(ring_order_[size_t(j + slots())])]);
     }
     return {norm};
   }
@@ -491,6 +512,8 @@ class Planner {
   std::map<int, uint32_t> d2h_;               // layer -> D2H op (last micro-batch)
   std::vector<int> cpu_index_;                // (L) position of the layer's CPU part in backward order, -1: none
   std::vector<int> cpu_layers_;               // the layers with a CPU part, in backward order
+  std::vector<int> ring_order_;               // core::ring_use_order: positions in cpu_layers_
+  std::vector<int> ring_position_;            // (CPU layers) the inverse: each one's place in ring_order_
   std::vector<uint32_t> cpu_op_, h2d_op_;     // (CPU layers) the CPU update / H2D of the i-th
   std::map<int8_t, uint32_t> gather_reader_;  // prefetch buffer -> the last op that read it
   int64_t shared_reader_ = -1;                // the last op that read the shared buffer

@@ -171,12 +171,26 @@ struct StepConfig {
   // (Op::carried_deps). false: every op is awaited at the step's end (the schedule before issue 15).
   bool carry_tail = false;
   CpuPassOrder cpu_order;  // the speculated layers' passes (today's order by default)
+  // With staging rings, a norm wait and a carried tail: after the norm, the CPU layers whose D2Hs landed
+  // before it (the first `staging_slots` in backward order, which hold every slot) pass first, then the
+  // others in forward order, so the next forward's first CPU layer gets its parameters early and the
+  // forward pipelines with the rest of the pass (core::ring_use_order). false: backward order, the ring
+  // schedule before it (where only the GPU segment's forward overlapped the pass of a step that clipped).
+  bool ring_forward_order = false;
   bool operator==(const StepConfig&) const = default;
 };
 
+// The order the CPU layers use the host staging rings in, as positions in backward order (0: the CPU layer
+// whose gradient lands first): the i-th entry takes slot i % slots and reuses the slot of the entry `slots`
+// before it. With StepConfig::ring_forward_order where it applies (rings, clipping or loss scaling, a
+// carried tail), positions 0 .. slots - 1 (the D2Hs that land before the norm) and then the others in
+// forward order (cpu_layers - 1 down to slots); everywhere else backward order, 0 .. cpu_layers - 1.
+std::vector<int> ring_use_order(int cpu_layers, int slots, const StepConfig& cfg);
+
 // The host staging rings of a split (the gradient ring and the copy ring have this one layout). The
-// CPU layers take slots in backward order (the order their gradients land): the i-th takes slot
-// i % slots, and slot s is as large as the largest CPU piece among its layers, so a ring never holds
+// CPU layers take slots in core::ring_use_order (backward order, the order their gradients land, unless
+// StepConfig::ring_forward_order applies): the i-th takes slot i % slots, and slot s is as large as the
+// largest CPU piece among its layers, so a ring never holds
 // more than the segment (with one slot per CPU layer it is exactly the segment). No CPU segment: no slots.
 struct StagingRing {
   int slots = 0;

@@ -286,6 +286,21 @@ int64_t parse_speculation_text(const std::string& v) {
   return int64_t(n);
 }
 
+void add_ring_order_option(po::options_description& desc) {
+  desc.add_options()("ring-order", po::value<std::string>(),
+                     "forward|backward: with host staging rings and clipping, the CPU passes after the norm in the "
+                     "order the next forward needs them (after those whose gradients landed before it) or in the "
+                     "order their gradients land (default: the scenario's training.ring_order, forward)");
+}
+
+std::optional<bool> read_ring_order_option(const po::variables_map& vm) {
+  if (!vm.count("ring-order")) return std::nullopt;
+  const std::string v = core::ascii_lower(vm["ring-order"].as<std::string>());
+  if (v == "forward") return true;
+  if (v == "backward") return false;
+  throw core::InputError("--ring-order '" + core::printable(v, 40) + "': expected forward or backward");
+}
+
 void add_carry_tail_option(po::options_description& desc) {
   desc.add_options()("carry-tail", po::value<std::string>(),
                      "on|off: carry each step's CPU optimizer tail (CPU passes, H2Ds, replica refreshes) into the "

@@ -141,6 +141,9 @@ int64_t parse_speculation_text(const std::string& v);
 // Overrides the scenario's training.carry_tail (docs/ARCHITECTURE.md, "Carrying the optimizer tail into
 // the next step"); none: not given. core::InputError for anything but on/off/true/false.
 void add_carry_tail_option(po::options_description& desc);
+// --ring-order forward|backward: overrides the scenario's training.ring_order (core::StepConfig::ring_forward_order).
+void add_ring_order_option(po::options_description& desc);
+std::optional<bool> read_ring_order_option(const po::variables_map& vm);
 std::optional<bool> read_carry_tail_option(const po::variables_map& vm);
 
 // ---- the speculated CPU passes' order (--cpu-order auto|arrival|M,K) ----------------------------------

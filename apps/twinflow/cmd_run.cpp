@@ -112,6 +112,7 @@ struct RunOptions {
   std::optional<int64_t> speculation;              // --speculation: the scenario's training.speculation otherwise
   std::optional<bool> carry_tail;                  // --carry-tail: the scenario's training.carry_tail otherwise
   std::optional<core::CpuOrderSetting> cpu_order;  // --cpu-order: the scenario's training.cpu_order otherwise
+  std::optional<bool> ring_forward_order;          // --ring-order: the scenario's training.ring_order otherwise
   int ranks_per_host = 1;                          // LOCAL_WORLD_SIZE: the ranks sharing this host's memory bandwidth
   std::optional<std::filesystem::path> resume;     // --resume's checkpoint
   bool checkpoints() const { return !sc.checkpoint.dir.empty() || resume; }
@@ -199,6 +200,7 @@ CommandOptions run_options() {
   add_speculation_option(o.desc);
   add_carry_tail_option(o.desc);
   add_cpu_order_option(o.desc);
+  add_ring_order_option(o.desc);
   add("inject-inf-at-step", po::value<int>(), "synthetic workload: make one gradient +Inf at this step (fault test)");
   add("timeout", po::value<int>()->default_value(120), "rendezvous timeout in seconds (multi-rank)");
   add_resume_option(o.desc);
@@ -316,6 +318,7 @@ std::optional<RunOptions> parse_run_options(const std::vector<std::string>& args
   o.speculation = read_speculation_option(vm);
   o.carry_tail = read_carry_tail_option(vm);
   o.cpu_order = read_cpu_order_option(vm);
+  o.ring_forward_order = read_ring_order_option(vm);
   o.resume = resume_option(vm, o.sc);
   check_run_options(o);
   return o;
@@ -338,6 +341,7 @@ core::SettingsOverrides run_overrides(const RunOptions& o, const backend::launch
   s.speculation_bytes = o.speculation;  // the spare slots' host bytes change what fits
   s.carry_tail = o.carry_tail;
   s.cpu_order = o.cpu_order;
+  s.ring_forward_order = o.ring_forward_order;
   if (o.threads) s.cpu_threads = int(*o.threads);
   return s;
 }
@@ -532,6 +536,7 @@ struct RunPoint {
   std::vector<metrics::GpuWindow> gpu;  // per step: the GPU between the step's report and the previous one
   int64_t speculation_bytes = 0;        // the budget the plan resolved to (core::resolve_speculation_bytes)
   bool carry_tail = false;              // the plan carried its tail into the next step (core::carries)
+  bool ring_forward_order = false;      // its StepConfig::ring_forward_order
   size_t speculated_layers = 0;         // the CPU layers that speculate (core::speculated_layers)
   int64_t speculated_elems = 0;         // their CPU elements (core::spare_range)
   core::CpuPassOrder cpu_order;         // the speculated passes' order the plan ran (StepConfig::cpu_order)
@@ -833,6 +838,7 @@ RunPoint describe_point(const cu::Engine& eng, double ratio, const backend::sim:
   pt.cpu_elems = eng.split().cpu_elems;
   pt.speculation_bytes = eng.plan().config.speculation_bytes;
   pt.carry_tail = core::carries(eng.plan());
+  pt.ring_forward_order = eng.plan().config.ring_forward_order;
   const std::vector<int32_t> speculated = core::speculated_layers(eng.split(), eng.plan().config);
   pt.speculated_layers = speculated.size();
   pt.speculated_elems = core::spare_range(eng.split(), speculated).elems;
@@ -1120,6 +1126,7 @@ void write_run_json(const RunOptions& o, const cu::EngineConfig& base, const std
     // the budget the plan resolved to: what `validate` simulates this point with
     jp["speculation_bytes"] = p.speculation_bytes;
     jp["carry_tail"] = p.carry_tail;               // what `validate` simulates this point with
+    jp["ring_order"] = p.ring_forward_order ? "forward" : "backward";  // ... and this
     jp["staging_slots"] = p.memory.staging.slots;  // the host staging it planned with (core::choose_staging)
     jp["speculated_layers"] = p.speculated_layers;
     jp["speculation_layers"] = p.speculation_layers;  // the cap: what `validate` simulates this point with

@@ -183,6 +183,7 @@ CommandOptions simulate_options() {
   add_speculation_option(o.desc);
   add_carry_tail_option(o.desc);
   add_cpu_order_option(o.desc);
+  add_ring_order_option(o.desc);
   add("previous-step-clipped", po::bool_switch(),
       "cost-only: simulate a step after a clipped or skipped one, which does not speculate (every speculated "
       "layer's commit redoes its update after the norm); without it the speculation is assumed to hold");
@@ -266,6 +267,7 @@ std::optional<SimulateOptions> parse_simulate_options(const std::vector<std::str
   o.sim.overrides.speculation_bytes = read_speculation_option(vm);
   o.sim.overrides.carry_tail = read_carry_tail_option(vm);
   o.sim.overrides.cpu_order = read_cpu_order_option(vm);
+  o.sim.overrides.ring_forward_order = read_ring_order_option(vm);
   if (vm["previous-step-clipped"].as<bool>()) o.sim.speculation = backend::sim::SpeculationCase::kNotSpeculating;
   if (o.replay) {
     o.sim.record_ops = o.sim.keep_plans = true;  // per-op timings give the phase durations

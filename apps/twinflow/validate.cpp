@@ -164,6 +164,12 @@ MeasuredPoint read_point(const json& j, const std::string& file, const std::stri
   if (j.contains("speculation_layers"))
     p.speculation_layers = int(int_field(j, file, at, "speculation_layers", core::kEveryEligibleLayer, kInt32Max));
   if (j.contains("carry_tail")) p.carry_tail = bool_field(j, file, at, "carry_tail");
+  if (j.contains("ring_order")) {
+    const json& o = field(j, file, at, "ring_order");
+    if (o != "forward" && o != "backward")
+      bad(file, key_path(at, "ring_order"), "must be \"forward\" or \"backward\", got " + shown(o));
+    p.ring_forward_order = o == "forward";
+  }
   if (j.contains("staging_slots")) p.staging_slots = int(int_field(j, file, at, "staging_slots", 0, 1024));
   if (j.contains("cpu_order")) {
     const json& o = field(j, file, at, "cpu_order");
@@ -333,6 +339,7 @@ Validation validate_sweep(core::Scenario sc, const MeasuredSweep& m) {
     opt.overrides.speculation_layers = p.speculation_layers;  // as it ran, never the scenario's auto
     opt.overrides.staging_slots = p.staging_slots;
     opt.overrides.carry_tail = p.carry_tail;
+    opt.overrides.ring_forward_order = p.ring_forward_order;
     opt.overrides.cpu_order = core::CpuOrderSetting{false, p.cpu_order};  // as it ran, never the scenario's auto
     opt.speculation = speculation_case(p);
     const std::vector<bool> sel = compared_steps(p, opt.speculation);

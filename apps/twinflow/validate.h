@@ -36,6 +36,9 @@ struct MeasuredPoint {
   // training.speculation was auto); every eligible layer where the run predates it.
   int speculation_layers = core::kEveryEligibleLayer;
   bool carry_tail = false;  // the run carried its tail into the next step (false where it predates that)
+  // Its CPU passes after the norm with staging rings (run --json's ring_order): backward where the run
+  // predates core::StepConfig::ring_forward_order.
+  bool ring_forward_order = false;
   // The host staging the run planned with (core::StagingChoice::slots); none where the run predates
   // `staging_slots: auto` (validate then resolves auto against the profile's host memory).
   std::optional<int> staging_slots;

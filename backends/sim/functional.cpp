@@ -185,6 +185,7 @@ core::StepConfig step_config(const FunctionalConfig& c) {
   s.staging_slots = c.staging_slots;
   s.carry_tail = c.carry_tail;
   s.cpu_order = c.cpu_order;
+  s.ring_forward_order = c.ring_forward_order;
   return s;
 }
 
@@ -785,6 +786,7 @@ FunctionalConfig functional_config(const core::RunSettings& s, double ratio, int
   c.speculation_bytes = s.step.speculation_bytes;
   c.carry_tail = s.step.carry_tail;
   c.cpu_order = s.step.cpu_order;
+  c.ring_forward_order = s.step.ring_forward_order;
   if (s.workload == core::WorkloadType::kDecoder ||
       (s.workload == core::WorkloadType::kAuto && s.model.spec.type == core::ModelType::kDecoder)) {
     c.workload = core::WorkloadType::kDecoder;

@@ -60,6 +60,9 @@ struct FunctionalConfig {
   // The speculated CPU passes' order (core::StepConfig::cpu_order; default: arrival order). The bits do
   // not depend on it.
   core::CpuPassOrder cpu_order;
+  // The CPU passes after the norm with staging rings (core::StepConfig::ring_forward_order). The bits do not
+  // depend on it.
+  bool ring_forward_order = true;
   uint64_t seed = 1;
   // Where the per-micro-shard gradients come from:
   //   kSynthetic: workload_gradient below (initial weights core::synthetic_initial_weight);

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Run ON THE GPU MACHINE nvidia-h200-x2 from the repo root with .devbin/ carried (twinflow, tf_cuda_tests).
 # OPT-30B on two H200s (scenarios/real/opt-30b-h200x2.yaml): a model that fits neither the GPUs nor the host alone,
-# predicted before it runs. About 7 minutes.
-# 1. calibrate on both GPUs with the scenario's GEMMs and attention (the profile the run and the prediction use).
+# predicted before it runs. About 5 minutes, plus 2.5 per extra ring order.
+# 1. calibrate on both GPUs with the scenario's GEMMs and attention (the profile the run and the prediction use);
+#    PROFILE=FILE skips it and uses FILE.
 # 2. The memory model's window and the simulator's prediction with that profile.
-# 3. launch --nproc-per-node 2 -- run the scenario (ratio auto, speculation auto): the engine's set-up by phase,
+# 3. launch --nproc-per-node 2 -- run the scenario (ratio auto, speculation auto) once per ring order in ORDERS
+#    (default "forward"; "forward backward" is the A/B of run --ring-order): the engine's set-up by phase,
 #    every step, GPU and host memory against the plan; the host's MemAvailable sampled every second.
 # 4. Unless SKIP_TESTS=1: tf_cuda_tests on both GPUs.
 # Everything in $OUT/opt30b-h200x2.tar.gz; the figures print here.
@@ -22,30 +24,40 @@ step "machine"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2
   nvidia-smi topo -m | head -4; cat .devbin/COMMIT; } | tee "$W/machine.txt"
 
-step "calibrate on $(nvidia-smi -L | wc -l) GPUs with $SC"
-timeout 240 $TF calibrate --out "$W/h200x2-cal.yaml" --scenario "$SC" > "$W/calibrate.log" 2> "$W/calibrate.err"
-echo "rc $?"; grep -E "SM clock|decoder attention|host's CPU|rank curve again|rank processes at once" "$W/calibrate.err" | cut -c1-200
-tail -n 1 "$W/calibrate.err"; pack
 PROF=()
+if [ -n "${PROFILE:-}" ]; then
+  cp "$PROFILE" "$W/h200x2-cal.yaml"
+else
+  step "calibrate on $(nvidia-smi -L | wc -l) GPUs with $SC"
+  timeout 240 $TF calibrate --out "$W/h200x2-cal.yaml" --scenario "$SC" > "$W/calibrate.log" 2> "$W/calibrate.err"
+  echo "rc $?"; grep -E "SM clock|decoder attention|host's CPU|rank curve again|rank processes at once" "$W/calibrate.err" |
+    cut -c1-200
+  tail -n 1 "$W/calibrate.err"; pack
+fi
 [ -s "$W/h200x2-cal.yaml" ] && PROF=(--profile "$W/h200x2-cal.yaml")
 
 step "prediction"
 $TF simulate "$SC" "${PROF[@]}" --fit > "$W/fit.txt" 2>&1; tail -n 1 "$W/fit.txt"
-$TF simulate "$SC" "${PROF[@]}" --json "$W/predict.json" > "$W/predict.txt" 2>&1
-grep -vE "^(note|default)" "$W/predict.txt" | tail -n 6
+for order in ${ORDERS:-forward}; do
+  $TF simulate "$SC" "${PROF[@]}" --ring-order "$order" --json "$W/predict-$order.json" > "$W/predict-$order.txt" 2>&1
+  echo "ring order $order:"; grep -vE "^(note|default)" "$W/predict-$order.txt" | tail -n 4
+done
 
-step "OPT-30B, world 2 (launch)"
-( while true; do awk '/MemAvailable/ {print $2}' /proc/meminfo; sleep 1; done ) > "$W/memavail.txt" &
-sampler=$!
-t0=$(date +%s)
-timeout ${RUN_LIMIT:-330} $TF launch --nproc-per-node 2 -- run "$SC" "${PROF[@]}" ${RUN_ARGS:-} --json "$W/run.json" \
-  > "$W/run.log" 2>&1
-echo "rc $? after $(( $(date +%s) - t0 )) s"
-kill $sampler 2> /dev/null; wait $sampler 2> /dev/null
-echo "host MemAvailable minimum: $(sort -n "$W/memavail.txt" | head -1 | awk '{printf "%.1f GB", $1 * 1024 / 1e9}')"
-grep -E "^run:|engine built|ratio auto|speculation|step +[0-9]+/|memory|summary|tokens/s|error|failed" "$W/run.log" |
-  cut -c1-220 | head -40
-pack
+for order in ${ORDERS:-forward}; do
+  step "OPT-30B, world 2 (launch), ring order $order"
+  ( while true; do awk '/MemAvailable/ {print $2}' /proc/meminfo; sleep 1; done ) > "$W/memavail-$order.txt" &
+  sampler=$!
+  t0=$(date +%s)
+  timeout ${RUN_LIMIT:-330} $TF launch --nproc-per-node 2 -- run "$SC" "${PROF[@]}" --ring-order "$order" ${RUN_ARGS:-} \
+    --json "$W/run-$order.json" > "$W/run-$order.log" 2>&1
+  echo "rc $? after $(( $(date +%s) - t0 )) s"
+  kill $sampler 2> /dev/null; wait $sampler 2> /dev/null
+  echo "host MemAvailable minimum: $(sort -n "$W/memavail-$order.txt" | head -1 | awk '{printf "%.1f GB", $1 * 1024 / 1e9}')"
+  grep -E "^run:|engine built|ratio auto|speculation|step +[0-9]+/|memory|tokens/s|error|failed" "$W/run-$order.log" |
+    cut -c1-220 | head -30
+  sed -n '/^summary/,/^step ms/p' "$W/run-$order.log" | cut -c1-260
+  pack
+done
 
 if [ -z "${SKIP_TESTS:-}" ]; then
   step "tf_cuda_tests on $(nvidia-smi -L | wc -l) GPUs"

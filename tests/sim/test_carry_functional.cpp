@@ -108,7 +108,8 @@ TEST(FunctionalCarry, SameBitsAcrossAnFp16Overflow) {
   expect_same_bits_everywhere(c, "fp16");
 }
 
-// The staging rings: 1, 2 and 3 slots and full-size staging, speculation on and off.
+// The staging rings: 1, 2 and 3 slots and full-size staging, speculation on and off, the passes after the
+// norm in ring forward order (core::StepConfig::ring_forward_order, the default) and in backward order.
 TEST(FunctionalCarry, SameBitsOnEveryStagingRing) {
   FunctionalConfig c = test::optimizer_config(core::OptimizerKind::kAdagrad, 6);
   c.clip = mixed_clip(c);
@@ -116,16 +117,19 @@ TEST(FunctionalCarry, SameBitsOnEveryStagingRing) {
   for (int slots : {1, 2, 3, core::kUnboundedStaging})
     for (int stage : {2, 3})
       for (double ratio : {0.3, 1.0})
-        for (int64_t speculation : {int64_t(0), core::kSpeculationMax}) {
-          c.staging_slots = slots;
-          c.stage = stage;
-          c.world = 2;
-          c.ratio = ratio;
-          c.speculation_bytes = speculation;
-          expect_same_bits(c, ref,
-                           "slots " + std::to_string(slots) + " stage " + std::to_string(stage) + " ratio " +
-                               std::to_string(ratio) + " speculation " + std::to_string(speculation));
-        }
+        for (int64_t speculation : {int64_t(0), core::kSpeculationMax})
+          for (bool ring_forward : {true, false}) {
+            c.staging_slots = slots;
+            c.stage = stage;
+            c.world = 2;
+            c.ratio = ratio;
+            c.speculation_bytes = speculation;
+            c.ring_forward_order = ring_forward;
+            expect_same_bits(c, ref,
+                             "slots " + std::to_string(slots) + " stage " + std::to_string(stage) + " ratio " +
+                                 std::to_string(ratio) + " speculation " + std::to_string(speculation) +
+                                 (ring_forward ? " ring forward order" : " ring backward order"));
+          }
 }
 
 // A checkpoint drains the carried tail first: 8 steps against 4 + save + resume + 4 with carry on,

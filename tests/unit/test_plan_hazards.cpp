@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,7 @@ StepPlan busy_plan(int prefetch = 2) {
 // ... and with every CPU pass order where the order applies (core::CpuPassOrder: a carried tail at full-size
 // staging with speculation), every m and k with 0 <= m <= k <= n.
 TEST(PlanHazards, NoneOnAnyConfiguration) {
-  size_t plans = 0, reordered = 0;
+  size_t plans = 0, reordered = 0, ring_forward = 0;
   for (const Named& m : models())
     for (int stage : {1, 2, 3})
       for (int world : {1, 2, 4})
@@ -74,6 +75,17 @@ TEST(PlanHazards, NoneOnAnyConfiguration) {
                             << prefetch << " ratio " << ratio << " waits " << waits << " staging slots " << slots
                             << " speculation " << speculation << " carry " << carry << ": " << h.front();
                         ++plans;
+                        if (carry && waits > 0 && slots != kUnboundedStaging) {  // rings: forward after the norm
+                          StepConfig r = c;
+                          r.ring_forward_order = true;
+                          const std::vector<std::string> hr =
+                              check_plan_hazards(plan_of(m.model, stage, world, ratio, r, rank));
+                          ASSERT_TRUE(hr.empty())
+                              << m.name << " stage " << stage << " world " << world << " accum " << ga
+                              << " prefetch " << prefetch << " ratio " << ratio << " waits " << waits
+                              << " staging slots " << slots << " ring forward order: " << hr.front();
+                          ++ring_forward;
+                        }
                         const int n = ordered_cpu_passes(p);
                         for (int arrival = 0; arrival < n; ++arrival)
                           for (int k = arrival; k <= n; ++k) {
@@ -91,6 +103,7 @@ TEST(PlanHazards, NoneOnAnyConfiguration) {
                     }
   EXPECT_EQ(plans, 2u * 3 * 3 * 2 * 3 * 3 * 3 * 3 * 2 * 2 * 2);
   EXPECT_GT(reordered, plans / 4);  // 8208 reordered plans beside the 23328
+  EXPECT_EQ(ring_forward, 2u * 3 * 3 * 2 * 3 * 3 * 2 * 2 * 2 * 2);  // carried, a norm wait, rings of 3 and 1
 }
 
 TEST(PlanHazards, ARemovedReuseDependencyIsFound) {
@@ -361,7 +374,23 @@ std::vector<StepConfig> carrying_configs() {
         c.speculation_bytes = speculation;
         out.push_back(c);
       }
+  // then the ring configurations with a norm wait again, the passes after the norm in ring forward order
+  for (size_t i = 0, n = out.size(); i < n; ++i)
+    if (out[i].staging_slots != kUnboundedStaging && (out[i].clip_gradients || out[i].loss_scaling)) {
+      out.push_back(out[i]);
+      out.back().ring_forward_order = true;
+    }
   return out;
+}
+
+// Whether a carrying plan's passes after the norm leave the order of the plan without carry (which is
+// backward order with rings): full-size staging runs them in forward order, rings with ring_forward_order in
+// core::ring_use_order. Both need a norm wait.
+bool reordered_after_norm(const StepPlan& p) {
+  const auto cpu_layers = std::count_if(p.ops.begin(), p.ops.end(), [](const Op& o) { return o.kind == OpKind::kH2DParam; });
+  const StepConfig& c = p.config;
+  return (c.clip_gradients || c.loss_scaling) &&
+         (p.staging.slots >= cpu_layers || (c.ring_forward_order && p.staging.slots < cpu_layers));
 }
 
 const ModelDesc& carry_model() {
@@ -391,11 +420,8 @@ TEST(PlanHazards, CarryMarksTheTailAndChangesNothingElse) {
       c.carry_tail = false;
       const StepPlan off = plan_of(carry_model(), stage, 2, 0.6, c);
       // at full-size staging the passes after the norm run in forward order (and so their H2Ds and
-      // refreshes); with rings the order is today's
-      const auto cpu_layers =
-          std::count_if(off.ops.begin(), off.ops.end(), [](const Op& o) { return o.kind == OpKind::kH2DParam; });
-      const bool reordered = off.staging.slots >= cpu_layers && (c.clip_gradients || c.loss_scaling);
-      if (!reordered) {
+      // refreshes), with rings in ring order where ring_forward_order asks for it; else the order is today's
+      if (!reordered_after_norm(on)) {
         EXPECT_EQ(without_carry(on), off) << "stage " << stage;
       }
       EXPECT_EQ(on.ops.size(), off.ops.size());
@@ -428,10 +454,11 @@ TEST(PlanHazards, CarryMarksTheTailAndChangesNothingElse) {
 
 // The next step's waits on the tail: a ZeRO-3 gather (stages 1/2: a forward) of a CPU layer waits for
 // its H2D (refresh). Everything else across the steps follows from them (the next step's D2Hs, CPU
-// passes, reductions and norm come after its forward). Where the passes after the norm run in forward
-// order (full-size staging) each wait is needed; in backward order (rings, or no norm wait) the last
-// pass is the first CPU layer's, so its wait orders the rest (the gathers run in forward order on one
-// queue) and only it is needed. Removing a needed one leaves a pair across the two steps unordered,
+// passes, reductions and norm come after its forward). A wait is needed when its H2D comes later on the
+// h2d queue than every H2D an earlier wait (in issue order: the gathers, forwards, run in forward order)
+// orders: in forward order after the norm (full-size staging) every wait; in backward order (rings, or no
+// norm wait) only the first CPU layer's, whose pass is the last; in ring forward order those of the
+// layers that pass after the norm. Removing a needed one leaves a pair across the two steps unordered,
 // which the checker reports with the next step's op.
 TEST(PlanHazards, ARemovedCarriedDependencyIsFound) {
   size_t removed = 0;
@@ -440,16 +467,23 @@ TEST(PlanHazards, ARemovedCarriedDependencyIsFound) {
       for (double ratio : {0.6, 1.0}) {
         const StepPlan base = plan_of(carry_model(), stage, 2, ratio, c);
         ASSERT_TRUE(check_plan_hazards(base).empty());
-        const auto h2ds =
-            std::count_if(base.ops.begin(), base.ops.end(), [](const Op& o) { return o.kind == OpKind::kH2DParam; });
-        const bool forward_order = base.staging.slots >= h2ds && (c.clip_gradients || c.loss_scaling);
-        int first_cpu_layer = base.layers;
+        std::map<uint32_t, int> h2d_position;  // H2D op -> its place on the h2d queue
         for (const Op& o : base.ops)
-          if (o.kind == OpKind::kH2DParam) first_cpu_layer = std::min(first_cpu_layer, int(o.layer));
+          if (o.kind == OpKind::kH2DParam) h2d_position[o.id] = int(h2d_position.size());
+        const auto h2d_of = [&](uint32_t d) {  // the H2D a carried dependency orders (a refresh's own H2D)
+          if (base.ops[d].kind == OpKind::kH2DParam) return h2d_position.at(d);
+          for (uint32_t e : base.ops[d].deps)
+            if (base.ops[e].kind == OpKind::kH2DParam) return h2d_position.at(e);
+          return -1;
+        };
+        int ordered = -1;  // the latest H2D an earlier wait orders
         for (const Op& o : base.ops)
           for (uint32_t d : o.carried_deps) {
             const Op& tail = base.ops[d];
-            if (!forward_order && tail.layer != first_cpu_layer) continue;
+            const int at = h2d_of(d);
+            const bool needed = at > ordered;
+            ordered = std::max(ordered, at);
+            if (!needed) continue;
             StepPlan p = base;
             std::erase(p.ops[o.id].carried_deps, d);
             const std::vector<std::string> h = check_plan_hazards(p);

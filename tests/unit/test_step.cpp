@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "core/error.h"
@@ -294,4 +295,76 @@ TEST(Step, StagingRingReuseDependencies) {
       EXPECT_EQ(h2d.size(), 9u);
       EXPECT_EQ(p.pcie_d2h_bytes, split.cpu_elems * 2);
     }
+}
+
+// core::ring_use_order: backward order unless StepConfig::ring_forward_order applies (rings, a norm wait,
+// a carried tail), then the first `slots` positions and the rest reversed.
+TEST(Step, RingUseOrder) {
+  StepConfig c;
+  EXPECT_EQ(ring_use_order(6, 2, c), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  c.ring_forward_order = c.carry_tail = c.clip_gradients = true;
+  EXPECT_EQ(ring_use_order(6, 2, c), (std::vector<int>{0, 1, 5, 4, 3, 2}));
+  EXPECT_EQ(ring_use_order(6, 6, c), (std::vector<int>{0, 1, 2, 3, 4, 5}));  // full-size: no ring to order
+  EXPECT_EQ(ring_use_order(0, 0, c), std::vector<int>{});
+  for (auto off : {&StepConfig::carry_tail, &StepConfig::clip_gradients, &StepConfig::ring_forward_order}) {
+    StepConfig o = c;
+    o.*off = false;
+    EXPECT_EQ(ring_use_order(6, 2, o), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  }
+  c.clip_gradients = false;
+  c.loss_scaling = true;  // fp16's overflow check is a norm wait too
+  EXPECT_EQ(ring_use_order(6, 2, c), (std::vector<int>{0, 1, 5, 4, 3, 2}));
+}
+
+// With rings, clipping and a carried tail, ring_forward_order runs the passes after the norm as: the CPU
+// layers whose D2Hs landed before the norm (the first K in backward order: the last layers), then the others
+// in forward order, each deferred D2H behind the pass (in that order) that frees its slot; each H2D follows
+// its pass, so the next forward's first CPU layer (layer 0 here) is the (K+1)-th H2D, not the last. The
+// slots and reuse dependencies follow the same order; the PCIe bytes and op counts do not change.
+TEST(Step, RingForwardOrderPassesTheLandedLayersThenForwardOrder) {
+  const ModelDesc m = describe_model(make_mlp(std::vector<int64_t>(10, 1024)));  // 9 layers
+  const Partition part = make_partition(m, {3, 2, 2048});
+  const TwinFlowSplit split = split_shard(part.ranks[0], 1.0, 2048);
+  for (int K : {1, 2, 3}) {
+    StepConfig c;
+    c.clip_gradients = c.carry_tail = true;
+    c.staging_slots = K;
+    const StepPlan back = plan_step(m, part, split, c);
+    c.ring_forward_order = true;
+    const StepPlan fwd = plan_step(m, part, split, c);
+    std::vector<int> expected;  // layers in pass order
+    for (int i = 0; i < K; ++i) expected.push_back(8 - i);
+    for (int l = 0; l <= 8 - K; ++l) expected.push_back(l);
+    std::vector<int> passes, h2ds, d2hs;
+    std::map<int, uint32_t> pass_of;  // layer -> its pass
+    for (const Op& o : fwd.ops) {
+      if (o.kind == OpKind::kCpuOptimizer) {
+        const size_t j = passes.size();
+        EXPECT_EQ(o.staging_slot, int(j) % K) << o.label();
+        if (j >= size_t(K)) {  // its copy slot after the H2D of the layer K passes before it
+          const uint32_t prev_h2d = fwd.ops[pass_of.at(expected[j - size_t(K)]) + 1].id;
+          EXPECT_NE(std::find(o.deps.begin(), o.deps.end(), prev_h2d), o.deps.end()) << o.label();
+        }
+        passes.push_back(o.layer);
+        pass_of[o.layer] = o.id;
+      }
+      if (o.kind == OpKind::kH2DParam) h2ds.push_back(o.layer);
+      if (o.kind == OpKind::kD2HGrad) {
+        d2hs.push_back(o.layer);
+        const auto pos = std::find(expected.begin(), expected.end(), int(o.layer)) - expected.begin();
+        EXPECT_EQ(o.staging_slot, int(pos) % K) << o.label();
+        if (pos >= K) {  // deferred behind the pass that frees its slot
+          const uint32_t freeing = pass_of.at(expected[size_t(pos - K)]);
+          EXPECT_NE(std::find(o.deps.begin(), o.deps.end(), freeing), o.deps.end()) << o.label();
+        }
+      }
+    }
+    EXPECT_EQ(passes, expected) << "K " << K;
+    EXPECT_EQ(h2ds, expected) << "K " << K;
+    EXPECT_EQ(d2hs, expected) << "K " << K;  // the first K before the norm, the rest as slots free
+    EXPECT_EQ(fwd.ops.size(), back.ops.size());
+    EXPECT_EQ(fwd.pcie_d2h_bytes, back.pcie_d2h_bytes);
+    EXPECT_EQ(fwd.pcie_h2d_bytes, back.pcie_h2d_bytes);
+    EXPECT_EQ(fwd.staging, back.staging);  // equal layers: the same slot sizes
+  }
 }
