@@ -6,8 +6,10 @@
 #    PROFILE=FILE skips it and uses FILE.
 # 2. The memory model's window and the simulator's prediction with that profile.
 # 3. launch --nproc-per-node 2 -- run the scenario (ratio auto, speculation auto) once per ring order in ORDERS
-#    (default "forward"; "forward backward" is the A/B of run --ring-order): the engine's set-up by phase,
-#    every step, GPU and host memory against the plan; the host's MemAvailable sampled every second.
+#    (default "forward"; "forward backward" is the A/B of run --ring-order; an entry NAME:ORDER:ARGS adds run
+#    arguments, commas for spaces, e.g. fwd14:forward:--threads,14): the engine's set-up by phase,
+#    every step, GPU and host memory against the plan; the host's MemAvailable sampled every second. TRACE=1:
+#    each rank's trace of the last 3 steps (trace-ORDER.json, .rank1).
 # 4. Unless SKIP_TESTS=1: tf_cuda_tests on both GPUs.
 # Everything in $OUT/opt30b-h200x2.tar.gz; the figures print here.
 set -uo pipefail
@@ -38,24 +40,29 @@ fi
 
 step "prediction"
 $TF simulate "$SC" "${PROF[@]}" --fit > "$W/fit.txt" 2>&1; tail -n 1 "$W/fit.txt"
-for order in ${ORDERS:-forward}; do
-  $TF simulate "$SC" "${PROF[@]}" --ring-order "$order" --json "$W/predict-$order.json" > "$W/predict-$order.txt" 2>&1
-  echo "ring order $order:"; grep -vE "^(note|default)" "$W/predict-$order.txt" | tail -n 4
+# ORDERS entries: NAME[:ORDER[:RUN_ARGS with commas for spaces]]; ORDER defaults to NAME
+for spec in ${ORDERS:-forward}; do
+  IFS=: read -r name order _ <<< "$spec"; order=${order:-$name}
+  $TF simulate "$SC" "${PROF[@]}" --ring-order "$order" --json "$W/predict-$name.json" > "$W/predict-$name.txt" 2>&1
+  echo "$name (ring order $order): $(grep -E "^best feasible" "$W/predict-$name.txt")"
 done
 
-for order in ${ORDERS:-forward}; do
-  step "OPT-30B, world 2 (launch), ring order $order"
-  ( while true; do awk '/MemAvailable/ {print $2}' /proc/meminfo; sleep 1; done ) > "$W/memavail-$order.txt" &
+for spec in ${ORDERS:-forward}; do
+  IFS=: read -r name order extra <<< "$spec"; order=${order:-$name}
+  extra=(${extra//,/ })
+  step "OPT-30B, world 2 (launch), $name: ring order $order ${extra[*]}"
+  ( while true; do awk '/MemAvailable/ {print $2}' /proc/meminfo; sleep 1; done ) > "$W/memavail-$name.txt" &
   sampler=$!
   t0=$(date +%s)
+  trace=()
+  [ -n "${TRACE:-}" ] && trace=(--trace "$W/trace-$name.json" --trace-steps 3)
   timeout ${RUN_LIMIT:-330} $TF launch --nproc-per-node 2 -- run "$SC" "${PROF[@]}" --ring-order "$order" ${RUN_ARGS:-} \
-    --json "$W/run-$order.json" > "$W/run-$order.log" 2>&1
+    "${extra[@]}" "${trace[@]}" --json "$W/run-$name.json" > "$W/run-$name.log" 2>&1
   echo "rc $? after $(( $(date +%s) - t0 )) s"
   kill $sampler 2> /dev/null; wait $sampler 2> /dev/null
-  echo "host MemAvailable minimum: $(sort -n "$W/memavail-$order.txt" | head -1 | awk '{printf "%.1f GB", $1 * 1024 / 1e9}')"
-  grep -E "^run:|engine built|ratio auto|speculation|step +[0-9]+/|memory|tokens/s|error|failed" "$W/run-$order.log" |
-    cut -c1-220 | head -30
-  sed -n '/^summary/,/^step ms/p' "$W/run-$order.log" | cut -c1-260
+  echo "host MemAvailable minimum: $(sort -n "$W/memavail-$name.txt" | head -1 | awk '{printf "%.1f GB", $1 * 1024 / 1e9}')"
+  grep -E "^run:|engine built|step +[0-9]+/|error|failed" "$W/run-$name.log" | cut -c1-220 | head -12
+  sed -n '/^summary/,/^step ms/p' "$W/run-$name.log" | tail -n 2 | cut -c1-260
   pack
 done
 
