@@ -7,7 +7,8 @@
 # 2. The memory model's window and the simulator's prediction with that profile.
 # 3. launch --nproc-per-node 2 -- run the scenario (ratio auto, speculation auto) once per ring order in ORDERS
 #    (default "forward"; "forward backward" is the A/B of run --ring-order; an entry NAME:ORDER:ARGS adds run
-#    arguments, commas for spaces, e.g. fwd14:forward:--threads,14): the engine's set-up by phase,
+#    arguments, commas for spaces, e.g. fwd14:forward:--threads,14; a fourth field another scenario, e.g. the
+#    copy without clipping that NOCLIP=1 writes): the engine's set-up by phase,
 #    every step, GPU and host memory against the plan; the host's MemAvailable sampled every second. TRACE=1:
 #    each rank's trace of the last 3 steps (trace-ORDER.json, .rank1).
 # 4. Unless SKIP_TESTS=1: tf_cuda_tests on both GPUs.
@@ -40,15 +41,19 @@ fi
 
 step "prediction"
 $TF simulate "$SC" "${PROF[@]}" --fit > "$W/fit.txt" 2>&1; tail -n 1 "$W/fit.txt"
-# ORDERS entries: NAME[:ORDER[:RUN_ARGS with commas for spaces]]; ORDER defaults to NAME
+# ORDERS entries: NAME[:ORDER[:RUN_ARGS with commas for spaces[:SCENARIO]]]; ORDER defaults to NAME.
+# NOCLIP=1 writes the scenario without clipping beside it (SC's name + -noclip) for a SCENARIO field.
+if [ -n "${NOCLIP:-}" ]; then
+  sed 's/gradient_clipping: 1.0/gradient_clipping: 0/' "$SC" > "${SC%.yaml}-noclip.yaml"
+fi
 for spec in ${ORDERS:-forward}; do
-  IFS=: read -r name order _ <<< "$spec"; order=${order:-$name}
-  $TF simulate "$SC" "${PROF[@]}" --ring-order "$order" --json "$W/predict-$name.json" > "$W/predict-$name.txt" 2>&1
+  IFS=: read -r name order _ sc <<< "$spec"; order=${order:-$name}; sc=${sc:-$SC}
+  $TF simulate "$sc" "${PROF[@]}" --ring-order "$order" --json "$W/predict-$name.json" > "$W/predict-$name.txt" 2>&1
   echo "$name (ring order $order): $(grep -E "^best feasible" "$W/predict-$name.txt")"
 done
 
 for spec in ${ORDERS:-forward}; do
-  IFS=: read -r name order extra <<< "$spec"; order=${order:-$name}
+  IFS=: read -r name order extra sc <<< "$spec"; order=${order:-$name}; sc=${sc:-$SC}
   extra=(${extra//,/ })
   step "OPT-30B, world 2 (launch), $name: ring order $order ${extra[*]}"
   ( while true; do awk '/MemAvailable/ {print $2}' /proc/meminfo; sleep 1; done ) > "$W/memavail-$name.txt" &
@@ -56,7 +61,7 @@ for spec in ${ORDERS:-forward}; do
   t0=$(date +%s)
   trace=()
   [ -n "${TRACE:-}" ] && trace=(--trace "$W/trace-$name.json" --trace-steps 3)
-  timeout ${RUN_LIMIT:-330} $TF launch --nproc-per-node 2 -- run "$SC" "${PROF[@]}" --ring-order "$order" ${RUN_ARGS:-} \
+  timeout ${RUN_LIMIT:-330} $TF launch --nproc-per-node 2 -- run "$sc" "${PROF[@]}" --ring-order "$order" ${RUN_ARGS:-} \
     "${extra[@]}" "${trace[@]}" --json "$W/run-$name.json" > "$W/run-$name.log" 2>&1
   echo "rc $? after $(( $(date +%s) - t0 )) s"
   kill $sampler 2> /dev/null; wait $sampler 2> /dev/null
