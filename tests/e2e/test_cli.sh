@@ -86,6 +86,8 @@ expect 2 "cpu order neither auto, arrival nor M,K" -- "$tf" simulate --cpu-order
 contains "$tmp/err" "--cpu-order 'sideways': expected auto, arrival or M,K" "cpu order error names the forms"
 expect 2 "cpu order negative" -- "$tf" simulate --cpu-order 1,-1
 contains "$tmp/err" "cpu-order" "cpu order error names the option"
+expect 2 "ring order neither forward nor backward" -- "$tf" simulate --ring-order sideways
+contains "$tmp/err" "--ring-order 'sideways': expected forward or backward" "ring order error names the forms"
 expect 2 "ratio out of range" -- "$tf" simulate --ratio 1.5
 contains "$tmp/err" "expected a number in \[0, 1\] or auto" "ratio error message"
 expect 2 "ratio neither a number nor auto" -- "$tf" simulate --ratio half

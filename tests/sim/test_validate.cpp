@@ -86,6 +86,51 @@ TEST(Validate, TheSimulatorAgainstItselfHasNoError) {
   EXPECT_NEAR(v.mape_pct, 0.0, 1e-9);
 }
 
+// A run's ring order (run --json's ring_order) is what validate simulates the point with; a run that predates
+// it ran backward order. Rings of 3 slots, clipping, 8 CPU layers at ratio 1: the two orders differ.
+TEST(Validate, EachPointIsSimulatedInTheRingOrderItRan) {
+  const tf::core::Scenario s = tf::core::parse_scenario(
+      "model: {type: mlp, dims: [512, 512, 512, 512, 512, 512, 512, 512, 512]}\n"
+      "cluster: {profile: h100-80gb-16core, cpu_cores_per_gpu: 16}\n"
+      "training: {micro_batch: 8, gradient_clipping: 1.0, speculation: 0}\n"
+      "optimizer: {type: adamw}\n"
+      "zero: {stage: 3, offload_optimizer: {device: cpu, ratio: 1}}\n",
+      {}, "v.yaml");
+  const auto step_ns = [&](bool forward) {
+    tf::backend::sim::SimOptions o;
+    o.overrides.staging_slots = 3;
+    o.overrides.ring_forward_order = forward;
+    return tf::backend::sim::simulate_step(s, 1.0, o).step_ns;
+  };
+  const int64_t fwd = step_ns(true), back = step_ns(false);
+  ASSERT_NE(fwd, back);
+  for (bool recorded : {true, false}) {
+    nlohmann::json p = {{"ratio", 1.0}, {"actual_ratio", 1.0}, {"carry_tail", true}, {"staging_slots", 3},
+                        {"speculation_bytes", 0}};
+    if (recorded) p["ring_order"] = "forward";
+    for (int step = 1; step <= 4; ++step)
+      p["steps"].push_back({{"step", step},
+                            {"step_ns", recorded ? fwd : back},
+                            {"optimizer_phase_ns", 0},
+                            {"kind_ns", {{"forward", 10}, {"cpu_optimizer", 5}}}});
+    const nlohmann::json doc = {{"scenario", "v"}, {"rank", 0},     {"world", 1},      {"gpu", "test GPU"},
+                                {"workload", "mlp"}, {"threads", 16}, {"params", 1},     {"grad_accum", 1},
+                                {"points", {p}}};
+    const tf::app::Validation v = validate_sweep(s, parse_measured_sweep(doc.dump(), "m.json"));
+    ASSERT_EQ(v.rows.size(), 1u);
+    EXPECT_NEAR(v.rows[0].error_pct, 0.0, 1e-9) << (recorded ? "forward, recorded" : "backward, not recorded");
+  }
+  nlohmann::json doc = sweep_json(s, {1.0}, 1.0);
+  doc["points"][0]["ring_order"] = "sideways";
+  try {
+    parse_measured_sweep(doc.dump(), "m.json");
+    ADD_FAILURE() << "ring_order sideways was accepted";
+  } catch (const tf::core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("ring_order: must be \"forward\" or \"backward\""), std::string::npos)
+        << e.what();
+  }
+}
+
 // The run's SM clock (run --json's gpu.sm_mhz_median) is the median over the compared steps that read it.
 TEST(Validate, ARowsClockIsTheMedianOfItsComparedSteps) {
   const tf::core::Scenario s = scenario();

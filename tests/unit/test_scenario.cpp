@@ -650,7 +650,7 @@ TEST(Scenario, UnknownKeysAreErrorsThatSuggestTheNearestKey) {
   EXPECT_EQ(err_with(11, "  micro_batch: 2\n  mirco_batch: 3"),
             f + ":12:3: training.mirco_batch: unknown key `mirco_batch` at 12:3; did you mean `micro_batch`? allowed: "
                 "micro_batch, grad_accum, precision, loss_scaling, gradient_clipping, prescale_gradients, steps, "
-                "activation_checkpointing, speculation, gpu_headroom, host_reserve, carry_tail, cpu_order");
+                "activation_checkpointing, speculation, gpu_headroom, host_reserve, carry_tail, cpu_order, ring_order");
   EXPECT_TRUE(contains(err_with(16, "  offload_optimizer: {device: cpu, ratio: 0.5, rate: 2}"),
                        f + ":16:48: zero.offload_optimizer.rate: unknown key `rate` at 16:48; did you mean `ratio`?"));
   EXPECT_TRUE(contains(err_with(1, "modle:"), f + ":1:1: modle: unknown key `modle` at 1:1; did you mean `model`?"));

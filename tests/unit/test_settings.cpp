@@ -273,6 +273,30 @@ TEST(Settings, CpuOrder) {
   EXPECT_TRUE(listed);
 }
 
+// training.ring_order: forward by default, `backward` the order before it, the command's (--ring-order) over
+// the scenario's; anything else names the key and both forms; the report lists it.
+TEST(Settings, RingOrder) {
+  EXPECT_TRUE(resolve_settings(scenario("micro_batch: 1")).step.ring_forward_order);
+  EXPECT_FALSE(resolve_settings(scenario("micro_batch: 1, ring_order: backward")).step.ring_forward_order);
+  EXPECT_TRUE(resolve_settings(scenario("micro_batch: 1, ring_order: Forward")).step.ring_forward_order);
+  SettingsOverrides o;
+  o.ring_forward_order = false;
+  EXPECT_FALSE(resolve_settings(scenario("micro_batch: 1, ring_order: forward"), o).step.ring_forward_order);
+  try {
+    resolve_settings(scenario("micro_batch: 1, ring_order: arrival"));
+    ADD_FAILURE() << "ring_order: arrival was accepted";
+  } catch (const InputError& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("ring_order"), std::string::npos) << w;
+    EXPECT_NE(w.find("expected `forward`"), std::string::npos) << w;
+    EXPECT_NE(w.find("`backward`"), std::string::npos) << w;
+  }
+  bool listed = false;
+  for (const ReportedSetting& r : settings_report(scenario("micro_batch: 1, ring_order: backward")))
+    if (r.key == "training.ring_order") listed = r.value == "backward";
+  EXPECT_TRUE(listed);
+}
+
 // The host staging: auto by default (resolved per rank, core::resolve_staging_slots), or the command's
 // slots; out of range names the setting.
 TEST(Settings, StagingSlots) {
