@@ -20,7 +20,8 @@ enum class Calibration { kRequired, kWarn };
 backend::sim::AutoRatio resolve_auto_ratio(const core::Scenario& sc, const backend::sim::AutoRatioOptions& opt,
                                            Calibration calibration, std::ostream& out);
 
-// Columns: ratio (actual), requested, predicted step ms, GPU GB, host GB, chosen ("<-").
+// Columns: ratio (actual), requested, predicted step ms, GPU GB, host GB, chosen ("<-"); one row per ratio as
+// printed (four decimals), the chosen point's where several print alike.
 Table auto_ratio_table(const backend::sim::AutoRatio& a);
 // {"chosen": {ratio, actual_ratio, step_ms}, "why", "profile", "fits": [min, max], "table": [...]}
 nlohmann::json auto_ratio_json(const backend::sim::AutoRatio& a);
