@@ -109,7 +109,8 @@ TEST(FunctionalCarry, SameBitsAcrossAnFp16Overflow) {
 }
 
 // The staging rings: 1, 2 and 3 slots and full-size staging, speculation on and off, the passes after the
-// norm in ring forward order (core::StepConfig::ring_forward_order, the default) and in backward order.
+// norm in ring forward order (core::StepConfig::ring_forward_order, the default); backward order (the order
+// before it) on the rings at stage 3 and ratio 1.
 TEST(FunctionalCarry, SameBitsOnEveryStagingRing) {
   FunctionalConfig c = test::optimizer_config(core::OptimizerKind::kAdagrad, 6);
   c.clip = mixed_clip(c);
@@ -119,6 +120,7 @@ TEST(FunctionalCarry, SameBitsOnEveryStagingRing) {
       for (double ratio : {0.3, 1.0})
         for (int64_t speculation : {int64_t(0), core::kSpeculationMax})
           for (bool ring_forward : {true, false}) {
+            if (!ring_forward && (slots == core::kUnboundedStaging || stage != 3 || ratio != 1.0)) continue;
             c.staging_slots = slots;
             c.stage = stage;
             c.world = 2;
