@@ -937,6 +937,16 @@ metrics::GpuWindow steady_gpu(const RunPoint& p) {
   return metrics::combine(w);
 }
 
+// run_overlap.h's clip note of a point, over its steady steps.
+void print_clip_note(const RunPoint& p) {
+  const std::vector<bool> steady = steady_steps(p.steps.size(), p.carry_tail);
+  std::vector<ClipSample> samples;
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    if (steady[i]) samples.push_back({p.steps[i].clipped, p.steps[i].grad_norm});
+  const std::string note = clip_note(p.requested, p.actual > 0, samples);
+  if (!note.empty()) std::cout << note << "\n";
+}
+
 // Over steady steps (steady_steps.h), rank 0.
 void print_summary(const std::vector<RunPoint>& points) {
   Table s(
@@ -1003,6 +1013,7 @@ void print_summary(const std::vector<RunPoint>& points) {
             << ", rank 0; spec_held: steps whose speculation held of all steps; SM_MHz, GPU_W: the GPU's SM clock and "
                "mean power over them, from NVML, '-' where it did not answer)\n";
   s.print(std::cout);
+  for (const RunPoint& p : points) print_clip_note(p);
 }
 
 // A GPU telemetry window (metrics/gpu_telemetry.h); null for what was not read.
@@ -1028,6 +1039,7 @@ nlohmann::json step_json(const cu::StepReport& r) {
   js["loss_scale"] = r.loss_scale;
   js["lr"] = r.lr;
   js["skipped"] = r.skipped;
+  js["clipped"] = r.clipped;
   js["speculated"] = r.speculated;
   js["speculation_held"] = r.speculation_held;
   js["cpu_overlapped_ns"] = r.timeline.cpu_overlapped_ns;

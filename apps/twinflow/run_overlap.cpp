@@ -2,6 +2,8 @@
 #include "apps/twinflow/run_overlap.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <limits>
 
 #include "core/optim/optimizer.h"
 
@@ -30,6 +32,30 @@ OverlapFigures overlap_figures(const backend::StepTimeline& t, const core::StepC
   f.bound_ms =
       f.waited_pass_bound_ms > 0 ? std::max(f.free_bound_ms, backward_ms + f.waited_pass_bound_ms) : f.free_bound_ms;
   return f;
+}
+
+std::string clip_note(double ratio, bool has_cpu_segment, const std::vector<ClipSample>& steady) {
+  size_t clipped = 0;
+  double lo = std::numeric_limits<double>::infinity(), hi = 0;
+  for (const ClipSample& s : steady) {
+    if (!s.clipped) continue;
+    ++clipped;
+    lo = std::min(lo, s.grad_norm);
+    hi = std::max(hi, s.grad_norm);
+  }
+  if (clipped == 0 || !has_cpu_segment) return "";
+  char norms[64];
+  if (hi > lo)
+    std::snprintf(norms, sizeof norms, "%.3g-%.3g", lo, hi);
+  else
+    std::snprintf(norms, sizeof norms, "%.3g", lo);
+  char head[96];
+  std::snprintf(head, sizeof head, "ratio %.3f: %zu of %zu steady steps clipped (gradient norm ", ratio, clipped,
+                steady.size());
+  return std::string(head) + norms +
+         " over the clip): in a step that clips, and in the step after it, the CPU half updates after the gradient "
+         "norm, which follows backward, so it cannot hide behind backward (docs/ARCHITECTURE.md, \"Speculation\"); "
+         "in steps that do not clip it can";
 }
 
 }  // namespace tf::app

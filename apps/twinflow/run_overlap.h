@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "backends/backend.h"
 #include "core/hardware.h"
@@ -38,5 +40,16 @@ int64_t norm_waited_elems(const core::StepConfig& cfg, int64_t cpu_elems, int64_
 // ranks.
 OverlapFigures overlap_figures(const backend::StepTimeline& t, const core::StepConfig& cfg, int64_t cpu_elems,
                                int64_t waited_elems, const core::CpuProfile& cpu, int ranks_per_host);
+
+// One steady step as the clip note reads it: whether it clipped (core::StepDecision::clipped) and its norm.
+struct ClipSample {
+  bool clipped = false;
+  double grad_norm = 0;
+};
+// Why a point's CPU half did not hide behind backward when its steady steps clipped: in a step that clips,
+// and in the step after it, every CPU update waits for the gradient norm (docs/ARCHITECTURE.md,
+// "Speculation"). One line naming the ratio, how many of the steady steps clipped and their norms; empty
+// where none clipped or the point has no CPU segment (`has_cpu_segment` false).
+std::string clip_note(double ratio, bool has_cpu_segment, const std::vector<ClipSample>& steady);
 
 }  // namespace tf::app

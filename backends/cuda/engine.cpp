@@ -1313,6 +1313,7 @@ StepReport EngineImpl::report(const StepRun& r, const StepRun* next) {
   rep.loss_scale = r.scale;
   const core::StepDecision& d = *r.decision;
   rep.skipped = d.skip;
+  rep.clipped = d.clipped;
   rep.lr = d.lr;
   rep.grad_norm = norm_op_ >= 0 ? d.norm : std::numeric_limits<double>::quiet_NaN();
   if (next) {

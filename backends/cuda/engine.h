@@ -107,6 +107,7 @@ struct StepReport {
   double loss_scale = 1;                 // the scale this step used
   double lr = 0;                         // the lr of this step's update (core::StepDecision::lr)
   bool skipped = false;                  // fp16 overflow: nothing updated
+  bool clipped = false;                  // the clip coefficient was below 1 (core::StepDecision::clipped)
   bool speculated = false;               // the CPU optimizer's speculative updates ran (core/speculation.h)
   bool speculation_held = false;         // ... and the decided scalars were the speculated ones
   StepTimeline timeline;                 // per-op intervals (ns from the step's start) and totals

@@ -78,3 +78,19 @@ TEST(RunOverlap, UpdatesThatWaitForTheNormAddToTheBackward) {
   const auto unknown = overlap_figures(timeline(), adamw_bf16(true), 5'000'000'000, 5'000'000'000, host(0), 1);
   EXPECT_DOUBLE_EQ(unknown.bound_ms, 120.0);
 }
+
+// The clip note: one line where steady steps clipped and the point has a CPU segment, naming how many and their
+// norms; nothing otherwise.
+TEST(RunOverlap, ClipNoteNamesTheClippedStepsAndTheirNorms) {
+  using tf::app::clip_note;
+  using tf::app::ClipSample;
+  const std::string all = clip_note(0.629, true, {{true, 83.4888}, {true, 83.7418}, {true, 84.5059}});
+  EXPECT_EQ(all.rfind("ratio 0.629: 3 of 3 steady steps clipped (gradient norm 83.5-84.5 over the clip): ", 0), 0u)
+      << all;
+  EXPECT_NE(all.find("cannot hide behind backward"), std::string::npos) << all;
+  EXPECT_NE(clip_note(1.0, true, {{false, 0.5}, {true, 2.0}}).find("1 of 2 steady steps clipped (gradient norm 2 "),
+            std::string::npos);
+  EXPECT_EQ(clip_note(0.5, true, {{false, 0.5}, {false, 0.7}}), "");  // none clipped
+  EXPECT_EQ(clip_note(0.0, false, {{true, 9.0}}), "");                // no CPU segment: nothing waits
+  EXPECT_EQ(clip_note(0.5, true, {}), "");
+}
