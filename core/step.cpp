@@ -100,8 +100,10 @@ void check_staging_slots(int slots) {
 std::vector<int> ring_use_order(int cpu_layers, int slots, const StepConfig& cfg) {
   std::vector<int> order(size_t(std::max(cpu_layers, 0)));
   std::iota(order.begin(), order.end(), 0);
-  const bool norm_wait = cfg.clip_gradients || cfg.loss_scaling;
-  if (cfg.ring_forward_order && norm_wait && cfg.carry_tail && slots > 0 && slots < cpu_layers)
+  if (!(cfg.clip_gradients || cfg.loss_scaling) || !cfg.carry_tail || slots <= 0) return order;
+  if (slots >= cpu_layers)  // full-size staging: every D2H landed before the norm, no slot is reused
+    std::reverse(order.begin(), order.end());
+  else if (cfg.ring_forward_order)  // the first `slots` hold every slot: they pass first
     std::reverse(order.begin() + slots, order.end());
   return order;
 }
@@ -125,22 +127,12 @@ StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg) {
 
 namespace {
 
-// A carried tail after the norm runs in forward order where no staging slot is reused (full-size
-// staging): the next step's forward then finds the first CPU layer's parameters first, and its forward
-// pipelines with the rest of the pass, layer by layer. With rings, a D2H deferred behind the norm waits
-// for the pass that frees its slot, so the passes follow core::ring_use_order: the layers whose D2Hs
-// landed before the norm first, then forward order (StepConfig::ring_forward_order) or backward order.
-bool forward_order_after_norm(const StepConfig& c, int staging_slots, int cpu_layers) {
-  return c.carry_tail && staging_slots >= cpu_layers;
-}
-
-// StepConfig::cpu_order applies where the passes after the norm run in forward order, the order the next
-// forward needs them in. With rings they keep backward order: the D2H of CPU layer i + slots lands in
-// the gradient slot the pass of layer i frees, so it is issued behind that pass and the passes follow
-// the D2Hs, in backward order; and only the first `slots` CPU layers speculate (the later D2Hs wait for
-// a commit, after the norm: core::speculated_layers), so no pass could move ahead of them anyway.
+// StepConfig::cpu_order applies where a carried tail runs every pass after the norm in forward order
+// (core::ring_use_order at full-size staging), the order the next forward needs them in. With rings only
+// the first `slots` CPU layers speculate (the later D2Hs wait for a pass that frees their slot, after the
+// norm: core::speculated_layers), and those hold every slot, so they pass first in either ring order.
 bool orders_passes(const StepConfig& c, int staging_slots, int cpu_layers) {
-  return (c.clip_gradients || c.loss_scaling) && forward_order_after_norm(c, staging_slots, cpu_layers);
+  return (c.clip_gradients || c.loss_scaling) && c.carry_tail && staging_slots >= cpu_layers;
 }
 
 }  // namespace
@@ -443,9 +435,9 @@ class Planner {
   // One statistics pass over the whole shard's reduced gradients, on the GPU: the CPU segment's part
   // is still there before (and while) its D2H runs, so the CPU never reads its gradients twice and the
   // norm does not wait for the copies. Then the norm all-reduce, and the CPU updates after it in
-  // backward order (the layers whose gradients landed first are updated first; a carried tail at
-  // full-size staging: forward order); a speculated layer's is its commit. Returns the GPU optimizer's
-  // dependencies.
+  // core::ring_use_order (backward order, the layers whose gradients landed first updated first; a carried
+  // tail: forward order, at full-size staging, or after the layers that landed first, with rings); a
+  // speculated layer's is its commit. Returns the GPU optimizer's dependencies.
   std::vector<uint32_t> norm_then_cpu_updates() {
     const uint32_t last_reduce = red_[0];
     const uint32_t stats = add(OpKind::kGradStats, Queue::kCompute, -1, -1, {last_reduce});
@@ -460,18 +452,15 @@ class Planner {
     // layer `slots` later in that order, deferred until then.
     const auto n = int(cpu_layers_.size());
     for (int j = 0; j < n; ++j) {
-      const int i = forward_order_after_norm() ? n - 1 - j : ring_order_[size_t(j)];
+      const int i = ring_order_[size_t(j)];
       const int l = cpu_layers_[size_t(i)];
       if (speculated_[size_t(l)] && !passed_[size_t(l)]) speculative_update(l, d2h_.at(l));  // cpu_order's k
       cpu_update(l, {norm, d2h_.at(l)}, speculated_[size_t(l)] ? OpKind::kCpuCommit : OpKind::kCpuOptimizer);
-      if (!forward_order_after_norm() && j + slots() < n) d2h(cpu_layers_[size_t(ring_order_[size_t(j + slots())])]);
+      if (j + slots() < n) d2h(cpu_layers_[size_t(ring_order_[size_t(j + slots())])]);
     }
     return {norm};
   }
 
-  bool forward_order_after_norm() const {
-    return core::forward_order_after_norm(cfg_, slots(), int(cpu_layers_.size()));
-  }
   bool reorders() const { return orders_passes(cfg_, slots(), int(cpu_layers_.size())); }
 
   int64_t gpu_optimizer(const std::vector<uint32_t>& deps) {

@@ -180,11 +180,13 @@ struct StepConfig {
   bool operator==(const StepConfig&) const = default;
 };
 
-// The order the CPU layers use the host staging rings in, as positions in backward order (0: the CPU layer
-// whose gradient lands first): the i-th entry takes slot i % slots and reuses the slot of the entry `slots`
-// before it. With StepConfig::ring_forward_order where it applies (rings, clipping or loss scaling, a
-// carried tail), positions 0 .. slots - 1 (the D2Hs that land before the norm) and then the others in
-// forward order (cpu_layers - 1 down to slots); everywhere else backward order, 0 .. cpu_layers - 1.
+// The order the CPU layers use the host staging slots in, and with a norm wait the order their passes run in
+// after the norm, as positions in backward order (0: the CPU layer whose gradient lands first): the i-th
+// entry takes slot i % slots and reuses the slot of the entry `slots` before it. With clipping or loss
+// scaling and a carried tail: at full-size staging (slots >= cpu_layers) forward order, cpu_layers - 1 down
+// to 0; with rings and StepConfig::ring_forward_order, positions 0 .. slots - 1 (the D2Hs that land before
+// the norm) and then the others in forward order (cpu_layers - 1 down to slots). Everywhere else backward
+// order, 0 .. cpu_layers - 1.
 std::vector<int> ring_use_order(int cpu_layers, int slots, const StepConfig& cfg);
 
 // The host staging rings of a split (the gradient ring and the copy ring have this one layout). The

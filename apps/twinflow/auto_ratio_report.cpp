@@ -35,20 +35,15 @@ backend::sim::AutoRatio resolve_auto_ratio(const core::Scenario& sc, const backe
 Table auto_ratio_table(const backend::sim::AutoRatio& a) {
   Table t({"ratio", "requested", "step ms", "held ms", "after clip ms", "GPU GB", "host GB", "chosen"});
   // The refinement around the best point simulates ratios that print alike at four decimals (OPT-30B on two
-  // H200s: 20 rows of 0.6294-0.6295 of 53): one row per printed ratio, the chosen one where it is among them.
-  // auto_ratio_json keeps every point.
-  const auto shown = [&](size_t i) {
-    const std::string r = fmt(a.table[i].ratio, 4);
-    for (size_t j = 0; j < a.table.size(); ++j)
-      if (j != i && fmt(a.table[j].ratio, 4) == r &&
-          (a.table[j].requested == a.ratio || (a.table[i].requested != a.ratio && j < i)))
-        return false;
-    return true;
-  };
-  for (size_t i = 0; i < a.table.size(); ++i) {
-    if (!shown(i)) continue;
-    const backend::sim::RatioPoint& p = a.table[i];
-    t.add({fmt(p.ratio, 4), fmt(p.requested, 4), fmt(ms(p.step_ns), 2), fmt(ms(p.held_ns), 2),
+  // H200s: 20 rows of 0.6294-0.6295 of 53). The table is in ratio order, so those are runs of rows: one row
+  // per run, the chosen point where it is in the run, else the run's first. auto_ratio_json keeps every point.
+  for (size_t b = 0, e = 0; b < a.table.size(); b = e) {
+    const std::string shown = fmt(a.table[b].ratio, 4);
+    size_t pick = b;
+    for (e = b; e < a.table.size() && fmt(a.table[e].ratio, 4) == shown; ++e)
+      if (a.table[e].requested == a.ratio) pick = e;
+    const backend::sim::RatioPoint& p = a.table[pick];
+    t.add({shown, fmt(p.requested, 4), fmt(ms(p.step_ns), 2), fmt(ms(p.held_ns), 2),
            p.after_clip_ns > 0 ? fmt(ms(p.after_clip_ns), 2) : "-", fmt(gb(p.gpu_bytes), 2), fmt(gb(p.host_bytes), 2),
            p.requested == a.ratio ? "<-" : ""});
   }

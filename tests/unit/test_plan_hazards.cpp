@@ -383,14 +383,13 @@ std::vector<StepConfig> carrying_configs() {
   return out;
 }
 
-// Whether a carrying plan's passes after the norm leave the order of the plan without carry (which is
-// backward order with rings): full-size staging runs them in forward order, rings with ring_forward_order in
-// core::ring_use_order. Both need a norm wait.
+// Whether a carrying plan's passes after the norm leave backward order, the order of the plan without carry
+// (core::ring_use_order says: at full-size staging, or on rings with ring_forward_order, with a norm wait).
 bool reordered_after_norm(const StepPlan& p) {
-  const auto cpu_layers = std::count_if(p.ops.begin(), p.ops.end(), [](const Op& o) { return o.kind == OpKind::kH2DParam; });
-  const StepConfig& c = p.config;
-  return (c.clip_gradients || c.loss_scaling) &&
-         (p.staging.slots >= cpu_layers || (c.ring_forward_order && p.staging.slots < cpu_layers));
+  const auto cpu_layers =
+      int(std::count_if(p.ops.begin(), p.ops.end(), [](const Op& o) { return o.kind == OpKind::kH2DParam; }));
+  const std::vector<int> order = ring_use_order(cpu_layers, p.staging.slots, p.config);
+  return !std::is_sorted(order.begin(), order.end());
 }
 
 const ModelDesc& carry_model() {

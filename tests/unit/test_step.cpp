@@ -297,19 +297,25 @@ TEST(Step, StagingRingReuseDependencies) {
     }
 }
 
-// core::ring_use_order: backward order unless StepConfig::ring_forward_order applies (rings, a norm wait,
-// a carried tail), then the first `slots` positions and the rest reversed.
+// core::ring_use_order: backward order without a norm wait or a carried tail; with both, forward order at
+// full-size staging, and on rings with StepConfig::ring_forward_order the first `slots` positions and then
+// the rest reversed.
 TEST(Step, RingUseOrder) {
   StepConfig c;
   EXPECT_EQ(ring_use_order(6, 2, c), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(ring_use_order(6, 6, c), (std::vector<int>{0, 1, 2, 3, 4, 5}));
   c.ring_forward_order = c.carry_tail = c.clip_gradients = true;
   EXPECT_EQ(ring_use_order(6, 2, c), (std::vector<int>{0, 1, 5, 4, 3, 2}));
-  EXPECT_EQ(ring_use_order(6, 6, c), (std::vector<int>{0, 1, 2, 3, 4, 5}));  // full-size: no ring to order
+  EXPECT_EQ(ring_use_order(6, 6, c), (std::vector<int>{5, 4, 3, 2, 1, 0}));  // full-size: forward order
   EXPECT_EQ(ring_use_order(0, 0, c), std::vector<int>{});
   for (auto off : {&StepConfig::carry_tail, &StepConfig::clip_gradients, &StepConfig::ring_forward_order}) {
     StepConfig o = c;
     o.*off = false;
     EXPECT_EQ(ring_use_order(6, 2, o), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+    // full-size staging does not read ring_forward_order
+    EXPECT_EQ(ring_use_order(6, 6, o), off == &StepConfig::ring_forward_order
+                                           ? (std::vector<int>{5, 4, 3, 2, 1, 0})
+                                           : (std::vector<int>{0, 1, 2, 3, 4, 5}));
   }
   c.clip_gradients = false;
   c.loss_scaling = true;  // fp16's overflow check is a norm wait too
