@@ -162,6 +162,7 @@ void CheckpointWriter::save_async(const CheckpointMeta& meta) {
   error_ = nullptr;
   done_ = false;
   thread_ = std::thread([this, meta] {
+    name_this_thread("tf-ckpt");
     lower_thread_priority(19);  // below the issuing threads; beside the CPU optimizer's idle-class workers
                                 // (cpu_tuning.h pool_idle) it takes one core of the rank's share at most
     try {

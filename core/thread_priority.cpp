@@ -1,11 +1,13 @@
 #include "core/thread_priority.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <string>
 
 namespace tf::core {
 
@@ -21,6 +23,11 @@ bool run_thread_when_idle() {
   sched_param p{};
   p.sched_priority = 0;
   return ::sched_setscheduler(0, SCHED_IDLE, &p) == 0;  // pid 0: the calling thread
+}
+
+void name_this_thread(const char* name) {
+  const std::string cut = std::string(name).substr(0, 15);  // the kernel's limit, 16 bytes with the NUL
+  (void)::pthread_setname_np(::pthread_self(), cut.c_str());
 }
 
 }  // namespace tf::core

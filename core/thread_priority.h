@@ -16,4 +16,9 @@ void lower_thread_priority(int by);
 // refused (nothing changed).
 bool run_thread_when_idle();
 
+// Names the calling thread (Linux: at most 15 characters, the rest cut), so that `ps -L`, `top -H` and
+// /proc/PID/task/*/comm tell the engine's threads apart: tf-<queue> for the issuers, tf-cpu<i> for the CPU
+// optimizer's workers, tf-ckpt for a background save. Best effort.
+void name_this_thread(const char* name);
+
 }  // namespace tf::core

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include "backends/cpu/host_topology.h"
 #include "core/thread_priority.h"
@@ -79,6 +80,7 @@ void ThreadPool::run(size_t parts, const std::function<void(size_t)>& fn) {
 }
 
 void ThreadPool::worker(size_t index) {
+  core::name_this_thread(("tf-cpu" + std::to_string(index)).c_str());
   core::lower_thread_priority(int(nice_));
   if (idle_) (void)core::run_thread_when_idle();
   uint64_t seen = 0;

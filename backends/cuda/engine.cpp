@@ -37,6 +37,7 @@
 #include "backends/cuda/nccl_comm.cuh"
 #include "backends/cuda/reduce_scatter.h"
 #include "backends/cuda/workload.cuh"
+#include "core/thread_priority.h"
 #include "core/error.h"
 #include "core/hf_names.h"
 #include "core/init.h"
@@ -1155,6 +1156,7 @@ void EngineImpl::begin_step(StepRun& r, bool after_tail) {
 void EngineImpl::start_issuers(StepRun& r, StepRun& prev) {
   for (int q = 0; q < core::kQueueCount; ++q)
     r.threads[size_t(q)] = std::thread([this, &r, q, before = std::move(prev.threads[size_t(q)])]() mutable {
+      core::name_this_thread((std::string("tf-") + core::queue_name(core::Queue(q))).c_str());
       if (before.joinable()) before.join();
       try {
         issue_queue(r, core::Queue(q));

@@ -10,7 +10,9 @@
 #    arguments, commas for spaces, e.g. fwd14:forward:--threads,14; a fourth field another scenario, e.g. the
 #    copy without clipping that NOCLIP=1 writes): the engine's set-up by phase,
 #    every step, GPU and host memory against the plan; the host's MemAvailable sampled every second. TRACE=1:
-#    each rank's trace of the last 3 steps (trace-ORDER.json, .rank1).
+#    each rank's trace of the last 3 steps (trace-ORDER.json, .rank1). SAMPLE=1: every thread of the machine
+#    sampled every 0.25 s (thread_sampler.py, threads-ORDER.jsonl) and thread_report.py's table of who ran and
+#    who waited for a core over the last steps (threads-ORDER.txt).
 # 4. Unless SKIP_TESTS=1: tf_cuda_tests on both GPUs.
 # Everything in $OUT/opt30b-h200x2.tar.gz; the figures print here.
 set -uo pipefail
@@ -58,6 +60,11 @@ for spec in ${ORDERS:-forward}; do
   step "OPT-30B, world 2 (launch), $name: ring order $order ${extra[*]}"
   ( while true; do awk '/MemAvailable/ {print $2}' /proc/meminfo; sleep 1; done ) > "$W/memavail-$name.txt" &
   sampler=$!
+  tsampler=
+  if [ -n "${SAMPLE:-}" ]; then
+    python3 bench/device/thread_sampler.py --out "$W/threads-$name.jsonl" &
+    tsampler=$!
+  fi
   t0=$(date +%s)
   trace=()
   [ -n "${TRACE:-}" ] && trace=(--trace "$W/trace-$name.json" --trace-steps 3)
@@ -65,6 +72,12 @@ for spec in ${ORDERS:-forward}; do
     "${extra[@]}" "${trace[@]}" --json "$W/run-$name.json" > "$W/run-$name.log" 2>&1
   echo "rc $? after $(( $(date +%s) - t0 )) s"
   kill $sampler 2> /dev/null; wait $sampler 2> /dev/null
+  if [ -n "$tsampler" ]; then
+    kill $tsampler; wait $tsampler
+    python3 bench/device/thread_report.py "$W/threads-$name.jsonl" > "$W/threads-$name.txt" 2>&1
+    head -n 18 "$W/threads-$name.txt"
+    xz -T2 "$W/threads-$name.jsonl"
+  fi
   echo "host MemAvailable minimum: $(sort -n "$W/memavail-$name.txt" | head -1 | awk '{printf "%.1f GB", $1 * 1024 / 1e9}')"
   grep -E "^run:|engine built|step +[0-9]+/|error|failed" "$W/run-$name.log" | cut -c1-220 | head -12
   sed -n '/^summary/,/^step ms/p' "$W/run-$name.log" | tail -n 2 | cut -c1-260
