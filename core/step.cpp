@@ -118,8 +118,12 @@ StagingRing staging_ring(const TwinFlowSplit& split, const StepConfig& cfg) {
   r.slots = cfg.staging_slots == kUnboundedStaging ? layers : std::min(cfg.staging_slots, layers);
   std::vector<int64_t> size(size_t(r.slots), 0);
   const std::vector<int> order = ring_use_order(layers, r.slots, cfg);
-  for (int j = 0; j < layers; ++j)
-    size[size_t(j % r.slots)] = std::max(size[size_t(j % r.slots)], pieces[size_t(order[size_t(j)])]);
+  r.slot_of.assign(size_t(layers), 0);
+  for (int j = 0; j < layers; ++j) {
+    const int i = order[size_t(j)], slot = j % r.slots;
+    r.slot_of[size_t(i)] = slot;
+    size[size_t(slot)] = std::max(size[size_t(slot)], pieces[size_t(i)]);
+  }
   r.offsets.assign(size_t(r.slots) + 1, 0);
   for (int s = 0; s < r.slots; ++s) r.offsets[size_t(s) + 1] = r.offsets[size_t(s)] + size[size_t(s)];
   return r;
@@ -368,7 +372,7 @@ class Planner {
   // Layer l's CPU part's place in core::ring_use_order, its staging slot, and the CPU layer (its position in
   // backward order) that used the slot before it (-1: none).
   int ring_position(int l) const { return ring_position_[size_t(cpu_index_[size_t(l)])]; }
-  int32_t staging_slot(int l) const { return ring_position(l) % slots(); }
+  int32_t staging_slot(int l) const { return plan_.staging.slot_of[size_t(cpu_index_[size_t(l)])]; }
   int previous_user(int l) const {
     const int j = ring_position(l) - slots();
     return j >= 0 ? ring_order_[size_t(j)] : -1;

@@ -197,6 +197,10 @@ std::vector<int> ring_use_order(int cpu_layers, int slots, const StepConfig& cfg
 struct StagingRing {
   int slots = 0;
   std::vector<int64_t> offsets;  // (slots + 1) slot s's first element; offsets[slots]: the ring's elements
+  // (CPU layers) the slot of the i-th CPU layer in backward order (the CPU pieces with elements, from the
+  // segment's end): its place in core::ring_use_order modulo slots. The one statement of which slot holds
+  // a layer: the planner's Op::staging_slot and cpu::CpuSegment's first touch both read it.
+  std::vector<int32_t> slot_of;
   int64_t elems() const { return offsets.empty() ? 0 : offsets.back(); }
   int64_t slot_elems(int s) const { return offsets[size_t(s) + 1] - offsets[size_t(s)]; }
   bool operator==(const StagingRing&) const = default;

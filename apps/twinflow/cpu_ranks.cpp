@@ -226,6 +226,7 @@ class Worker {
             copy == core::DType::kNone ? nullptr : copy_.data(),
             grad,
             copy,
+            {},
             {}};
   }
 

@@ -40,6 +40,14 @@ CpuSegment::CpuSegment(const CpuOptions& opt, core::OptimizerKind kind, const Se
       throw core::InputError("cpu segment: layer " + std::to_string(r.layer) + " has two CPU ranges");
     range_of_layer_[r.layer] = int64_t(i);
   }
+  if (!rings()) return;
+  const auto filled = size_t(std::count_if(ranges_.begin(), ranges_.end(), [](auto& r) { return r.end > r.begin; }));
+  const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
+  if (bufs_.staging_slots.size() != filled ||
+      std::any_of(bufs_.staging_slots.begin(), bufs_.staging_slots.end(), [&](int32_t s) { return s < 0 || s >= slots; }))
+    throw core::InputError("cpu segment: " + std::to_string(bufs_.staging_slots.size()) +
+                           " staging slots given for " + std::to_string(filled) + " ranges with elements over " +
+                           std::to_string(slots) + " slots; pass core::StagingRing::slot_of of the step plan");
 }
 
 const SegmentRange* CpuSegment::find(size_t layer) const {
@@ -70,14 +78,13 @@ OptimChunk CpuSegment::chunk(int64_t begin, int64_t end, int32_t slot) const {
 }
 
 // With rings, the i-th range from the segment's end (backward order, as the plan numbers them) is held by
-// slot i % slots.
+// slot staging_slots[i].
 template <class Fn>
 void CpuSegment::each_range_backward(Fn&& fn) const {
-  const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
-  int32_t i = 0;
+  size_t i = 0;
   for (auto r = ranges_.rbegin(); r != ranges_.rend(); ++r) {
     if (r->end <= r->begin) continue;
-    fn(*r, chunk(r->begin, r->end, rings() ? i++ % slots : -1));
+    fn(*r, chunk(r->begin, r->end, rings() ? bufs_.staging_slots[i++] : -1));
   }
 }
 

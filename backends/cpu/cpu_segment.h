@@ -26,6 +26,9 @@ struct SegmentBuffers {
   core::DType grad_dtype = core::DType::kBF16;
   core::DType copy_dtype = core::DType::kBF16;
   std::vector<int64_t> staging_offsets;  // (slots + 1) the rings' slot offsets; empty: full-size grad and copy
+  // With rings: (ranges with elements) the slot of each in backward order, from the segment's end
+  // (core::StagingRing::slot_of, the step plan's assignment).
+  std::vector<int32_t> staging_slots;
 };
 
 // The fp32 master and states of one layer's CPU part in one state slot (core/speculation.h): pointers
@@ -100,7 +103,7 @@ class CpuSegment {
  private:
   const SegmentRange* find(size_t layer) const;
   // fn(range, its chunk) for every non-empty range in backward order, the gradient and copy in the staging
-  // slot that holds the range (rings), as first_touch zeroes them.
+  // slot that holds the range (rings: SegmentBuffers::staging_slots), as first_touch zeroes them.
   template <class Fn>
   void each_range_backward(Fn&& fn) const;
   // The layer's chunk with its master and states at `at`, its gradient and copy in `slot`.

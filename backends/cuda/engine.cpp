@@ -496,7 +496,8 @@ class EngineImpl final : public Engine {
     const auto segment = [&] {
       const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),    h_s2_.as<float>(),
                                      h_grad_.as<void>(),    h_copy_.as<void>(),   s_.step.grad_dtype,
-                                     core::DType::kBF16,    plan_.staging.offsets};
+                                     core::DType::kBF16,    plan_.staging.offsets,
+                                     plan_.staging.slot_of};
       cpu_ = std::make_unique<cpu::CpuSegment>(co, s_.policy.kind, bufs, cpu::segment_ranges(split_));
       cpu_->first_touch();
       for (int32_t l : spec_->layers()) cpu_->first_touch(size_t(l), state_in_slot(size_t(l), 1));

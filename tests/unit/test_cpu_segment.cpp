@@ -16,7 +16,10 @@
 #include "backends/cpu/host_region.h"
 #include "core/error.h"
 #include "core/optim/dtype.h"
+#include "core/model.h"
 #include "core/partition.h"
+#include "core/step.h"
+#include "core/twinflow.h"
 
 namespace tf::backend::cpu {
 namespace {
@@ -45,7 +48,8 @@ struct Buffers {
   }
   SegmentBuffers views() const {
     return {master.as<float>(), s1.as<float>(),     s2.as<float>(),     grad.data(),
-            copy.data(),        core::DType::kBF16, core::DType::kBF16, {}};
+            copy.data(),        core::DType::kBF16, core::DType::kBF16, {},
+            {}};
   }
   HostRegion master, s1, s2, grad, copy;
   size_t n;
@@ -101,6 +105,7 @@ TEST(CpuSegment, StagingRingsGiveTheFullSizeBits) {
   rv.grad = grad_ring.data();
   rv.copy = copy_ring.data();
   rv.staging_offsets = offsets;
+  rv.staging_slots = {0, 1, 0};  // the ranges with elements from the segment's end: layers 2, 1, 0
   CpuSegment a(CpuOptions(2), core::OptimizerKind::kAdamW, rv, kRanges);
   CpuSegment b(CpuOptions(2), core::OptimizerKind::kAdamW, full.views(), kRanges);
   for (int64_t step = 1; step <= 3; ++step)
@@ -146,6 +151,7 @@ TEST(CpuSegment, ProbePassesRunOnRealValuesAndFirstTouchZeroesThemAgain) {
       v.grad = grad_ring.data();
       v.copy = copy_ring.data();
       v.staging_offsets = offsets;
+      v.staging_slots = {0, 1, 0};
       if (core::state_count(k) == 1) v.state2 = nullptr;
       CpuSegment segment(CpuOptions(3, false, int(isa)), k, v, kRanges);
       segment.first_touch();
@@ -167,6 +173,62 @@ TEST(CpuSegment, ProbePassesRunOnRealValuesAndFirstTouchZeroesThemAgain) {
       }
     }
   }
+}
+
+// The step plan's staging rings and the segment agree on every ring layout the planner makes: full-size staging
+// in forward order after the norm (clipping with a carried tail), rings in either order, no norm wait. The
+// segment takes each layer's slot from the plan (core::StagingRing::slot_of); where it restated the rule as
+// "backward order" it first-touched a partial layer in a slot sized for a whole one (2026-11-30, tf_cuda_tests
+// on two H200s: "staging slot 1 of 2 cannot hold elements [0, 14336)").
+TEST(CpuSegment, FirstTouchAndUpdatesUseThePlansSlots) {
+  const core::ModelDesc m = core::describe_model(core::make_mlp(std::vector<int64_t>(7, 1024)));
+  const core::Partition part = core::make_partition(m, {3, 2, 2048});
+  const core::TwinFlowSplit split = core::split_shard(part.ranks[0], 0.6, 2048);
+  for (int slots : {core::kUnboundedStaging, 2, 3})
+    for (bool clip : {false, true})
+      for (bool forward : {false, true}) {
+        SCOPED_TRACE("slots " + std::to_string(slots) + (clip ? " clip" : "") + (forward ? " forward" : ""));
+        core::StepConfig c;
+        c.staging_slots = slots;
+        c.clip_gradients = clip;
+        c.carry_tail = true;
+        c.ring_forward_order = forward;
+        const core::StepPlan plan = core::plan_step(m, part, split, c);
+        ASSERT_EQ(plan.staging.slot_of.size(), size_t(std::count_if(split.cpu.begin(), split.cpu.end(),
+                                                                     [](auto& p) { return p.count > 0; })));
+        Buffers b(size_t(split.cpu_elems));
+        HostRegion grad_ring(size_t(plan.staging.elems()) * 2), copy_ring(size_t(plan.staging.elems()) * 2);
+        SegmentBuffers v = b.views();
+        v.grad = grad_ring.data();
+        v.copy = copy_ring.data();
+        v.staging_offsets = plan.staging.offsets;
+        v.staging_slots = plan.staging.slot_of;
+        CpuSegment segment(CpuOptions(2), core::OptimizerKind::kAdamW, v, segment_ranges(split));
+        EXPECT_NO_THROW(segment.first_touch());
+        EXPECT_NO_THROW(segment.fill_measurement_data());
+        int passes = 0;
+        for (const core::Op& op : plan.ops)
+          if (op.kind == core::OpKind::kCpuOptimizer) {
+            EXPECT_NO_THROW(segment.update_layer(size_t(op.layer), scalars(1), op.staging_slot)) << op.layer;
+            ++passes;
+          }
+        EXPECT_EQ(size_t(passes), plan.staging.slot_of.size());
+      }
+}
+
+// A ring without each range's slot, or with a slot outside it, is refused when the segment is made.
+TEST(CpuSegment, RingsNeedASlotPerRange) {
+  Buffers b(30000);
+  HostRegion grad_ring(23856 * 2), copy_ring(23856 * 2);
+  SegmentBuffers v = b.views();
+  v.grad = grad_ring.data();
+  v.copy = copy_ring.data();
+  v.staging_offsets = {0, 10000, 23856};
+  EXPECT_THROW(CpuSegment(CpuOptions(1), core::OptimizerKind::kAdamW, v, kRanges), core::InputError);
+  v.staging_slots = {0, 2, 0};
+  EXPECT_THROW(CpuSegment(CpuOptions(1), core::OptimizerKind::kAdamW, v, kRanges), core::InputError);
+  v.staging_slots = {0, 1, 0};
+  EXPECT_NO_THROW(CpuSegment(CpuOptions(1), core::OptimizerKind::kAdamW, v, kRanges));
 }
 
 TEST(CpuSegment, RangesMustNotOverlapNorRepeatALayer) {
