@@ -7,7 +7,8 @@
 # 1. tf_cuda_tests on both GPUs.
 # 2. The rank group on calibrate's segments (2^28 elements, 1 op a rank) and on OPT-30B's own CPU pieces at ratio
 #    0.3 (each rank's CPU layers as the engine plans them at world 2; 0.629 does not fit twice beside the bench),
-#    each op's rate (--per-layer).
+#    each op's rate (--per-layer); and a flat segment of 2^31 elements in 16 ops a rank (calibrate's layout, a
+#    footprint between the two).
 # 3. OPT-30B, 4 steps, with run --pages-probe: the engine's own pages timed before step 1, then the training passes.
 # About 6 minutes. Everything in $OUT/engine-vs-rank-group.tar.gz.
 set -uo pipefail
@@ -36,6 +37,7 @@ rank_group() {  # NAME ARGS...
 }
 rank_group calibrate-segments --n 268435456 --layers 1 --iters 20
 rank_group opt30b-pieces --scenario "$SC" --ratio 0.3 --iters 6 --per-layer
+rank_group flat-2e31 --n 2147483648 --layers 16 --iters 6 --per-layer
 rank_group calibrate-segments-after --n 268435456 --layers 1 --iters 20
 pack
 
