@@ -43,11 +43,11 @@ CpuSegment::CpuSegment(const CpuOptions& opt, core::OptimizerKind kind, const Se
   if (!rings()) return;
   const auto filled = size_t(std::count_if(ranges_.begin(), ranges_.end(), [](auto& r) { return r.end > r.begin; }));
   const auto slots = int32_t(bufs_.staging_offsets.size()) - 1;
-  if (bufs_.staging_slots.size() != filled ||
-      std::any_of(bufs_.staging_slots.begin(), bufs_.staging_slots.end(), [&](int32_t s) { return s < 0 || s >= slots; }))
-    throw core::InputError("cpu segment: " + std::to_string(bufs_.staging_slots.size()) +
-                           " staging slots given for " + std::to_string(filled) + " ranges with elements over " +
-                           std::to_string(slots) + " slots; pass core::StagingRing::slot_of of the step plan");
+  if (bufs_.staging_slots.size() != filled || std::any_of(bufs_.staging_slots.begin(), bufs_.staging_slots.end(),
+                                                          [&](int32_t s) { return s < 0 || s >= slots; }))
+    throw core::InputError("cpu segment: " + std::to_string(bufs_.staging_slots.size()) + " staging slots given for " +
+                           std::to_string(filled) + " ranges with elements over " + std::to_string(slots) +
+                           " slots; pass core::StagingRing::slot_of of the step plan");
 }
 
 const SegmentRange* CpuSegment::find(size_t layer) const {

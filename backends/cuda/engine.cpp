@@ -37,7 +37,6 @@
 #include "backends/cuda/nccl_comm.cuh"
 #include "backends/cuda/reduce_scatter.h"
 #include "backends/cuda/workload.cuh"
-#include "core/thread_priority.h"
 #include "core/error.h"
 #include "core/hf_names.h"
 #include "core/init.h"
@@ -48,6 +47,7 @@
 #include "core/rank_plan.h"
 #include "core/speculation.h"
 #include "core/synthetic_workload.h"
+#include "core/thread_priority.h"
 
 namespace tf::backend::cuda {
 
@@ -494,10 +494,9 @@ class EngineImpl final : public Engine {
     co.cpus = cfg_.cpu_cpus;
     cpu::apply_tuning_spec(co, cfg_.cpu_tuning, "cpu tuning");
     const auto segment = [&] {
-      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),    h_s2_.as<float>(),
-                                     h_grad_.as<void>(),    h_copy_.as<void>(),   s_.step.grad_dtype,
-                                     core::DType::kBF16,    plan_.staging.offsets,
-                                     plan_.staging.slot_of};
+      const cpu::SegmentBuffers bufs{h_master_.as<float>(), h_s1_.as<float>(),     h_s2_.as<float>(),
+                                     h_grad_.as<void>(),    h_copy_.as<void>(),    s_.step.grad_dtype,
+                                     core::DType::kBF16,    plan_.staging.offsets, plan_.staging.slot_of};
       cpu_ = std::make_unique<cpu::CpuSegment>(co, s_.policy.kind, bufs, cpu::segment_ranges(split_));
       cpu_->first_touch();
       for (int32_t l : spec_->layers()) cpu_->first_touch(size_t(l), state_in_slot(size_t(l), 1));

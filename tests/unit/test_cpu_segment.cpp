@@ -15,8 +15,8 @@
 #include "backends/cpu/cpu_segment.h"
 #include "backends/cpu/host_region.h"
 #include "core/error.h"
-#include "core/optim/dtype.h"
 #include "core/model.h"
+#include "core/optim/dtype.h"
 #include "core/partition.h"
 #include "core/step.h"
 #include "core/twinflow.h"
@@ -47,8 +47,14 @@ struct Buffers {
     }
   }
   SegmentBuffers views() const {
-    return {master.as<float>(), s1.as<float>(),     s2.as<float>(),     grad.data(),
-            copy.data(),        core::DType::kBF16, core::DType::kBF16, {},
+    return {master.as<float>(),
+            s1.as<float>(),
+            s2.as<float>(),
+            grad.data(),
+            copy.data(),
+            core::DType::kBF16,
+            core::DType::kBF16,
+            {},
             {}};
   }
   HostRegion master, s1, s2, grad, copy;
@@ -194,8 +200,8 @@ TEST(CpuSegment, FirstTouchAndUpdatesUseThePlansSlots) {
         c.carry_tail = true;
         c.ring_forward_order = forward;
         const core::StepPlan plan = core::plan_step(m, part, split, c);
-        ASSERT_EQ(plan.staging.slot_of.size(), size_t(std::count_if(split.cpu.begin(), split.cpu.end(),
-                                                                     [](auto& p) { return p.count > 0; })));
+        ASSERT_EQ(plan.staging.slot_of.size(),
+                  size_t(std::count_if(split.cpu.begin(), split.cpu.end(), [](auto& p) { return p.count > 0; })));
         Buffers b(size_t(split.cpu_elems));
         HostRegion grad_ring(size_t(plan.staging.elems()) * 2), copy_ring(size_t(plan.staging.elems()) * 2);
         SegmentBuffers v = b.views();
