@@ -57,12 +57,14 @@ void expect_same_bits(const FunctionalConfig& c, const FunctionalResult& ref, co
   }
 }
 
-void expect_same_bits_everywhere(FunctionalConfig c, const std::string& what) {
+void expect_same_bits_everywhere(FunctionalConfig c, const std::string& what, uint64_t salt) {
   const FunctionalResult ref = backend::sim::run_reference_loop(test::toy_mlp(), c);
+  test::GridSample grid(salt);
   for (int stage : {1, 2, 3})
     for (int world : {1, 2, 4})
       for (double ratio : {0.0, 0.3, 1.0})
         for (int64_t speculation : {int64_t(0), core::kSpeculationMax}) {
+          if (!grid.take()) continue;
           c.stage = stage;
           c.world = world;
           c.ratio = ratio;
@@ -85,7 +87,7 @@ double mixed_clip(const FunctionalConfig& base) {
 TEST(FunctionalCarry, SameBitsWhenSomeStepsClip) {
   FunctionalConfig c = test::optimizer_config(core::OptimizerKind::kAdamW, 6);
   c.clip = mixed_clip(c);
-  expect_same_bits_everywhere(c, "clip " + std::to_string(c.clip));
+  expect_same_bits_everywhere(c, "clip " + std::to_string(c.clip), 1);
 }
 
 // No clipping and no loss scaling: nothing waits for the norm, the CPU passes run during backward and
@@ -93,7 +95,7 @@ TEST(FunctionalCarry, SameBitsWhenSomeStepsClip) {
 TEST(FunctionalCarry, SameBitsWithoutANormWait) {
   FunctionalConfig c = test::optimizer_config(core::OptimizerKind::kAdam, 5);
   c.clip = 0;
-  expect_same_bits_everywhere(c, "no clip");
+  expect_same_bits_everywhere(c, "no clip", 2);
 }
 
 // fp16: a forced overflow skips step 3 (its carried H2Ds skip with it), the loss scale halves.
@@ -105,7 +107,7 @@ TEST(FunctionalCarry, SameBitsAcrossAnFp16Overflow) {
   c.clip = 1e30;
   const FunctionalResult ref = backend::sim::run_reference_loop(test::toy_mlp(), c);
   ASSERT_EQ(ref.skipped_steps, std::vector<int>{3});
-  expect_same_bits_everywhere(c, "fp16");
+  expect_same_bits_everywhere(c, "fp16", 3);
 }
 
 // The staging rings: 1, 2 and 3 slots and full-size staging, speculation on and off, the passes after the
