@@ -7,10 +7,8 @@
 
 #include "backends/sim/functional.h"
 #include "core/model.h"
-#include "tests/grid_sample.h"
 
 namespace tf::test {
-
 
 // The toy MLP: every rank of 4 holds several 2048-element tiles of each layer.
 inline const core::ModelDesc& toy_mlp() {

@@ -19,6 +19,7 @@
 #include "core/step.h"
 #include "core/twinflow.h"
 #include "tests/bit_diff.h"
+#include "tests/grid_sample.h"
 #include "tests/sim/functional_test_config.h"
 #include "tests/temp_dir.h"
 

@@ -13,6 +13,7 @@
 #include "backends/sim/functional.h"
 #include "core/step.h"
 #include "tests/bit_diff.h"
+#include "tests/grid_sample.h"
 #include "tests/sim/functional_test_config.h"
 
 using namespace tf;
