@@ -178,7 +178,9 @@ GpuWindow GpuTelemetry::take() {
     base = base_, has_base = has_base_;
     if (!samples.empty()) base_ = samples.back(), has_base_ = true;
   }
-  return summarize(samples, has_base ? &base : nullptr, power_limit_w_);
+  GpuWindow w = summarize(samples, has_base ? &base : nullptr, power_limit_w_);
+  w.readings = std::move(samples);
+  return w;
 }
 
 GpuWindow GpuTelemetry::take_now() {

@@ -59,6 +59,9 @@ struct GpuWindow {
   double temperature_c_max = kNaN;
   double power_capped_fraction = kNaN;  // of the samples: the software power cap among the clock's reasons
   double thermal_fraction = kNaN;       // ... a thermal or hardware slowdown
+  // The readings themselves, in time order (GpuTelemetry::take; empty from summarize and combine): what a run's
+  // trace shows as counters beside its ops.
+  std::vector<GpuSample> readings;
   bool empty() const { return samples == 0; }
 };
 

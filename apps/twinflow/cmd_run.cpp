@@ -627,7 +627,7 @@ std::vector<backend::sim::TracedStep> traced_steps(const RunOptions& o, const Ru
   int64_t offset = 0;
   for (size_t i = pt.steps.size() - n; i < pt.steps.size(); ++i) {
     const cu::StepReport& r = pt.steps[i];
-    backend::sim::TracedStep s{r.step, offset, r.timeline.step_ns, {}};
+    backend::sim::TracedStep s{r.step, offset, r.timeline.step_ns, {}, r.host.t0_steady_ns};
     for (const backend::OpInterval& op : r.timeline.ops) s.ops.push_back({op.op, op.start_ns, op.end_ns});
     offset += r.timeline.step_ns;
     out.push_back(std::move(s));
@@ -635,17 +635,41 @@ std::vector<backend::sim::TracedStep> traced_steps(const RunOptions& o, const Ru
   return out;
 }
 
+// The point's GPU telemetry readings (its SM clock, whether the power cap held it, NVML's power reading and the
+// temperature) on the traced steps' time axis, as counter tracks; none without telemetry.
+std::vector<backend::sim::TraceCounter> gpu_counters(const RunPoint& pt,
+                                                     std::span<const backend::sim::TracedStep> steps) {
+  std::vector<std::pair<int64_t, double>> mhz, capped, watts, celsius;
+  for (const metrics::GpuWindow& w : pt.gpu)
+    for (const metrics::GpuSample& g : w.readings) {
+      const int64_t t = std::llround(g.t_s * 1e9);  // the engine's steady clock (StepReport::HostTimes)
+      mhz.emplace_back(t, g.sm_mhz);
+      capped.emplace_back(t, (g.clock_reasons & metrics::kReasonPowerCap) ? 1.0 : 0.0);
+      if (std::isfinite(g.power_w)) watts.emplace_back(t, g.power_w);
+      if (std::isfinite(g.temperature_c)) celsius.emplace_back(t, g.temperature_c);
+    }
+  if (mhz.empty()) return {};
+  return {{"SM clock", "MHz", backend::sim::counter_points(steps, mhz)},
+          {"clock held by the power cap", "capped", backend::sim::counter_points(steps, capped)},
+          {"GPU power (NVML's ~1 s average)", "W", backend::sim::counter_points(steps, watts)},
+          {"GPU temperature", "C", backend::sim::counter_points(steps, celsius)}};
+}
+
 // The last step's Chrome trace (--trace; --trace-steps: the last N; ranks > 0 write FILE.rankN, each on its
-// own step's clock) and timeline SVG (--timeline-svg, rank 0).
+// own step's clock, with its own GPU's clock, power and temperature as counters) and timeline SVG
+// (--timeline-svg, rank 0).
 void write_step_files(const RunOptions& o, const RunPoint& pt, const cu::Engine& eng, int world, int rank) {
   const bool sweep = o.ratios.size() > 1;
   const backend::sim::SimPoint sp = last_step_point(pt, eng, world);
   const std::string suffix = rank > 0 ? ".rank" + std::to_string(rank) : "";
+  const std::vector<backend::sim::TracedStep> steps = traced_steps(o, pt);
+  const std::vector<backend::sim::TraceCounter> counters = gpu_counters(pt, steps);
   if (o.out.trace && o.trace_steps > 1)
-    backend::sim::write_chrome_trace(sp, traced_steps(o, pt),
-                                     per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix);
+    backend::sim::write_chrome_trace(sp, steps, per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix, "--trace",
+                                     counters);
   else if (o.out.trace)
-    backend::sim::write_chrome_trace(sp, per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix);
+    backend::sim::write_chrome_trace(sp, per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix, "--trace",
+                                     counters);
   if (o.timeline_svg && rank == 0)
     write_timeline_svg(step_timeline(sp, "measured", o.sc.name), per_ratio_path(*o.timeline_svg, pt.requested, sweep));
 }
@@ -691,6 +715,17 @@ int64_t spare_bytes(const core::AllocPlan& p) {
 }
 
 // What the step's CPU speculation did: "held", "failed", "off" (planned, not run), "-" (none planned).
+// The telemetry readings the trace of the point's last o.trace_steps steps can show are those of their windows and
+// the window after (a step's report, which takes the window, can trail its end by a step with the tail carried):
+// older windows drop theirs, and every window does without --trace, so a long run keeps its summaries only.
+void keep_traced_readings(const RunOptions& o, std::vector<metrics::GpuWindow>& windows) {
+  const size_t keep = o.out.trace ? size_t(o.trace_steps) + 2 : 0;
+  if (windows.size() > keep) {
+    std::vector<metrics::GpuSample>& old = windows[windows.size() - 1 - keep].readings;
+    std::vector<metrics::GpuSample>().swap(old);
+  }
+}
+
 std::string speculation_text(const cu::StepReport& r, bool planned) {
   if (!planned) return "-";
   if (!r.speculated) return "off";
@@ -749,6 +784,7 @@ void train(cu::Engine& eng, const RunOptions& o, const cu::EngineConfig& ec, Run
       if (!gpu.empty()) rate += ", SM " + num(gpu.sm_mhz_median, 0) + " MHz, " + num(gpu.power_w, 0) + " W";
     }
     pt.gpu.push_back(gpu);
+    keep_traced_readings(o, pt.gpu);
     t.add(row);
     if (ec.rank == 0)
       std::cerr << "  step " << r.step << "/" << o.steps << ": " << num(ms(tl.step_ns)) << " ms"

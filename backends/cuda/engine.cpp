@@ -1332,6 +1332,7 @@ StepReport EngineImpl::report(const StepRun& r, const StepRun* next) {
   rep.issued = r.issued;
   rep.host.begin_ns = r.host_begin_ns;
   rep.host.begin_wait_ns = r.host_begin_wait_ns;
+  rep.host.t0_steady_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(r.host_t0.time_since_epoch()).count();
   if (next)
     rep.host.body_done_to_next_start_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(next->host_t0 - r.host_body_done).count();

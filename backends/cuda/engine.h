@@ -119,6 +119,9 @@ struct StepReport {
   // step's start (the report, the caller's work between steps, the next begin).
   struct HostTimes {
     int64_t begin_ns = -1, begin_wait_ns = -1, body_done_to_next_start_ns = -1;
+    // The step's start event seen complete, on the host's steady clock (ns since its epoch): where a sample taken
+    // on that clock (GPU telemetry) falls on the step's timeline, to within the event wait's wake-up.
+    int64_t t0_steady_ns = -1;
   } host;
 };
 

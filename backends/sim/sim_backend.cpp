@@ -1078,6 +1078,18 @@ void append_op_events(nlohmann::json& events, const core::StepPlan& plan, const 
   }
 }
 
+// One counter event per point of each counter, in process 0 (Chrome's "C" phase: a track per name, a series
+// per args key).
+void append_counter_events(nlohmann::json& events, std::span<const TraceCounter> counters) {
+  for (const TraceCounter& c : counters)
+    for (const auto& [t_ns, value] : c.points)
+      events.push_back({{"ph", "C"},
+                        {"name", c.name},
+                        {"pid", 0},
+                        {"ts", static_cast<double>(t_ns) / 1e3},
+                        {"args", {{c.unit, value}}}});
+}
+
 void write_trace_document(nlohmann::json events, nlohmann::json other, const std::string& path,
                           const std::string& option) {
   nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}, {"otherData", std::move(other)}};
@@ -1085,7 +1097,21 @@ void write_trace_document(nlohmann::json events, nlohmann::json other, const std
 }
 }  // namespace
 
-void write_chrome_trace(const SimPoint& p, const std::string& path, const std::string& option) {
+std::vector<std::pair<int64_t, double>> counter_points(std::span<const TracedStep> steps,
+                                                       std::span<const std::pair<int64_t, double>> samples) {
+  std::vector<std::pair<int64_t, double>> out;
+  for (const auto& [t, value] : samples)
+    for (const TracedStep& s : steps)
+      if (s.host_t0_ns >= 0 && t >= s.host_t0_ns && t - s.host_t0_ns < s.step_ns) {
+        out.emplace_back(s.offset_ns + (t - s.host_t0_ns), value);
+        break;
+      }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
+void write_chrome_trace(const SimPoint& p, const std::string& path, const std::string& option,
+                        std::span<const TraceCounter> counters) {
   if (p.plans.size() != p.ranks.size())
     throw std::invalid_argument("write_chrome_trace: the SimPoint has no plans (simulate with keep_plans)");
   nlohmann::json events = nlohmann::json::array();
@@ -1096,6 +1122,7 @@ void write_chrome_trace(const SimPoint& p, const std::string& path, const std::s
     append_rank_names(events, static_cast<int>(r));
     append_op_events(events, p.plans[r], p.ranks[r].ops, static_cast<int>(r), 0, 0);
   }
+  append_counter_events(events, counters);
   write_trace_document(std::move(events),
                        {{"step_ns", p.step_ns},
                         {"ratio", p.ratio},
@@ -1106,7 +1133,7 @@ void write_chrome_trace(const SimPoint& p, const std::string& path, const std::s
 }
 
 void write_chrome_trace(const SimPoint& p, const std::vector<TracedStep>& steps, const std::string& path,
-                        const std::string& option) {
+                        const std::string& option, std::span<const TraceCounter> counters) {
   if (p.plans.empty()) throw std::invalid_argument("write_chrome_trace: the SimPoint has no plan");
   if (steps.empty()) throw std::invalid_argument("write_chrome_trace: no steps to trace");
   const core::StepPlan& plan = p.plans[0];
@@ -1121,6 +1148,7 @@ void write_chrome_trace(const SimPoint& p, const std::vector<TracedStep>& steps,
     append_op_events(events, plan, s.ops, 0, s.offset_ns, s.step);
     list.push_back({{"step", s.step}, {"offset_ns", s.offset_ns}, {"step_ns", s.step_ns}});
   }
+  append_counter_events(events, counters);
   write_trace_document(
       std::move(events),
       {{"steps", std::move(list)}, {"ratio", p.ratio}, {"requested_ratio", p.requested_ratio}, {"world", p.world}},

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -178,10 +179,20 @@ std::vector<double> cpu_rates_by_active(const core::CpuProfile& cpu, int threads
 double predict_host_cpu_seconds(const core::CpuProfile& cpu, int threads_per_rank,
                                 const std::vector<std::vector<int64_t>>& op_elems_per_rank);
 
+// A quantity sampled beside a measured run's ops (the GPU's SM clock, power and temperature from the run's NVML
+// sampler): one Chrome counter track of rank 0's process, e.g. {"SM clock", "MHz", ...}.
+struct TraceCounter {
+  std::string name;
+  std::string unit;                                // the track's series name
+  std::vector<std::pair<int64_t, double>> points;  // (ns on the trace's time axis, value), in time order
+};
+
 // Writes a Chrome/Perfetto trace (JSON, "traceEvents") of one simulated step: one process per
 // rank, one thread per queue, one complete event per op. Needs record_ops and keep_plans. The file is
 // written whole or not at all (core::write_output_file; `option` names the path's origin in errors).
-void write_chrome_trace(const SimPoint& p, const std::string& path, const std::string& option = "--trace");
+// `counters` become counter events of process 0.
+void write_chrome_trace(const SimPoint& p, const std::string& path, const std::string& option = "--trace",
+                        std::span<const TraceCounter> counters = {});
 
 // One of several consecutive steps of one rank (a measured run), for the trace of a window of steps:
 // `ops` from the step's start (ops[i].op == i, one per plan op), the step beginning `offset_ns` after the
@@ -192,14 +203,21 @@ struct TracedStep {
   int64_t offset_ns = 0;
   int64_t step_ns = 0;  // its time (a carried step's: its period)
   std::vector<OpTiming> ops;
+  int64_t host_t0_ns = -1;  // its start on the host clock that `counter_points` samples are on (-1: unknown)
 };
+
+// Samples (host-clock ns, value) placed on the steps' time axis: a sample at t lands at offset_ns + t - host_t0_ns
+// of the step whose [host_t0_ns, host_t0_ns + step_ns) holds it; samples in no step (before the first, between a
+// step's end and the next start, or in a step whose start is unknown) are left out. In time order.
+std::vector<std::pair<int64_t, double>> counter_points(std::span<const TracedStep> steps,
+                                                       std::span<const std::pair<int64_t, double>> samples);
 
 // The same trace over `steps` of one rank on one time axis: one thread per queue, one event per op of
 // p.plans[0] named "sSTEP LABEL" with its step in the args (and the label alone), the steps' periods and p's
 // ratio and world in "otherData" (what `validate --breakdown` simulates the trace at). Throws
 // std::invalid_argument when p has no plan, `steps` is empty or a step's ops do not match the plan.
 void write_chrome_trace(const SimPoint& p, const std::vector<TracedStep>& steps, const std::string& path,
-                        const std::string& option = "--trace");
+                        const std::string& option = "--trace", std::span<const TraceCounter> counters = {});
 
 // Per rank, the op ids per queue in the order the simulation ran them (needs record_ops); equal to
 // core::plan_queue_order of its plan.

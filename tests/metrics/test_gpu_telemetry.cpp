@@ -95,6 +95,14 @@ TEST(GpuTelemetry, TheSamplerTakesWindowsOneAfterAnother) {
   EXPECT_NEAR(second.power_w, 500, 1e-9);
   EXPECT_GT(second.sm_mhz_min, first.sm_mhz_max);
   EXPECT_DOUBLE_EQ(second.power_limit_w, 700);
+  // each window keeps its own readings, in time order, none dropped and none of the other's
+  for (const GpuWindow* w : {&first, &second}) {
+    ASSERT_EQ(w->readings.size(), size_t(w->samples));
+    for (size_t i = 1; i < w->readings.size(); ++i) EXPECT_LT(w->readings[i - 1].t_s, w->readings[i].t_s);
+    for (const GpuSample& g : w->readings) EXPECT_NE(int(g.sm_mhz - 1000) % 5, 4);
+  }
+  EXPECT_DOUBLE_EQ(first.readings.back().sm_mhz, first.sm_mhz_max);
+  EXPECT_DOUBLE_EQ(second.readings.front().sm_mhz, second.sm_mhz_min);
 }
 
 TEST(GpuTelemetry, OpeningNvmlWithoutADeviceSaysWhy) {

@@ -8,6 +8,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "backends/backend.h"
 #include "backends/sim/choices.h"
@@ -283,6 +286,49 @@ TEST(SimBackend, ChromeTraceOfAWindowOfStepsShiftsEachStepByThePeriodsBeforeIt) 
   short_step[0].ops.pop_back();
   EXPECT_THROW(tf::backend::sim::write_chrome_trace(p, short_step, path), std::invalid_argument);
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// run --trace: the GPU's telemetry (host-clock samples) placed on the traced steps' axis, as counter tracks.
+TEST(SimBackend, CounterSamplesLandOnTheStepThatHoldsThem) {
+  using tf::backend::sim::TracedStep;
+  // two steps of 100 ns at host times 1000 and 1150 (a 50 ns gap between them), the second drawn at offset 100
+  std::vector<TracedStep> steps = {{7, 0, 100, {}, 1000}, {8, 100, 100, {}, 1150}};
+  const std::vector<std::pair<int64_t, double>> samples = {{999, 1.0},  {1000, 2.0}, {1099, 3.0}, {1100, 4.0},
+                                                           {1149, 5.0}, {1150, 6.0}, {1249, 7.0}, {1250, 8.0}};
+  const std::vector<std::pair<int64_t, double>> expected = {{0, 2.0}, {99, 3.0}, {100, 6.0}, {199, 7.0}};
+  EXPECT_EQ(tf::backend::sim::counter_points(steps, samples), expected);
+  // out of order samples come out in time order; a step whose start is unknown takes none
+  const std::vector<std::pair<int64_t, double>> reversed(samples.rbegin(), samples.rend());
+  EXPECT_EQ(tf::backend::sim::counter_points(steps, reversed), expected);
+  steps[0].host_t0_ns = -1;
+  EXPECT_EQ(tf::backend::sim::counter_points(steps, samples),
+            (std::vector<std::pair<int64_t, double>>{{100, 6.0}, {199, 7.0}}));
+
+  // the trace writers emit them as counter events of process 0, in microseconds
+  const SimPoint p = simulate_step(decoder_scenario(1), 0.5, {.record_ops = true, .keep_plans = true});
+  const std::vector<tf::backend::sim::TraceCounter> counters = {{"SM clock", "MHz", {{0, 1980.0}, {2500, 1740.0}}},
+                                                                {"GPU power", "W", {{1000, 690.0}}}};
+  const std::string path = (std::filesystem::path(testing::TempDir()) / "tf_sim_trace_counters.json").string();
+  for (const bool window : {false, true}) {
+    if (window)
+      tf::backend::sim::write_chrome_trace(p, {{1, 0, p.step_ns, p.ranks[0].ops}}, path, "--trace", counters);
+    else
+      tf::backend::sim::write_chrome_trace(p, path, "--trace", counters);
+    std::ifstream in(path);
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    std::vector<std::tuple<std::string, double, double>> seen;
+    for (const auto& e : doc.at("traceEvents"))
+      if (e.at("ph") == "C") {
+        EXPECT_EQ(e.at("pid").get<int>(), 0);
+        const std::string unit = e.at("name") == "SM clock" ? "MHz" : "W";
+        seen.emplace_back(e.at("name").get<std::string>(), e.at("ts").get<double>(),
+                          e.at("args").at(unit).get<double>());
+      }
+    const std::vector<std::tuple<std::string, double, double>> want = {
+        {"SM clock", 0.0, 1980.0}, {"SM clock", 2.5, 1740.0}, {"GPU power", 1.0, 690.0}};
+    EXPECT_EQ(seen, want) << (window ? "window of steps" : "one step");
+  }
+  std::filesystem::remove(path);
 }
 
 // ---- terms fed by `twinflow calibrate` ---------------------------------------------------------------
