@@ -12,6 +12,7 @@ W=/tmp/clock
 rm -rf "$W"
 . bench/device/device_env.sh
 unpack_devbin
+chmod +x "$B"/twinflow "$B"/tf_cuda_tests 2> /dev/null
 export NCCL_NVLS_ENABLE=0
 S=$OUT/clock-summary.txt
 { nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader; nproc; cat .devbin/COMMIT; } | tee "$S"
@@ -42,3 +43,9 @@ echo "350m rc $?" | tee -a "$S"
 report 350m "$W/trace-350m.json" --kinds forward,backward,gpu_optimizer
 pack
 ls -la "$OUT"
+
+if [ -z "${SKIP_TESTS:-}" ] && [ -f "$B/tf_cuda_tests" ]; then
+  step "tf_cuda_tests"
+  timeout 240 "$B/tf_cuda_tests" > "$W/tf_cuda_tests.log" 2>&1; echo "tf_cuda_tests rc $?" | tee -a "$S"
+  tail -n 3 "$W/tf_cuda_tests.log" | tee -a "$S"; pack
+fi
