@@ -2,9 +2,9 @@
 """How a measured run's GPU ops follow the SM clock, from its Chrome trace (`twinflow run --trace T`, which holds
 the GPU's SM clock, power and temperature as counter tracks beside the ops since 2026-11-30).
 
-For each traced step and op kind (forward, backward, all-gather, reduce-scatter, gpu_optimizer), every op gets the SM
-clock at its midpoint (the last sample at or before it; samples are 10 ms apart, a layer's op ~1 ms). The table
-groups ops by that clock in 60 MHz bins: how many, their mean duration, and their mean duration scaled to the
+For each op kind (forward, backward, all-gather, reduce-scatter, gpu_optimizer), the ops that ran while the SM clock
+held one value (NVML's samples are 10 ms apart, but on an H200 its clock reading changes about every 100 ms, and a
+layer's op takes ~1 ms; ops across a change are left out) are grouped by that clock in 60 MHz bins: how many, their mean duration, and their mean duration scaled to the
 fastest bin's clock (duration x MHz / top MHz). When the ops' work is bound by the SM clock, the scaled column is
 flat while the duration column moves with the clock; a column that moves where the clock does not points elsewhere.
 Also per step: the ops' duration in tenths of the step (time order) beside the clock there, which shows where in a
@@ -40,8 +40,19 @@ def step_of(e):
     return e.get("args", {}).get("step", 0)
 
 
+def steady_clock_at(series, t0, t1):
+    """The clock over [t0, t1] when no sample in it (nor the last before it) reads another value; else None."""
+    if not series:
+        return None
+    times = [t for t, _ in series]
+    i = max(bisect.bisect_right(times, t0) - 1, 0)
+    j = max(bisect.bisect_right(times, t1) - 1, 0)
+    values = {v for _, v in series[i:j + 1]}
+    return values.pop() if len(values) == 1 else None
+
+
 def by_clock(ops, clock, kind):
-    rows = [(at(clock, e["ts"] + e["dur"] / 2), e["dur"]) for e in ops if e["cat"] == kind]
+    rows = [(steady_clock_at(clock, e["ts"], e["ts"] + e["dur"]), e["dur"]) for e in ops if e["cat"] == kind]
     rows = [(c, d) for c, d in rows if c is not None]
     if not rows:
         return []
@@ -109,7 +120,7 @@ def main(argv):
             rows = by_clock(ops, clock, kind)
             if not rows:
                 continue
-            print(f"  {kind}: ops by the SM clock at their midpoint")
+            print(f"  {kind}: ops by the SM clock they ran at")
             print(f"    {'MHz bin':>8} {'n':>5} {'mean MHz':>9} {'mean us':>9} {'x MHz/top':>10}")
             for r in rows:
                 print(f"    {r['mhz_bin']:>8} {r['n']:>5} {r['mean_mhz']:>9.0f} {r['mean_us']:>9.1f} {r['scaled_us']:>10.1f}")
