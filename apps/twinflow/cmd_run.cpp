@@ -670,8 +670,18 @@ void write_step_files(const RunOptions& o, const RunPoint& pt, const cu::Engine&
   else if (o.out.trace)
     backend::sim::write_chrome_trace(sp, per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix, "--trace",
                                      counters);
-  if (o.timeline_svg && rank == 0)
-    write_timeline_svg(step_timeline(sp, "measured", o.sc.name), per_ratio_path(*o.timeline_svg, pt.requested, sweep));
+  if (o.timeline_svg && rank == 0) {
+    TimelineSpec spec = step_timeline(sp, "measured", o.sc.name);
+    std::vector<backend::sim::TracedStep> last(steps.end() - std::min<ptrdiff_t>(1, ssize(steps)), steps.end());
+    for (backend::sim::TracedStep& s : last) s.offset_ns = 0;  // the plotted step, from 0
+    for (const backend::sim::TraceCounter& c : gpu_counters(pt, last))
+      if (c.name == "SM clock") {
+        TimelineTrack track{"SM clock", c.unit, {}};
+        for (const auto& [t_ns, mhz] : c.points) track.points.emplace_back(double(t_ns) / 1e6, mhz);
+        spec.tracks.push_back(std::move(track));
+      }
+    write_timeline_svg(spec, per_ratio_path(*o.timeline_svg, pt.requested, sweep));
+  }
 }
 
 // --loss-svg: the point's loss and lr per step, rank 0.
@@ -715,11 +725,12 @@ int64_t spare_bytes(const core::AllocPlan& p) {
 }
 
 // What the step's CPU speculation did: "held", "failed", "off" (planned, not run), "-" (none planned).
-// The telemetry readings the trace of the point's last o.trace_steps steps can show are those of their windows and
-// the window after (a step's report, which takes the window, can trail its end by a step with the tail carried):
-// older windows drop theirs, and every window does without --trace, so a long run keeps its summaries only.
+// The telemetry readings the trace of the point's last o.trace_steps steps (and the timeline of its last) can show
+// are those of their windows and the window after (a step's report, which takes the window, can trail its end by a
+// step with the tail carried): older windows drop theirs, and every window does without --trace and
+// --timeline-svg, so a long run keeps its summaries only.
 void keep_traced_readings(const RunOptions& o, std::vector<metrics::GpuWindow>& windows) {
-  const size_t keep = o.out.trace ? size_t(o.trace_steps) + 2 : 0;
+  const size_t keep = std::max(o.out.trace ? size_t(o.trace_steps) + 2 : 0, o.timeline_svg ? size_t(3) : 0);
   if (windows.size() > keep) {
     std::vector<metrics::GpuSample>& old = windows[windows.size() - 1 - keep].readings;
     std::vector<metrics::GpuSample>().swap(old);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -125,13 +126,38 @@ void write_svg(const PlotSpec& spec, const std::string& path, const std::string&
   core::write_output_file(path, render_svg(spec), option);
 }
 
+namespace {
+
+// A track's lane at height y: its name, a step line over [lo, hi] of its values, the two labelled.
+void draw_track(std::ostringstream& o, const TimelineTrack& t, double y, double h, double L,
+                const std::function<double(double)>& X) {
+  double lo = t.points.front().second, hi = lo;
+  for (const auto& [ms, v] : t.points) lo = std::min(lo, v), hi = std::max(hi, v);
+  const auto Y = [&](double v) { return hi > lo ? y + h - 4 - (v - lo) / (hi - lo) * (h - 8) : y + h / 2; };
+  o << "<text x=\"" << L - 6 << "\" y=\"" << y + h / 2 + 4 << "\" text-anchor=\"end\">" << esc(t.name) << "</text>\n";
+  o << "<polyline fill=\"none\" stroke=\"#444\" stroke-width=\"1.2\" points=\"";
+  for (size_t i = 0; i < t.points.size(); ++i) {
+    if (i > 0) o << X(t.points[i].first) << "," << Y(t.points[i - 1].second) << " ";  // held until the next
+    o << X(t.points[i].first) << "," << Y(t.points[i].second) << " ";
+  }
+  o << "\"/>\n";
+  o << "<text x=\"" << L + 4 << "\" y=\"" << y + 11 << "\" font-size=\"10\" fill=\"#555\">" << num(hi) << " "
+    << esc(t.unit) << " (max), " << num(lo) << " (min)</text>\n";
+}
+
+}  // namespace
+
 std::string render_timeline_svg(const TimelineSpec& spec) {
   const double W = 1000, L = 90, R = 20, T = 50, lane_h = 34, gap = 8;
-  const double plot_h = double(spec.lanes.size()) * (lane_h + gap);
+  std::vector<const TimelineTrack*> tracks;
+  for (const TimelineTrack& t : spec.tracks)
+    if (!t.points.empty()) tracks.push_back(&t);
+  const double plot_h = double(spec.lanes.size() + tracks.size()) * (lane_h + gap);
   const double legend_rows = std::ceil(double(spec.kinds.size()) / 6.0);
   const double H = T + plot_h + 40 + 18 * legend_rows + 30;
   double end = 0;
   for (const TimelineBar& b : spec.bars) end = std::max(end, b.end_ms);
+  for (const TimelineTrack* t : tracks) end = std::max(end, t->points.back().first);
   Range xr;
   xr.add(0);
   xr.add(end);
@@ -157,6 +183,12 @@ std::string render_timeline_svg(const TimelineSpec& spec) {
       << "\" fill=\"#f7f7f7\"/>\n";
     o << "<text x=\"" << L - 6 << "\" y=\"" << y + lane_h / 2 + 4 << "\" text-anchor=\"end\">" << esc(spec.lanes[l])
       << "</text>\n";
+  }
+  for (size_t k = 0; k < tracks.size(); ++k) {
+    const double y = T + double(spec.lanes.size() + k) * (lane_h + gap);
+    o << "<rect x=\"" << L << "\" y=\"" << y << "\" width=\"" << W - L - R << "\" height=\"" << lane_h
+      << "\" fill=\"#fbfbf3\"/>\n";
+    draw_track(o, *tracks[k], y, lane_h, L, X);
   }
   for (const TimelineBar& b : spec.bars) {
     if (b.lane < 0 || size_t(b.lane) >= spec.lanes.size()) continue;

@@ -32,12 +32,19 @@ struct TimelineBar {
   double start_ms = 0, end_ms = 0;
   int kind = 0;
 };
+// A quantity sampled over the timeline (a GPU's SM clock): a lane of its own under the queues' lanes, drawn as a
+// step line between its smallest and largest value (both labelled). Points (ms, value) in time order.
+struct TimelineTrack {
+  std::string name, unit;
+  std::vector<std::pair<double, double>> points;
+};
 struct TimelineSpec {
   std::string title;
   std::vector<std::string> lanes;                          // top to bottom
   std::vector<std::pair<std::string, std::string>> kinds;  // (name, color) for the legend
   std::vector<TimelineBar> bars;
-  std::string note;  // a line under the plot
+  std::vector<TimelineTrack> tracks;  // optional, under the lanes (a track without points is left out)
+  std::string note;                   // a line under the plot
 };
 std::string render_timeline_svg(const TimelineSpec& spec);
 void write_timeline_svg(const TimelineSpec& spec, const std::string& path,

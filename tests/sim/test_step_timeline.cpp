@@ -48,6 +48,16 @@ TEST(StepTimeline, OneBarPerOpOnItsQueuesLaneAtItsTimes) {
   const std::string svg = tf::app::render_timeline_svg(t);
   EXPECT_EQ(count(svg, "<rect"), 1 + t.lanes.size() + t.bars.size() + t.kinds.size());
   EXPECT_NE(svg.find("simulated step: tiny, ratio "), std::string::npos);  // the actual (element-granular) ratio
+  // a sampled track (run's SM clock) gets a lane under the queues: its name, a step line, its range
+  tf::app::TimelineSpec with = t;
+  with.tracks.push_back({"SM clock", "MHz", {{0.0, 1980.0}, {0.5, 1740.0}, {1.0, 1890.0}}});
+  with.tracks.push_back({"nothing read", "W", {}});  // left out
+  const std::string svg2 = tf::app::render_timeline_svg(with);
+  EXPECT_EQ(count(svg2, "<rect"), 2 + t.lanes.size() + t.bars.size() + t.kinds.size());
+  EXPECT_EQ(count(svg2, "<polyline"), 1u);
+  EXPECT_NE(svg2.find(">SM clock</text>"), std::string::npos);
+  EXPECT_NE(svg2.find("1980 MHz (max), 1740 (min)"), std::string::npos);
+  EXPECT_EQ(svg2.find("nothing read"), std::string::npos);
   // without op timings it refuses
   EXPECT_THROW((void)tf::app::step_timeline(tf::backend::sim::simulate_step(s, 0.5), "simulated", "tiny"),
                std::invalid_argument);
