@@ -137,7 +137,9 @@ void draw_track(std::ostringstream& o, const TimelineTrack& t, double y, double 
   o << "<text x=\"" << L - 6 << "\" y=\"" << y + h / 2 + 4 << "\" text-anchor=\"end\">" << esc(t.name) << "</text>\n";
   o << "<polyline fill=\"none\" stroke=\"#444\" stroke-width=\"1.2\" points=\"";
   for (size_t i = 0; i < t.points.size(); ++i) {
-    if (i > 0) o << X(t.points[i].first) << "," << Y(t.points[i - 1].second) << " ";  // held until the next
+    const bool last = i + 1 == t.points.size();
+    if (i > 0 && t.points[i].second == t.points[i - 1].second && !last) continue;  // a repeated reading
+    if (i > 0) o << X(t.points[i].first) << "," << Y(t.points[i - 1].second) << " ";  // held until this one
     o << X(t.points[i].first) << "," << Y(t.points[i].second) << " ";
   }
   o << "\"/>\n";
