@@ -663,7 +663,8 @@ void write_step_files(const RunOptions& o, const RunPoint& pt, const cu::Engine&
   const backend::sim::SimPoint sp = last_step_point(pt, eng, world);
   const std::string suffix = rank > 0 ? ".rank" + std::to_string(rank) : "";
   const std::vector<backend::sim::TracedStep> steps = traced_steps(o, pt);
-  const std::vector<backend::sim::TraceCounter> counters = gpu_counters(pt, steps);
+  const std::vector<backend::sim::TraceCounter> counters =
+      o.out.trace ? gpu_counters(pt, steps) : std::vector<backend::sim::TraceCounter>{};
   if (o.out.trace && o.trace_steps > 1)
     backend::sim::write_chrome_trace(sp, steps, per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix, "--trace",
                                      counters);
@@ -724,7 +725,6 @@ int64_t spare_bytes(const core::AllocPlan& p) {
   return n;
 }
 
-// What the step's CPU speculation did: "held", "failed", "off" (planned, not run), "-" (none planned).
 // The telemetry readings the trace of the point's last o.trace_steps steps (and the timeline of its last) can show
 // are those of their windows and the window after (a step's report, which takes the window, can trail its end by a
 // step with the tail carried): older windows drop theirs, and every window does without --trace and
@@ -737,6 +737,7 @@ void keep_traced_readings(const RunOptions& o, std::vector<metrics::GpuWindow>& 
   }
 }
 
+// What the step's CPU speculation did: "held", "failed", "off" (planned, not run), "-" (none planned).
 std::string speculation_text(const cu::StepReport& r, bool planned) {
   if (!planned) return "-";
   if (!r.speculated) return "off";
