@@ -5,7 +5,7 @@
 # clock (bench/results/2026-11-30-h200x2-clock). NCCL_MAX_CTAS caps the thread blocks (SMs) each collective takes:
 # the same runs with 8 and 4 (and 8 with NCCL_MAX_P2P_NCHANNELS=8 for the reduce-scatter's send/recv) against NCCL's default, alternated, each a ratio-0 run of 8 steps with its trace.
 # Then OPT-1.3B at world 2 (ratio 0), default against the best cap. About 4 minutes. Output: $OUT/nccl-ctas.tar.gz,
-# $OUT/nccl-ctas-summary.txt.
+# $OUT/nccl-ctas-summary.txt. CTAS_LIST="3 4 5 6" runs those caps and the default instead.
 set -uo pipefail
 W=/tmp/nccl-ctas
 rm -rf "$W"
@@ -30,6 +30,12 @@ one() {  # NAME ENV SCENARIO STEPS   (ENV: "default" or VAR=VALUE[,VAR=VALUE])
   pack
 }
 M8=scenarios/real/mlp-8b-h200x2.yaml
+if [ -n "${CTAS_LIST:-}" ]; then  # CTAS_LIST="3 4 5 6": those caps and the default, alternated, the 8.05B MLP only
+  for c in $CTAS_LIST; do one "8b-ctas$c" "NCCL_MAX_CTAS=$c" $M8 8; done
+  one 8b-default default $M8 8
+  ls -la "$OUT"
+  exit 0
+fi
 one 8b-default-a default $M8 8
 one 8b-ctas8-a NCCL_MAX_CTAS=8 $M8 8
 one 8b-ctas4 NCCL_MAX_CTAS=4 $M8 8
