@@ -635,52 +635,63 @@ std::vector<backend::sim::TracedStep> traced_steps(const RunOptions& o, const Ru
   return out;
 }
 
-// The point's GPU telemetry readings (its SM clock, whether the power cap held it, NVML's power reading and the
-// temperature) on the traced steps' time axis, as counter tracks; none without telemetry.
-std::vector<backend::sim::TraceCounter> gpu_counters(const RunPoint& pt,
-                                                     std::span<const backend::sim::TracedStep> steps) {
+// The point's GPU telemetry readings (metrics::GpuWindow::readings) as (host steady-clock ns, value) series: its
+// SM clock, whether the power cap held it, NVML's power reading and the temperature. Empty without telemetry.
+struct GpuSeries {
   std::vector<std::pair<int64_t, double>> mhz, capped, watts, celsius;
+};
+GpuSeries gpu_series(const RunPoint& pt) {
+  GpuSeries s;
   for (const metrics::GpuWindow& w : pt.gpu)
     for (const metrics::GpuSample& g : w.readings) {
       const int64_t t = std::llround(g.t_s * 1e9);  // the engine's steady clock (StepReport::HostTimes)
-      mhz.emplace_back(t, g.sm_mhz);
-      capped.emplace_back(t, (g.clock_reasons & metrics::kReasonPowerCap) ? 1.0 : 0.0);
-      if (std::isfinite(g.power_w)) watts.emplace_back(t, g.power_w);
-      if (std::isfinite(g.temperature_c)) celsius.emplace_back(t, g.temperature_c);
+      s.mhz.emplace_back(t, g.sm_mhz);
+      s.capped.emplace_back(t, (g.clock_reasons & metrics::kReasonPowerCap) ? 1.0 : 0.0);
+      if (std::isfinite(g.power_w)) s.watts.emplace_back(t, g.power_w);
+      if (std::isfinite(g.temperature_c)) s.celsius.emplace_back(t, g.temperature_c);
     }
-  if (mhz.empty()) return {};
-  return {{"SM clock", "MHz", backend::sim::counter_points(steps, mhz)},
-          {"clock held by the power cap", "capped", backend::sim::counter_points(steps, capped)},
-          {"GPU power (NVML's ~1 s average)", "W", backend::sim::counter_points(steps, watts)},
-          {"GPU temperature", "C", backend::sim::counter_points(steps, celsius)}};
+  return s;
+}
+
+// The series on the traced steps' time axis, as the trace's counter tracks; none without telemetry.
+std::vector<backend::sim::TraceCounter> trace_counters(const GpuSeries& g,
+                                                       std::span<const backend::sim::TracedStep> steps) {
+  if (g.mhz.empty()) return {};
+  return {{"SM clock", "MHz", backend::sim::counter_points(steps, g.mhz)},
+          {"clock held by the power cap", "capped", backend::sim::counter_points(steps, g.capped)},
+          {"GPU power (NVML's ~1 s average)", "W", backend::sim::counter_points(steps, g.watts)},
+          {"GPU temperature", "C", backend::sim::counter_points(steps, g.celsius)}};
 }
 
 // The last step's Chrome trace (--trace; --trace-steps: the last N; ranks > 0 write FILE.rankN, each on its
 // own step's clock, with its own GPU's clock, power and temperature as counters) and timeline SVG
-// (--timeline-svg, rank 0).
+// (--timeline-svg, rank 0, with the SM clock as a lane).
 void write_step_files(const RunOptions& o, const RunPoint& pt, const cu::Engine& eng, int world, int rank) {
   const bool sweep = o.ratios.size() > 1;
   const backend::sim::SimPoint sp = last_step_point(pt, eng, world);
   const std::string suffix = rank > 0 ? ".rank" + std::to_string(rank) : "";
+  const bool svg = o.timeline_svg && rank == 0;
+  if (!o.out.trace && !svg) return;
+  const GpuSeries gpu = gpu_series(pt);
   const std::vector<backend::sim::TracedStep> steps = traced_steps(o, pt);
-  const std::vector<backend::sim::TraceCounter> counters =
-      o.out.trace ? gpu_counters(pt, steps) : std::vector<backend::sim::TraceCounter>{};
-  if (o.out.trace && o.trace_steps > 1)
-    backend::sim::write_chrome_trace(sp, steps, per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix, "--trace",
-                                     counters);
-  else if (o.out.trace)
-    backend::sim::write_chrome_trace(sp, per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix, "--trace",
-                                     counters);
-  if (o.timeline_svg && rank == 0) {
+  if (o.out.trace) {
+    const std::string path = per_ratio_path(*o.out.trace, pt.requested, sweep) + suffix;
+    const std::vector<backend::sim::TraceCounter> counters = trace_counters(gpu, steps);
+    if (o.trace_steps > 1)
+      backend::sim::write_chrome_trace(sp, steps, path, "--trace", counters);
+    else
+      backend::sim::write_chrome_trace(sp, path, "--trace", counters);
+  }
+  if (svg) {
     TimelineSpec spec = step_timeline(sp, "measured", o.sc.name);
-    std::vector<backend::sim::TracedStep> last(steps.end() - std::min<ptrdiff_t>(1, ssize(steps)), steps.end());
-    for (backend::sim::TracedStep& s : last) s.offset_ns = 0;  // the plotted step, from 0
-    for (const backend::sim::TraceCounter& c : gpu_counters(pt, last))
-      if (c.name == "SM clock") {
-        TimelineTrack track{"SM clock", c.unit, {}};
-        for (const auto& [t_ns, mhz] : c.points) track.points.emplace_back(double(t_ns) / 1e6, mhz);
-        spec.tracks.push_back(std::move(track));
-      }
+    if (!gpu.mhz.empty() && !steps.empty()) {
+      const backend::sim::TracedStep& s = steps.back();  // the plotted step, from 0
+      const backend::sim::TracedStep at_zero{s.step, 0, s.step_ns, {}, s.host_t0_ns};
+      TimelineTrack track{"SM clock", "MHz", {}};
+      for (const auto& [t_ns, mhz] : backend::sim::counter_points({&at_zero, 1}, gpu.mhz))
+        track.points.emplace_back(double(t_ns) / 1e6, mhz);
+      spec.tracks.push_back(std::move(track));
+    }
     write_timeline_svg(spec, per_ratio_path(*o.timeline_svg, pt.requested, sweep));
   }
 }

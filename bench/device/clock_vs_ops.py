@@ -24,8 +24,7 @@ def load(path):
     ops = [e for e in evs if e.get("ph") == "X"]
     clock = sorted((e["ts"], e["args"]["MHz"]) for e in evs if e.get("ph") == "C" and e.get("name") == "SM clock")
     power = sorted((e["ts"], e["args"]["W"]) for e in evs if e.get("ph") == "C" and e.get("name", "").startswith("GPU power"))
-    steps = doc.get("otherData", {}).get("steps") or [{"step": 0, "offset_ns": 0, "step_ns": None}]
-    return ops, clock, power, steps
+    return ops, clock, power
 
 
 def at(series, ts):
@@ -109,7 +108,7 @@ def main(argv):
         return 2
     report = {}
     for path in paths:
-        ops, clock, power, _ = load(path)
+        ops, clock, power = load(path)
         print(f"\n{path}: {len(ops)} ops, {len(clock)} clock samples"
               + (f" ({min(c for _, c in clock):.0f}-{max(c for _, c in clock):.0f} MHz)" if clock else ""))
         if not clock:
